@@ -1,0 +1,38 @@
+// The Spark version we compile against is the pyspark version pinned in pyproject.toml,
+// so the jar is always built against the Spark the tests run.
+val sparkVersion = {
+  val pin = """"pyspark==([0-9.]+)"""".r
+  pin.findFirstMatchIn(IO.read(file("pyproject.toml"))).map(_.group(1))
+    .getOrElse(sys.error("pyproject.toml must pin pyspark==X.Y.Z"))
+}
+
+ThisBuild / organization := "io.github.lancecompact"
+ThisBuild / scalaVersion := "2.13.18"
+ThisBuild / version := "0.1.0"
+
+lazy val root = (project in file("."))
+  .settings(
+    name := "lance-spark-compact",
+    Compile / scalaSource := baseDirectory.value / "spark-ext" / "src" / "main" / "scala",
+    Test / scalaSource := baseDirectory.value / "spark-ext" / "src" / "test" / "scala",
+    Compile / resourceDirectory := baseDirectory.value / "spark-ext" / "src" / "main" / "resources",
+    target := baseDirectory.value / "spark-ext" / "target",
+    libraryDependencies ++= Seq(
+      "org.apache.spark" %% "spark-sql" % sparkVersion % Provided,
+      "org.scalatest" %% "scalatest" % "3.2.19" % Test
+    ),
+    scalacOptions ++= Seq("-deprecation", "-feature", "-release:17"),
+    Test / fork := true,
+    Test / javaOptions ++= Seq("-Xmx2g", "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED",
+      "--add-opens=java.base/java.nio=ALL-UNNAMED", "--add-opens=java.base/java.lang=ALL-UNNAMED",
+      "--add-opens=java.base/java.util=ALL-UNNAMED", "--add-opens=java.base/sun.util.calendar=ALL-UNNAMED"),
+    Test / parallelExecution := false,
+    Compile / packageBin / artifactPath := target.value / "lance-spark-compact.jar"
+  )
+
+// The option spec the engine validates with also declares the CALL parameters.
+Compile / resourceGenerators += Def.task {
+  val out = (Compile / resourceManaged).value / "lance_compact" / "parameters.json"
+  IO.copyFile(baseDirectory.value / "python" / "lance_compact" / "parameters.json", out)
+  Seq(out)
+}.taskValue

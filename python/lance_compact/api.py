@@ -1,0 +1,118 @@
+"""The PySpark API: compaction as a DataFrame of metrics, for notebooks and jobs.
+
+It issues the same ``CALL`` the SQL users run, so SQL and Python share one orchestration::
+
+    from lance_compact import LanceCompaction
+    metrics = LanceCompaction(spark, "db.events").option("target_rows_per_fragment", 1 << 20).execute()
+
+Spark needs the catalog (``spark.sql.catalog.lance``) and the jar: a session built with
+:func:`configure_spark_with_lance_compact` has both.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any, Mapping
+
+from .options import option_specs
+
+CATALOG_CLASS = "io.github.lancecompact.spark.catalog.LanceCatalog"
+JAR_NAME = "lance-spark-compact.jar"
+
+
+def jar_path() -> str:
+    """The catalog jar: $LANCE_COMPACT_JAR, one shipped in this package, or the source build."""
+    candidates = [os.environ.get("LANCE_COMPACT_JAR"),
+                  Path(__file__).parent / "jars" / JAR_NAME,
+                  Path(__file__).resolve().parents[2] / "spark-ext" / "target" / JAR_NAME]
+    for c in candidates:
+        if c and Path(c).is_file():
+            return str(Path(c).resolve())
+    raise FileNotFoundError(
+        f"{JAR_NAME} not found: build it with `bin/sbt package` or set LANCE_COMPACT_JAR")
+
+
+def configure_spark_with_lance_compact(builder: Any, warehouse: str | None = None,
+                                       catalog: str = "lance",
+                                       storage_options: Mapping[str, str] | None = None) -> Any:
+    """Configure a ``SparkSession.Builder`` for compaction (like Delta's configure_spark_with_delta_pip).
+
+    Adds the jar, registers the catalog ``catalog`` over ``warehouse`` and makes executors
+    run this Python (they must run the same pylance as the driver).
+    """
+    builder = (builder.config("spark.jars", jar_path())
+               .config(f"spark.sql.catalog.{catalog}", CATALOG_CLASS)
+               .config("spark.sql.execution.pyspark.python", sys.executable))
+    if warehouse:
+        builder = builder.config(f"spark.sql.catalog.{catalog}.warehouse", warehouse)
+    for k, v in (storage_options or {}).items():
+        builder = builder.config(f"spark.sql.catalog.{catalog}.storage.{k}", v)
+    return builder
+
+
+class LanceCompaction:
+    """A compaction of one table, configured step by step, run by :meth:`execute`.
+
+    ``table`` is ``namespace.table`` in the catalog's warehouse, or a dataset path/URI in it.
+    """
+
+    def __init__(self, spark: Any, table: str, catalog: str = "lance") -> None:
+        self._spark = spark
+        self._table = table
+        self._catalog = catalog
+        self._params: dict[str, Any] = {}
+        self._options: dict[str, str] = {}
+        self._strategy: str | None = None
+
+    def option(self, key: str, value: Any) -> "LanceCompaction":
+        """Set one compaction option (see parameters.json / the README's table)."""
+        spec = option_specs().get(key)
+        if spec is not None and spec.sql and not isinstance(value, (list, tuple)):
+            self._params[key] = value
+        else:
+            self._options[key] = ",".join(map(str, value)) if isinstance(value, (list, tuple)) \
+                else str(value).lower() if isinstance(value, bool) else str(value)
+        return self
+
+    def options(self, **options: Any) -> "LanceCompaction":
+        """Set several options at once."""
+        for k, v in options.items():
+            self.option(k, v)
+        return self
+
+    def strategy(self, name: str) -> "LanceCompaction":
+        """Planning strategy: ``default`` or a dotted Planner class name."""
+        self._strategy = name
+        return self
+
+    def execute(self) -> Any:
+        """Run the compaction; returns a one-row DataFrame of measured metrics."""
+        args = {"table": self._table}
+        named = ["table => :table"]
+        for i, (k, v) in enumerate(self._params.items()):
+            args[f"p{i}"] = v
+            named.append(f"{k} => :p{i}")
+        if self._options:
+            pairs = []
+            for i, (k, v) in enumerate(self._options.items()):
+                args[f"k{i}"], args[f"v{i}"] = k, v
+                pairs.append(f":k{i}, :v{i}")
+            named.append(f"options => map({', '.join(pairs)})")
+        if self._strategy:
+            args["strategy"] = self._strategy
+            named.append("strategy => :strategy")
+        catalog = ".".join(f"`{p}`" for p in self._catalog.split("."))
+        return self._spark.sql(f"CALL {catalog}.compact({', '.join(named)})", args=args)
+
+
+def compact(spark: Any, table: str, *, catalog: str = "lance", strategy: str | None = None,
+            **options: Any) -> Any:
+    """Compact ``table``; returns a one-row DataFrame of measured metrics.
+
+    >>> compact(spark, "db.events", target_rows_per_fragment=1_048_576).show()
+    """
+    job = LanceCompaction(spark, table, catalog).options(**options)
+    if strategy:
+        job.strategy(strategy)
+    return job.execute()

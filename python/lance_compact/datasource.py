@@ -1,0 +1,147 @@
+"""The Spark Python data source ``lance_compact``: how the JVM reaches the engine.
+
+Every read or write names an ``action`` and a ``run_id``:
+
+- read ``action=plan`` (+ ``request`` JSON, optional ``dry_run``): plans on the driver,
+  returns one row per task;
+- read ``action=rewrite``: one partition per planned task, each row carries its task;
+- write ``action=commit`` of that read: each Spark task executes its compaction task on an
+  executor, the commit runs once on the driver;
+- read ``action=result``: the run's metrics row.
+"""
+from __future__ import annotations
+
+from typing import Iterator
+
+from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceWriter,
+                                    InputPartition, WriterCommitMessage)
+
+from . import orchestrate
+from .errors import CompactionError
+from .execute import TaskOutcome, execute_task
+from .options import result_columns
+
+NAME = "lance_compact"
+
+
+def _ddl(columns: list[tuple[str, str]]) -> str:
+    return ", ".join(f"`{n}` {t}" for n, t in columns)
+
+
+_SCHEMAS = {
+    "plan": _ddl(orchestrate.PLAN_COLUMNS),
+    "rewrite": _ddl([("task_id", "int"), ("task", "string")]),
+    "result": _ddl(result_columns()),
+}
+
+
+def _action(options: dict[str, str], allowed: tuple[str, ...]) -> str:
+    action = (options.get("action") or "").lower()
+    if action not in allowed:
+        raise CompactionError(
+            f"data source {NAME}: option action must be one of {', '.join(allowed)}, got {action!r}")
+    return action
+
+
+class RowsPartition(InputPartition):
+    """A partition holding its rows (the plan summary or the result)."""
+
+    def __init__(self, rows: list[tuple]) -> None:
+        super().__init__(len(rows))
+        self.rows = rows
+
+
+class TaskPartition(InputPartition):
+    """One planned compaction task, as JSON."""
+
+    def __init__(self, task_id: int, task_json: str) -> None:
+        super().__init__(task_id)
+        self.task_id = task_id
+        self.task_json = task_json
+
+
+class _PlanReader(DataSourceReader):
+    def __init__(self, options: dict[str, str]) -> None:
+        self.run_id = options.get("run_id", "")
+        self.request = options.get("request", "")
+        self.dry_run = (options.get("dry_run") or "false").lower() == "true"
+
+    def partitions(self) -> list[InputPartition]:
+        return [RowsPartition(orchestrate.plan_run(self.run_id, self.request, self.dry_run))]
+
+    def read(self, partition: RowsPartition) -> Iterator[tuple]:
+        yield from partition.rows
+
+
+class _RewriteReader(DataSourceReader):
+    def __init__(self, options: dict[str, str]) -> None:
+        self.run_id = options.get("run_id", "")
+
+    def partitions(self) -> list[InputPartition]:
+        _, tasks = orchestrate.rewrite_inputs(self.run_id)
+        if not tasks:
+            raise CompactionError(f"run {self.run_id}: nothing to rewrite")
+        return [TaskPartition(i, t) for i, t in enumerate(tasks)]
+
+    def read(self, partition: TaskPartition) -> Iterator[tuple]:
+        yield (partition.task_id, partition.task_json)
+
+
+class _ResultReader(DataSourceReader):
+    def __init__(self, options: dict[str, str]) -> None:
+        self.run_id = options.get("run_id", "")
+
+    def partitions(self) -> list[InputPartition]:
+        return [RowsPartition([orchestrate.result_row(self.run_id)])]
+
+    def read(self, partition: RowsPartition) -> Iterator[tuple]:
+        yield from partition.rows
+
+
+class _Outcomes(WriterCommitMessage):
+    def __init__(self, outcomes: list[TaskOutcome]) -> None:
+        self.outcomes = outcomes
+
+
+class _CommitWriter(DataSourceWriter):
+    """Executes tasks in ``write`` (executors) and commits them in ``commit`` (driver)."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        self.run_id = options.get("run_id", "")
+        # Built on the driver, where the plan is; executors get what they need from here.
+        request, _ = orchestrate.rewrite_inputs(self.run_id)
+        self.table = request.table
+        self.uri = request.uri
+        self.storage_options = request.storage_options
+
+    def write(self, iterator: Iterator) -> _Outcomes:
+        return _Outcomes([
+            execute_task(self.table, self.uri, self.storage_options, row.task_id, row.task)
+            for row in iterator])
+
+    def commit(self, messages: list[_Outcomes]) -> None:
+        orchestrate.commit_run(self.run_id, [o for m in messages if m for o in m.outcomes])
+
+    def abort(self, messages: list[_Outcomes]) -> None:
+        # Nothing was committed; the rewritten files are unreferenced and Lance's cleanup
+        # removes them. The plan is dropped so a retry plans afresh.
+        orchestrate.RunStore(self.run_id).discard()
+
+
+class LanceCompactDataSource(DataSource):
+    """Registered in every Spark 4 session as ``lance_compact`` through ``pyspark_lance_compact``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def schema(self) -> str:
+        return _SCHEMAS[_action(self.options, tuple(_SCHEMAS))]
+
+    def reader(self, schema) -> DataSourceReader:
+        readers = {"plan": _PlanReader, "rewrite": _RewriteReader, "result": _ResultReader}
+        return readers[_action(self.options, tuple(readers))](self.options)
+
+    def writer(self, schema, overwrite: bool) -> DataSourceWriter:
+        _action(self.options, ("commit",))
+        return _CommitWriter(self.options)

@@ -1,0 +1,177 @@
+"""The compaction options: one spec (parameters.json), parsed and validated here.
+
+The same spec declares the CALL parameters on the JVM side, so a name, type or range
+lives in exactly one place.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import lru_cache
+from importlib import resources
+from typing import Any, Mapping
+
+from .errors import CompactionError
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    name: str
+    type: str
+    doc: str
+    sql: bool = False
+    min: float | None = None
+    max: float | None = None
+    choices: tuple[str, ...] | None = None
+    lance_default: Any = None
+
+
+@lru_cache(maxsize=None)
+def spec() -> dict:
+    """The parsed parameters.json."""
+    return json.loads(resources.files(__package__).joinpath("parameters.json").read_text())
+
+
+@lru_cache(maxsize=None)
+def option_specs() -> dict[str, OptionSpec]:
+    out = {}
+    for o in spec()["options"]:
+        o = dict(o)
+        if o.get("choices"):
+            o["choices"] = tuple(o["choices"])
+        out[o["name"]] = OptionSpec(**o)
+    return out
+
+
+def result_columns() -> list[tuple[str, str]]:
+    """(name, type) of the result row's columns, in order."""
+    return [(c["name"], c["type"]) for c in spec()["result_columns"]]
+
+
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off"}
+
+
+def _convert(o: OptionSpec, value: Any, table: str) -> Any:
+    """Convert a value (typed, or text from the options map) to the option's type."""
+    def bad(expected: str) -> CompactionError:
+        return CompactionError(
+            f"table {table}: option {o.name} expects {expected}, got {value!r}")
+
+    if o.type == "long":
+        if isinstance(value, bool):
+            raise bad("an integer")
+        if isinstance(value, int):
+            v = value
+        elif isinstance(value, float) and value.is_integer():
+            v = int(value)
+        elif isinstance(value, str):
+            try:
+                v = int(value.strip())
+            except ValueError:
+                raise bad("an integer") from None
+        else:
+            raise bad("an integer")
+    elif o.type == "double":
+        if isinstance(value, bool):
+            raise bad("a number")
+        try:
+            v = float(value.strip() if isinstance(value, str) else value)
+        except (TypeError, ValueError):
+            raise bad("a number") from None
+    elif o.type == "boolean":
+        if isinstance(value, bool):
+            v = value
+        elif isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+            v = value.strip().lower() in _TRUE
+        else:
+            raise bad("true or false")
+    elif o.type == "string":
+        if not isinstance(value, str):
+            raise bad("a string")
+        v = value.strip()
+    elif o.type == "long_list":
+        items = value.split(",") if isinstance(value, str) else value
+        try:
+            v = sorted({int(str(x).strip()) for x in items if str(x).strip()})
+        except (TypeError, ValueError):
+            raise bad("comma-separated integers") from None
+        for x in v:
+            if o.min is not None and x < o.min:
+                raise bad(f"integers >= {o.min:g}")
+        return v
+    else:  # pragma: no cover - the spec is ours
+        raise AssertionError(f"unknown option type {o.type}")
+
+    if o.min is not None and v < o.min:
+        raise CompactionError(
+            f"table {table}: option {o.name} must be >= {o.min:g}, got {value!r}")
+    if o.max is not None and v > o.max:
+        raise CompactionError(
+            f"table {table}: option {o.name} must be <= {o.max:g}, got {value!r}")
+    if o.choices is not None and v not in o.choices:
+        raise CompactionError(
+            f"table {table}: option {o.name} must be one of {', '.join(o.choices)}, got {value!r}")
+    return v
+
+
+def lance_options(table: str, params: Mapping[str, Any] | None,
+                  extra: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Validate named parameters and the free-form options map into Lance's options dict.
+
+    ``params`` holds typed values of named CALL parameters (None = not given); ``extra``
+    the options map (text values). Only options the user gave are returned, so Lance's own
+    defaults and the table's ``lance.compaction.*`` settings apply to the rest.
+    """
+    specs = option_specs()
+    out: dict[str, Any] = {}
+    for source, values in (("parameter", params or {}), ("options map key", extra or {})):
+        for key, value in values.items():
+            name = key.strip().lower() if isinstance(key, str) else key
+            if name not in specs:
+                raise CompactionError(
+                    f"table {table}: unknown {source} {key!r}; valid options are: "
+                    + ", ".join(sorted(specs)))
+            if value is None:
+                continue
+            if name in out:
+                raise CompactionError(
+                    f"table {table}: option {name} is given twice (as a parameter and in options)")
+            out[name] = _convert(specs[name], value, table)
+    return out
+
+
+@dataclass(frozen=True)
+class CompactionRequest:
+    """What one CALL asks for: the table, where it is, the strategy and Lance's options."""
+
+    table: str
+    uri: str
+    strategy: str = "default"
+    options: dict[str, Any] = field(default_factory=dict)
+    storage_options: dict[str, str] = field(default_factory=dict)
+
+    @staticmethod
+    def from_json(text: str) -> "CompactionRequest":
+        """Parse and validate the request the JVM (or the Python API) sends."""
+        try:
+            raw = json.loads(text)
+        except ValueError as e:
+            raise CompactionError(f"request is not valid JSON: {e}") from None
+        table = raw.get("table") or raw.get("uri")
+        uri = raw.get("uri")
+        if not uri:
+            raise CompactionError("request names no table")
+        strategy = raw.get("strategy") or "default"
+        extra = dict(raw.get("options") or {})
+        # The strategy may also come through the options map.
+        if "strategy" in extra:
+            strategy = extra.pop("strategy")
+        return CompactionRequest(
+            table=table, uri=uri, strategy=strategy,
+            options=lance_options(table, raw.get("params"), extra),
+            storage_options=dict(raw.get("storage_options") or {}))
+
+    def to_json(self) -> str:
+        return json.dumps({"table": self.table, "uri": self.uri, "strategy": self.strategy,
+                           "params": self.options, "storage_options": self.storage_options})

@@ -1,0 +1,156 @@
+package io.github.lancecompact.spark.catalog
+
+import java.nio.file.Files
+import java.util
+
+import scala.jdk.CollectionConverters._
+
+import org.apache.spark.sql.catalyst.analysis.{NamespaceAlreadyExistsException, NoSuchNamespaceException, NoSuchTableException, NonEmptyNamespaceException}
+import org.apache.spark.sql.catalyst.parser.{CatalystSqlParser, ParseException}
+import org.apache.spark.sql.connector.catalog._
+import org.apache.spark.sql.connector.catalog.procedures.UnboundProcedure
+import org.apache.spark.sql.connector.expressions.Transform
+import org.apache.spark.sql.types.StructType
+import org.apache.spark.sql.util.CaseInsensitiveStringMap
+
+import io.github.lancecompact.spark.procedures.Procedures
+
+/** The `lance` catalog: a warehouse of Lance datasets with maintenance procedures.
+ *
+ * {{{
+ * spark.sql.catalog.lance=io.github.lancecompact.spark.catalog.LanceCatalog
+ * spark.sql.catalog.lance.warehouse=/data/wh            (or file:/..., s3://bucket/wh)
+ * spark.sql.catalog.lance.storage.<key>=<value>         (Lance storage options, sent to every executor)
+ * }}}
+ */
+class LanceCatalog extends TableCatalog with SupportsNamespaces with ProcedureCatalog {
+  private var catalogName: String = "lance"
+  private var warehouseRef: Warehouse = _
+  private var storage: Map[String, String] = Map.empty
+
+  override def initialize(name: String, options: CaseInsensitiveStringMap): Unit = {
+    catalogName = name
+    val root = Option(options.get("warehouse")).map(_.trim).filter(_.nonEmpty)
+    warehouseRef = new Warehouse(name, root)
+    storage = options.asCaseSensitiveMap().asScala.collect {
+      case (k, v) if k.toLowerCase.startsWith("storage.") => k.substring("storage.".length) -> v
+    }.toMap
+  }
+
+  override def name(): String = catalogName
+
+  def warehouse: Warehouse = warehouseRef
+
+  /** Lance storage options from the catalog's `storage.*` settings. */
+  def storageOptions: Map[String, String] = storage
+
+  /** The location of a table argument: `namespace.table` of this catalog (optionally
+   * prefixed with the catalog's name), or a path/URI inside the warehouse.
+   */
+  def resolveTable(table: String): String = {
+    val arg = table.trim
+    if (arg.isEmpty) throw new IllegalArgumentException("parameter table must not be empty")
+    if (arg.contains('/') || arg.contains('\\')) warehouseRef.checkPath(arg)
+    else {
+      val parts = try CatalystSqlParser.parseMultipartIdentifier(arg) catch {
+        case e: ParseException => throw new IllegalArgumentException(
+          s"table '$arg' is neither an identifier (namespace.table) nor a path: ${e.getMessage.linesIterator.next()}")
+      }
+      val local = if (parts.length > 2 && parts.head.equalsIgnoreCase(catalogName)) parts.tail else parts
+      if (local.length < 2) throw new IllegalArgumentException(
+        s"table '$arg' needs a namespace: write <namespace>.<table>, for example db.events")
+      warehouseRef.requireTable(Identifier.of(local.init.toArray, local.last))
+    }
+  }
+
+  // ---- namespaces: folders of the warehouse ----
+
+  private def localOrFail(namespace: Array[String]) = warehouseRef.localNamespace(namespace).getOrElse(
+    throw new UnsupportedOperationException(
+      s"catalog $catalogName: listing needs a local warehouse, not ${warehouseRef.location.getOrElse("none")}"))
+
+  private def namespacesIn(namespace: Array[String]): Array[Array[String]] =
+    warehouseRef.children(localOrFail(namespace))
+      .map(_.getFileName.toString)
+      .filterNot(n => n.endsWith(Warehouse.TableSuffix) || n.startsWith(".") || n.startsWith("_"))
+      .map(n => namespace :+ n).toArray
+
+  override def listNamespaces(): Array[Array[String]] = namespacesIn(Array.empty)
+
+  override def listNamespaces(namespace: Array[String]): Array[Array[String]] = {
+    if (!warehouseRef.namespaceExists(namespace)) throw new NoSuchNamespaceException(namespace)
+    namespacesIn(namespace)
+  }
+
+  override def loadNamespaceMetadata(namespace: Array[String]): util.Map[String, String] = {
+    if (namespace.isEmpty || !warehouseRef.namespaceExists(namespace)) throw new NoSuchNamespaceException(namespace)
+    util.Map.of("location", warehouseRef.namespaceLocation(namespace))
+  }
+
+  override def createNamespace(namespace: Array[String], metadata: util.Map[String, String]): Unit = {
+    val dir = localOrFail(namespace)
+    if (Files.isDirectory(dir)) throw new NamespaceAlreadyExistsException(namespace)
+    Files.createDirectories(dir)
+  }
+
+  override def alterNamespace(namespace: Array[String], changes: NamespaceChange*): Unit =
+    throw new UnsupportedOperationException(s"catalog $catalogName: namespaces have no properties to alter")
+
+  override def dropNamespace(namespace: Array[String], cascade: Boolean): Boolean = {
+    val dir = localOrFail(namespace)
+    if (!Files.isDirectory(dir)) throw new NoSuchNamespaceException(namespace)
+    val stream = Files.list(dir)
+    val empty = try !stream.iterator().hasNext finally stream.close()
+    if (!empty) {
+      if (!cascade) throw new NonEmptyNamespaceException(namespace)
+      throw new UnsupportedOperationException(
+        s"catalog $catalogName: will not drop namespace ${namespace.mkString(".")} with its tables; remove them with Lance first")
+    }
+    Files.delete(dir)
+    true
+  }
+
+  // ---- tables: <name>.lance datasets ----
+
+  override def listTables(namespace: Array[String]): Array[Identifier] = {
+    if (!warehouseRef.namespaceExists(namespace)) throw new NoSuchNamespaceException(namespace)
+    warehouseRef.children(localOrFail(namespace))
+      .map(_.getFileName.toString)
+      .filter(_.endsWith(Warehouse.TableSuffix))
+      .map(n => Identifier.of(namespace, n.stripSuffix(Warehouse.TableSuffix))).toArray
+  }
+
+  override def loadTable(ident: Identifier): Table = {
+    if (ident.namespace.isEmpty) throw new NoSuchTableException(ident)
+    val location = warehouseRef.requireTable(ident)
+    new LanceTable(s"$catalogName.${(ident.namespace :+ ident.name).mkString(".")}", location)
+  }
+
+  private def writesElsewhere(what: String): Nothing = throw new UnsupportedOperationException(
+    s"catalog $catalogName does not $what tables: write Lance datasets with Lance; this catalog maintains them")
+
+  override def createTable(ident: Identifier, schema: StructType, partitions: Array[Transform],
+                           properties: util.Map[String, String]): Table = writesElsewhere("create")
+
+  override def alterTable(ident: Identifier, changes: TableChange*): Table = writesElsewhere("alter")
+
+  override def dropTable(ident: Identifier): Boolean = writesElsewhere("drop")
+
+  override def renameTable(oldIdent: Identifier, newIdent: Identifier): Unit = writesElsewhere("rename")
+
+  // ---- procedures: lance.<name> and lance.system.<name> ----
+
+  override def loadProcedure(ident: Identifier): UnboundProcedure = {
+    val ns = ident.namespace.toSeq
+    if (ns.nonEmpty && ns != Seq(Procedures.SystemNamespace)) {
+      throw new IllegalArgumentException(
+        s"catalog $catalogName has no procedure ${(ns :+ ident.name).mkString(".")}; " +
+          s"procedures are ${Procedures.names.mkString(", ")} (also under ${Procedures.SystemNamespace}.)")
+    }
+    Procedures.load(this, ident.name)
+  }
+
+  // No `override`: Spark 4.1 added this method, 4.0 lacks it; one source serves both.
+  def listProcedures(namespace: Array[String]): Array[Identifier] =
+    Procedures.names.map(n => Identifier.of(namespace, n)).toArray
+}

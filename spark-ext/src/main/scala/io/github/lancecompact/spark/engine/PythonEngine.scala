@@ -1,0 +1,83 @@
+package io.github.lancecompact.spark.engine
+
+import java.util.UUID
+
+import org.apache.spark.internal.Logging
+import org.apache.spark.sql.{Row, SparkSession}
+import org.apache.spark.sql.catalyst.{CatalystTypeConverters, InternalRow}
+import org.apache.spark.sql.connector.read.LocalScan
+import org.apache.spark.sql.types.StructType
+
+/** An error of the engine, with the message the Python side wrote for the user. */
+final class LanceCompactException(message: String, cause: Throwable)
+  extends IllegalArgumentException(message, cause)
+
+/** A procedure's result rows, handed back to Spark as a local scan. */
+final class ResultScan(schema: StructType, result: Array[InternalRow]) extends LocalScan {
+  override def readSchema(): StructType = schema
+  override def rows(): Array[InternalRow] = result
+  override def description(): String = s"lance_compact result (${result.length} rows)"
+}
+
+/** Drives the Python engine (the `lance_compact` data source) through the DataFrame API.
+ *
+ * The engine holds the orchestration (python/lance_compact/orchestrate.py); this side only
+ * runs its phases in order, each as a Spark job with a description naming the table, the
+ * phase and the number of tasks.
+ */
+object PythonEngine extends Logging {
+  val Format = "lance_compact"
+  private val Marker = "[LANCE_COMPACT]"
+
+  /** Plan, rewrite on executors, commit on the driver; the result row as a scan. */
+  def compact(table: String, request: String): ResultScan = {
+    val spark = SparkSession.active
+    val runId = UUID.randomUUID().toString
+    engineCall(spark, s"lance.compact $table: planning") {
+      val plan = read(spark, "plan", runId).option("request", request).load().collect()
+      if (plan.nonEmpty) {
+        val version = plan.head.getAs[Long]("read_version")
+        engineCall(spark, s"lance.compact $table: rewriting ${plan.length} tasks planned at version $version, then committing") {
+          read(spark, "rewrite", runId).load()
+            .write.format(Format).option("action", "commit").option("run_id", runId).mode("append").save()
+        }
+      }
+      engineCall(spark, s"lance.compact $table: result") {
+        val df = read(spark, "result", runId).load()
+        scan(df.schema, df.collect())
+      }
+    }
+  }
+
+  private def read(spark: SparkSession, action: String, runId: String) =
+    spark.read.format(Format).option("action", action).option("run_id", runId)
+
+  private def scan(schema: StructType, rows: Array[Row]): ResultScan = {
+    val toCatalyst = CatalystTypeConverters.createToCatalystConverter(schema)
+    new ResultScan(schema, rows.map(r => toCatalyst(r).asInstanceOf[InternalRow]))
+  }
+
+  /** Runs `body` under a job description; engine errors come out with the engine's message. */
+  private def engineCall[T](spark: SparkSession, description: String)(body: => T): T = {
+    val sc = spark.sparkContext
+    val previous = sc.getLocalProperty("spark.job.description")
+    sc.setJobDescription(description)
+    logInfo(description)
+    try body
+    catch {
+      case e: LanceCompactException => throw e
+      case e: Throwable =>
+        userMessage(e) match {
+          case Some(message) => throw new LanceCompactException(message, e)
+          case None => throw e
+        }
+    } finally sc.setJobDescription(previous)
+  }
+
+  /** The engine's message for the user, found in the Python traceback Spark wraps. */
+  def userMessage(e: Throwable): Option[String] =
+    Iterator.iterate(e)(_.getCause).takeWhile(_ != null).flatMap(t => Option(t.getMessage))
+      .collectFirst { case m if m.contains(Marker) =>
+        m.substring(m.indexOf(Marker) + Marker.length).trim.linesIterator.next().trim
+      }
+}

@@ -1,0 +1,74 @@
+package io.github.lancecompact.spark.procedures
+
+import scala.collection.mutable
+
+import com.fasterxml.jackson.databind.ObjectMapper
+import com.fasterxml.jackson.databind.node.ObjectNode
+import org.apache.spark.sql.catalyst.InternalRow
+import org.apache.spark.sql.connector.catalog.procedures.ProcedureParameter
+import org.apache.spark.sql.types._
+
+import io.github.lancecompact.spark.catalog.LanceCatalog
+
+/** The arguments compaction procedures share, and their binding into the engine's request.
+ *
+ * Positional order: table, the options marked `sql` in parameters.json, options, strategy.
+ * Option values are checked by the engine (one set of rules for SQL and Python); here they
+ * are only carried, typed, as Spark bound them.
+ */
+object CompactionArguments {
+  private val mapper = new ObjectMapper()
+
+  val parameters: Array[ProcedureParameter] = (
+    ProcedureParameter.in("table", StringType)
+      .comment("A table of the catalog (namespace.table) or the path/URI of a Lance dataset in its warehouse").build() +:
+      OptionSpec.sqlParameters.map { o =>
+        ProcedureParameter.in(o.name, o.dataType).defaultValue("NULL")
+          .comment(s"${o.doc} Default: the table's lance.compaction.${o.name}, else ${o.lanceDefault}.").build()
+      } :+
+      ProcedureParameter.in("options", MapType(StringType, StringType)).defaultValue("NULL")
+        .comment("Any compaction option by name, values as text; unknown keys are rejected").build() :+
+      ProcedureParameter.in("strategy", StringType).defaultValue("NULL")
+        .comment("Planning strategy: default, or a dotted Python class name").build()
+    ).toArray
+
+  final case class Bound(table: String, uri: String, request: String)
+
+  /** Bind a row (declared order, defaults filled in by Spark) into the engine's request JSON. */
+  def bind(catalog: LanceCatalog, row: InternalRow): Bound = {
+    if (row.isNullAt(0)) throw new IllegalArgumentException("parameter table is required")
+    val table = row.getUTF8String(0).toString
+    val uri = catalog.resolveTable(table)
+
+    val request: ObjectNode = mapper.createObjectNode()
+    request.put("table", table)
+    request.put("uri", uri)
+    val params = request.putObject("params")
+    OptionSpec.sqlParameters.zipWithIndex.foreach { case (o, i) =>
+      val ord = i + 1
+      if (!row.isNullAt(ord)) o.dataType match {
+        case LongType => params.put(o.name, row.getLong(ord))
+        case DoubleType => params.put(o.name, row.getDouble(ord))
+        case BooleanType => params.put(o.name, row.getBoolean(ord))
+        case _ => params.put(o.name, row.getUTF8String(ord).toString)
+      }
+    }
+    val optionsOrd = OptionSpec.sqlParameters.length + 1
+    val options = request.putObject("options")
+    if (!row.isNullAt(optionsOrd)) {
+      val map = row.getMap(optionsOrd)
+      val seen = mutable.Set.empty[String]
+      (0 until map.numElements()).foreach { i =>
+        val key = map.keyArray().getUTF8String(i).toString
+        if (!seen.add(key.toLowerCase)) throw new IllegalArgumentException(s"table $table: option $key is given twice")
+        val values = map.valueArray()
+        options.put(key, if (values.isNullAt(i)) null else values.getUTF8String(i).toString)
+      }
+    }
+    val strategyOrd = optionsOrd + 1
+    if (!row.isNullAt(strategyOrd)) request.put("strategy", row.getUTF8String(strategyOrd).toString)
+    val storage = request.putObject("storage_options")
+    catalog.storageOptions.foreach { case (k, v) => storage.put(k, v) }
+    Bound(table, uri, mapper.writeValueAsString(request))
+  }
+}

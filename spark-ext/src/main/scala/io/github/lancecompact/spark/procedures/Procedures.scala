@@ -1,0 +1,20 @@
+package io.github.lancecompact.spark.procedures
+
+import org.apache.spark.sql.connector.catalog.procedures.UnboundProcedure
+
+import io.github.lancecompact.spark.catalog.LanceCatalog
+
+/** The catalog's procedures by name. Adding one: a class and one line here. */
+object Procedures {
+  val SystemNamespace = "system"
+
+  private val builders: Map[String, LanceCatalog => UnboundProcedure] = Map(
+    "compact" -> (c => new CompactProcedure(c))
+  )
+
+  def names: Seq[String] = builders.keys.toSeq.sorted
+
+  def load(catalog: LanceCatalog, name: String): UnboundProcedure =
+    builders.getOrElse(name.toLowerCase, throw new IllegalArgumentException(
+      s"catalog ${catalog.name()} has no procedure $name; procedures are ${names.mkString(", ")}"))(catalog)
+}
