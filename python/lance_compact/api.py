@@ -41,6 +41,9 @@ def configure_spark_with_lance_compact(builder: Any, warehouse: str | None = Non
     Adds the jar, registers the catalog ``catalog`` over ``warehouse`` and makes executors
     run this Python (they must run the same pylance as the driver).
     """
+    # Spark looks up Python data sources with $PYSPARK_PYTHON (the conf below is not
+    # consulted for that), so set it for the JVM this builder is about to start.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = (builder.config("spark.jars", jar_path())
                .config(f"spark.sql.catalog.{catalog}", CATALOG_CLASS)
                .config("spark.sql.execution.pyspark.python", sys.executable))

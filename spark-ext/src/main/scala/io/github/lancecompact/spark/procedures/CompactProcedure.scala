@@ -18,7 +18,12 @@ final class CompactProcedure(catalog: LanceCatalog) extends UnboundProcedure {
     "Compacts a Lance table on Spark: merges small fragments and materializes deletions; returns one row of metrics"
 
   // A separate bound object: Spark may call an object that is both before filling defaults.
-  override def bind(inputType: StructType): BoundProcedure = new BoundProcedure {
+  override def bind(inputType: StructType): BoundProcedure = {
+    CompactionArguments.checkTypes(s"procedure ${name()}", inputType)
+    bound
+  }
+
+  private val bound: BoundProcedure = new BoundProcedure {
     override def name(): String = CompactProcedure.this.name()
     override def description(): String = CompactProcedure.this.description()
     override def parameters(): Array[ProcedureParameter] = CompactionArguments.parameters

@@ -32,6 +32,41 @@ object CompactionArguments {
         .comment("Planning strategy: default, or a dotted Python class name").build()
     ).toArray
 
+  /** Reject arguments Spark would silently cast into a parameter's type (1.5 into a BIGINT
+   * becomes 1; 'abc' fails later without naming the parameter). `input` is what the CALL
+   * passed: named arguments carry their name in metadata, positional ones come first.
+   */
+  def checkTypes(procedure: String, input: StructType): Unit = {
+    input.fields.zipWithIndex.foreach { case (field, i) =>
+      val byName = field.metadata.contains(ProcedureParameter.BY_NAME_METADATA_KEY)
+      val param = if (byName) parameters.find(_.name == field.name) else parameters.lift(i)
+      param.foreach { p =>
+        val ok = (p.dataType, field.dataType) match {
+          case (_, NullType) => true
+          case (LongType, t) => integral(t)
+          case (DoubleType, t) => integral(t) || t == FloatType || t == DoubleType || t.isInstanceOf[DecimalType]
+          case (MapType(StringType, StringType, _), MapType(StringType, v, _)) =>
+            !(v.isInstanceOf[ArrayType] || v.isInstanceOf[MapType] || v.isInstanceOf[StructType])
+          case (expected, t) => expected == t
+        }
+        if (!ok) throw new IllegalArgumentException(
+          s"$procedure: parameter ${p.name} expects ${describe(p.dataType)}, got a value of type ${field.dataType.sql}")
+      }
+    }
+  }
+
+  private def integral(t: DataType): Boolean =
+    t == ByteType || t == ShortType || t == IntegerType || t == LongType
+
+  private def describe(t: DataType): String = t match {
+    case LongType => "an integer (BIGINT)"
+    case DoubleType => "a number (DOUBLE)"
+    case BooleanType => "true or false (BOOLEAN)"
+    case StringType => "a string"
+    case _: MapType => "map(key, value, ...) with string keys"
+    case other => other.sql
+  }
+
   final case class Bound(table: String, uri: String, request: String)
 
   /** Bind a row (declared order, defaults filled in by Spark) into the engine's request JSON. */
