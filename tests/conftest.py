@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(ROOT / "examples"))
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +39,7 @@ def spark(warehouse):
 @pytest.fixture
 def fresh_table(warehouse, request):
     """A degraded table db.<test name> in the warehouse; returns (identifier, path)."""
-    from datagen import degraded_table
+    from degraded_table import degraded_table
 
     name = request.node.name.replace("[", "_").replace("]", "").replace("-", "_")[:60]
     path = warehouse / "db" / f"{name}.lance"
