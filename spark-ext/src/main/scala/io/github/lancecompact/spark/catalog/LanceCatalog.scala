@@ -59,7 +59,8 @@ class LanceCatalog extends TableCatalog with SupportsNamespaces with ProcedureCa
       val local = if (parts.length > 2 && parts.head.equalsIgnoreCase(catalogName)) parts.tail else parts
       if (local.length < 2) throw new IllegalArgumentException(
         s"table '$arg' needs a namespace: write <namespace>.<table>, for example db.events")
-      warehouseRef.requireTable(Identifier.of(local.init.toArray, local.last))
+      // Also checked as a path: a table folder may be a symlink leading out of the warehouse.
+      warehouseRef.checkPath(warehouseRef.requireTable(Identifier.of(local.init.toArray, local.last)))
     }
   }
 

@@ -1,0 +1,130 @@
+"""CALL lance.compact end to end on real local Spark and real Lance datasets."""
+import shutil
+
+import lance
+import pytest
+
+from degraded_table import content, degraded_table
+from lance_compact import LanceCompaction, compact
+
+RESULT_COLUMNS = ["table", "read_version", "new_version", "tasks", "fragments_removed",
+                  "fragments_added", "files_removed", "files_added", "rows_rewritten",
+                  "deleted_rows_removed", "bytes_read", "bytes_written", "elapsed_ms"]
+
+
+def fragment_rows(ds):
+    return [(f.count_rows(), f.metadata.physical_rows) for f in ds.get_fragments()]
+
+
+def pylance_layout(path, tmp_path, **options):
+    """The fragments pylance's own compact_files gives on a copy, with the same options."""
+    copy = tmp_path / "copy.lance"
+    shutil.copytree(path, copy)
+    ds = lance.dataset(str(copy))
+    ds.optimize.compact_files(**options)
+    return fragment_rows(lance.dataset(str(copy)))
+
+
+@pytest.mark.parametrize("sql_args,options", [
+    ("", {}),
+    ("target_rows_per_fragment => 300", {"target_rows_per_fragment": 300}),
+    ("target_rows_per_fragment => 500, materialize_deletions_threshold => 0.05",
+     {"target_rows_per_fragment": 500, "materialize_deletions_threshold": 0.05}),
+    ("target_rows_per_fragment => 200, materialize_deletions => false",
+     {"target_rows_per_fragment": 200, "materialize_deletions": False}),
+])
+def test_content_is_unchanged_and_layout_equals_pylance(spark, fresh_table, tmp_path, sql_args, options):
+    table, path = fresh_table
+    before = lance.dataset(str(path))
+    expected_layout = pylance_layout(path, tmp_path, **options)
+
+    args = f"table => '{table}'" + (f", {sql_args}" if sql_args else "")
+    rows = spark.sql(f"CALL lance.compact({args})").collect()
+
+    assert len(rows) == 1 and rows[0].__fields__ == RESULT_COLUMNS
+    r = rows[0].asDict()
+    after = lance.dataset(str(path))
+    assert content(after) == content(before)
+    assert fragment_rows(after) == expected_layout
+    # Every figure is measured against what is on disk now.
+    assert r["table"] == table and r["read_version"] == before.version
+    assert r["new_version"] == after.version > before.version
+    assert r["tasks"] >= 1
+    assert r["fragments_removed"] - r["fragments_added"] == \
+        len(before.get_fragments()) - len(after.get_fragments())
+    rewritten = {f.fragment_id for f in before.get_fragments()} - {f.fragment_id for f in after.get_fragments()}
+    old = [f for f in before.get_fragments() if f.fragment_id in rewritten]
+    new = [f for f in after.get_fragments() if f.fragment_id not in {g.fragment_id for g in before.get_fragments()}]
+    assert r["fragments_removed"] == len(old) and r["fragments_added"] == len(new)
+    assert r["rows_rewritten"] == sum(f.count_rows() for f in new) == sum(f.count_rows() for f in old)
+    assert r["deleted_rows_removed"] == sum(f.metadata.deletion_file.num_deleted_rows
+                                            for f in old if f.metadata.deletion_file)
+    assert r["bytes_read"] == sum(d.file_size_bytes for f in old for d in f.metadata.files)
+    assert r["bytes_written"] == sum(d.file_size_bytes for f in new for d in f.metadata.files)
+    assert r["elapsed_ms"] > 0
+
+
+def test_no_op_returns_zero_counts_and_keeps_the_version(spark, fresh_table):
+    table, path = fresh_table
+    spark.sql(f"CALL lance.compact(table => '{table}')").collect()
+    version = lance.dataset(str(path)).version
+    r = spark.sql(f"CALL lance.compact(table => '{table}')").collect()[0].asDict()
+    assert lance.dataset(str(path)).version == version
+    assert r["read_version"] == r["new_version"] == version
+    assert all(r[c] == 0 for c in RESULT_COLUMNS[3:-1]), r
+
+
+def test_positional_arguments_and_system_namespace(spark, fresh_table, tmp_path):
+    table, path = fresh_table
+    before = lance.dataset(str(path))
+    expected_layout = pylance_layout(path, tmp_path, target_rows_per_fragment=400,
+                                     materialize_deletions_threshold=0.5)
+    # table, target_rows_per_fragment, max_rows_per_group, max_bytes_per_file,
+    # materialize_deletions, then a named one after the positional ones.
+    r = spark.sql(f"CALL lance.system.compact('{table}', 400, NULL, NULL, true, "
+                  "materialize_deletions_threshold => 0.5)").collect()[0]
+    after = lance.dataset(str(path))
+    assert r.tasks >= 1 and r.new_version == after.version
+    assert fragment_rows(after) == expected_layout
+    assert content(after) == content(before)
+
+
+def test_path_in_the_warehouse_and_the_options_map(spark, fresh_table, tmp_path):
+    _, path = fresh_table
+    before = lance.dataset(str(path))
+    expected_layout = pylance_layout(path, tmp_path, target_rows_per_fragment=250, batch_size=64)
+    r = spark.sql(f"CALL lance.compact(table => '{path}', "
+                  "options => map('target_rows_per_fragment', '250', 'batch_size', 64))").collect()[0]
+    after = lance.dataset(str(path))
+    assert r.table == str(path) and r.new_version == after.version
+    assert fragment_rows(after) == expected_layout
+    assert content(after) == content(before)
+
+
+def test_pyspark_api_returns_the_metrics_dataframe(spark, fresh_table, tmp_path):
+    table, path = fresh_table
+    before = lance.dataset(str(path))
+    expected_layout = pylance_layout(path, tmp_path, target_rows_per_fragment=700, num_threads=1)
+    df = LanceCompaction(spark, table).option("target_rows_per_fragment", 700) \
+        .option("materialize_deletions", True).option("num_threads", 1).execute()
+    assert df.columns == RESULT_COLUMNS
+    r = df.collect()[0]
+    after = lance.dataset(str(path))
+    assert r.read_version == before.version and r.new_version == after.version
+    assert fragment_rows(after) == expected_layout
+    assert content(after) == content(before)
+    # The function form; nothing left to do now.
+    again = compact(spark, table, target_rows_per_fragment=700).collect()[0]
+    assert again.tasks == 0 and again.new_version == after.version
+
+
+def test_binary_copy_mode_keeps_content(spark, warehouse):
+    path = warehouse / "db" / "binary.lance"
+    shutil.rmtree(path, ignore_errors=True)
+    degraded_table(str(path), delete_every=0)
+    before = lance.dataset(str(path))
+    r = spark.sql("CALL lance.compact(table => 'db.binary', compaction_mode => 'try_binary_copy', "
+                  "target_rows_per_fragment => 1000)").collect()[0]
+    after = lance.dataset(str(path))
+    assert r.tasks >= 1 and r.deleted_rows_removed == 0
+    assert content(after) == content(before)

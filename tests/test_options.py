@@ -1,0 +1,70 @@
+"""Option validation: one spec, checked in one place (no Spark needed)."""
+import json
+
+import pytest
+
+from lance_compact.errors import CompactionError
+from lance_compact.options import CompactionRequest, lance_options, option_specs
+from lance_compact.planners import get_planner
+
+
+def test_only_given_options_reach_lance():
+    assert lance_options("t", {"target_rows_per_fragment": None}, None) == {}
+    assert lance_options("t", {"target_rows_per_fragment": 10}, {"num_threads": "2"}) == {
+        "target_rows_per_fragment": 10, "num_threads": 2}
+
+
+@pytest.mark.parametrize("key,text,value", [
+    ("materialize_deletions", "FALSE", False),
+    ("materialize_deletions_threshold", "0.25", 0.25),
+    ("excluded_fragment_ids", "3, 1,2", [1, 2, 3]),
+    ("compaction_mode", "try_binary_copy", "try_binary_copy"),
+    ("max_bytes_per_file", " 1024 ", 1024),
+])
+def test_map_values_are_parsed_to_the_option_type(key, text, value):
+    assert lance_options("t", None, {key: text}) == {key: value}
+
+
+@pytest.mark.parametrize("params,extra,message", [
+    (None, {"bogus": "1"}, "unknown options map key 'bogus'; valid options are: batch_size,"),
+    ({"target_rows_per_fragment": 0}, None, "option target_rows_per_fragment must be >= 1, got 0"),
+    ({"target_rows_per_fragment": True}, None, "option target_rows_per_fragment expects an integer"),
+    (None, {"num_threads": "two"}, "option num_threads expects an integer, got 'two'"),
+    (None, {"materialize_deletions_threshold": "1.5"}, "must be <= 1, got '1.5'"),
+    (None, {"materialize_deletions_threshold": "-0.1"}, "must be >= 0, got '-0.1'"),
+    (None, {"materialize_deletions": "maybe"}, "option materialize_deletions expects true or false"),
+    ({"compaction_mode": "fast"}, None,
+     "option compaction_mode must be one of reencode, try_binary_copy, force_binary_copy, got 'fast'"),
+    (None, {"excluded_fragment_ids": "1,x"}, "expects comma-separated integers"),
+    ({"target_rows_per_fragment": 5}, {"target_rows_per_fragment": "6"}, "is given twice"),
+])
+def test_bad_options_are_rejected_with_the_table_and_option_named(params, extra, message):
+    with pytest.raises(CompactionError) as e:
+        lance_options("db.events", params, extra)
+    assert message in e.value.message
+    assert e.value.message.startswith("table db.events: ")
+
+
+def test_every_unknown_key_error_lists_every_option():
+    with pytest.raises(CompactionError) as e:
+        lance_options("t", None, {"nope": "1"})
+    for name in option_specs():
+        assert name in e.value.message
+
+
+def test_request_round_trips_and_takes_strategy_from_the_map():
+    raw = {"table": "db.t", "uri": "/wh/db/t.lance", "params": {"target_rows_per_fragment": 7},
+           "options": {"strategy": "default", "batch_size": "64"}}
+    req = CompactionRequest.from_json(json.dumps(raw))
+    assert req.strategy == "default"
+    assert req.options == {"target_rows_per_fragment": 7, "batch_size": 64}
+    assert CompactionRequest.from_json(req.to_json()) == req
+
+
+def test_unknown_strategy_lists_the_valid_ones():
+    with pytest.raises(CompactionError, match="unknown strategy 'fastest'; valid strategies are: default"):
+        get_planner("fastest", "db.t")
+    with pytest.raises(CompactionError, match="cannot be loaded"):
+        get_planner("no_such_module.Planner", "db.t")
+    with pytest.raises(CompactionError, match="is not a lance_compact.planners.Planner"):
+        get_planner("json.JSONDecoder", "db.t")
