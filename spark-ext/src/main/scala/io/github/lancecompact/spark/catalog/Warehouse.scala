@@ -104,9 +104,8 @@ object Warehouse {
 
   /** A local path for a plain path or file: URI; None for other schemes (s3://, gs://, ...). */
   def localPath(location: String): Option[Path] = {
-    val schemeAt = location.indexOf("://")
-    if (schemeAt < 0) Some(Paths.get(location))
-    else if (location.startsWith("file:")) Some(Paths.get(new URI(location)))
-    else None
+    if (location.startsWith("file:")) Some(Paths.get(new URI(location)))
+    else if (location.contains("://")) None
+    else Some(Paths.get(location))
   }
 }

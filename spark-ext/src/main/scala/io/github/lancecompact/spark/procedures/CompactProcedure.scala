@@ -15,7 +15,8 @@ final class CompactProcedure(catalog: LanceCatalog) extends UnboundProcedure {
   override def name(): String = "compact"
 
   override def description(): String =
-    "Compacts a Lance table on Spark: merges small fragments and materializes deletions; returns one row of metrics"
+    "Compacts a Lance table on Spark: merges small fragments and materializes deletions; returns one row of metrics. " +
+      "Parameters: " + CompactionArguments.signature
 
   // A separate bound object: Spark may call an object that is both before filling defaults.
   override def bind(inputType: StructType): BoundProcedure = {

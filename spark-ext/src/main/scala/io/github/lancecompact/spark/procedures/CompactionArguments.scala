@@ -32,6 +32,9 @@ object CompactionArguments {
         .comment("Planning strategy: default, or a dotted Python class name").build()
     ).toArray
 
+  /** `name TYPE` of every parameter, in positional order, for DESCRIBE PROCEDURE. */
+  lazy val signature: String = parameters.map(p => s"${p.name} ${p.dataType.sql}").mkString(", ")
+
   /** Reject arguments Spark would silently cast into a parameter's type (1.5 into a BIGINT
    * becomes 1; 'abc' fails later without naming the parameter). `input` is what the CALL
    * passed: named arguments carry their name in metadata, positional ones come first.

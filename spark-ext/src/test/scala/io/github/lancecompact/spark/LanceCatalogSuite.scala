@@ -1,0 +1,101 @@
+package io.github.lancecompact.spark
+
+import java.nio.file.{Files, Path, Paths}
+
+import scala.collection.mutable
+import scala.sys.process._
+
+import org.apache.spark.scheduler.{SparkListener, SparkListenerJobStart}
+import org.apache.spark.sql.SparkSession
+import org.scalatest.BeforeAndAfterAll
+import org.scalatest.funsuite.AnyFunSuite
+
+/** The catalog in a real local Spark session; CALL runs the real Python engine
+ * (bin/test exports PYSPARK_PYTHON, the project's venv python).
+ */
+class LanceCatalogSuite extends AnyFunSuite with BeforeAndAfterAll {
+  private val warehouse: Path = Files.createTempDirectory("lance-wh")
+  private var spark: SparkSession = _
+  private val descriptions = mutable.ArrayBuffer.empty[String]
+  private val python = sys.env.getOrElse("PYSPARK_PYTHON", "python3")
+
+  private def createTable(ns: String, name: String): Path = {
+    val path = warehouse.resolve(ns).resolve(s"$name.lance")
+    val cmd = Seq(python, "examples/degraded_table.py", "create", path.toString,
+      "--fragments", "30", "--rows-per-fragment", "20", "--appends", "2", "--dim", "4")
+    assert(cmd.! == 0, s"failed: ${cmd.mkString(" ")}")
+    path
+  }
+
+  override def beforeAll(): Unit = {
+    createTable("db", "events")
+    Files.createDirectories(warehouse.resolve("staging"))
+    spark = SparkSession.builder().master("local[2]").appName("LanceCatalogSuite")
+      .config("spark.ui.enabled", "false")
+      .config("spark.sql.catalog.lance", "io.github.lancecompact.spark.catalog.LanceCatalog")
+      .config("spark.sql.catalog.lance.warehouse", warehouse.toString)
+      .config("spark.sql.execution.pyspark.python", python)
+      .getOrCreate()
+    spark.sparkContext.addSparkListener(new SparkListener {
+      override def onJobStart(e: SparkListenerJobStart): Unit = descriptions.synchronized {
+        Option(e.properties.getProperty("spark.job.description")).foreach(descriptions += _)
+      }
+    })
+  }
+
+  override def afterAll(): Unit = if (spark != null) spark.stop()
+
+  private def strings(sql: String): Seq[String] = spark.sql(sql).collect().map(_.toString).toSeq
+
+  test("namespaces are folders, tables are <name>.lance datasets") {
+    assert(spark.sql("SHOW NAMESPACES IN lance").collect().map(_.getString(0)).toSeq == Seq("db", "staging"))
+    assert(spark.sql("SHOW TABLES IN lance.db").collect().map(_.getString(1)).toSeq == Seq("events"))
+    assert(spark.sql("SHOW TABLES IN lance.staging").collect().isEmpty)
+    spark.sql("CREATE NAMESPACE lance.scratch")
+    assert(Files.isDirectory(warehouse.resolve("scratch")))
+    spark.sql("DROP NAMESPACE lance.scratch")
+    assert(!Files.exists(warehouse.resolve("scratch")))
+    val e = intercept[Exception](spark.sql("SHOW TABLES IN lance.nope").collect())
+    assert(e.getMessage.contains("SCHEMA_NOT_FOUND"))
+  }
+
+  test("the catalog does not create or drop tables") {
+    val e = intercept[Exception](spark.sql("CREATE TABLE lance.db.t (id BIGINT)").collect())
+    assert(e.getMessage.contains("write Lance datasets with Lance"))
+    intercept[Exception](spark.sql("DROP TABLE lance.db.events").collect())
+    assert(Files.isDirectory(warehouse.resolve("db").resolve("events.lance")))
+  }
+
+  test("procedures are listed and described") {
+    assert(strings("SHOW PROCEDURES IN lance").exists(_.contains("compact")))
+    val described = strings("DESCRIBE PROCEDURE lance.compact").mkString("\n")
+    assert(described.contains("target_rows_per_fragment"))
+    assert(described.contains("materialize_deletions_threshold"))
+  }
+
+  test("CALL compacts, with job descriptions naming the table, the phase and the task count") {
+    descriptions.synchronized(descriptions.clear())
+    val row = spark.sql("CALL lance.compact(table => 'db.events', target_rows_per_fragment => 200)").collect().head
+    assert(row.getAs[String]("table") == "db.events")
+    assert(row.getAs[Long]("tasks") >= 2)
+    assert(row.getAs[Long]("new_version") > row.getAs[Long]("read_version"))
+    val seen = descriptions.synchronized(descriptions.toList)
+    assert(seen.exists(_.startsWith("lance.compact db.events: planning")), seen)
+    assert(seen.exists(d => d.startsWith(s"lance.compact db.events: rewriting ${row.getAs[Long]("tasks")} tasks")), seen)
+    assert(seen.exists(_.startsWith("lance.compact db.events: result")), seen)
+    // The session's own description is restored afterwards.
+    assert(spark.sparkContext.getLocalProperty("spark.job.description") == null)
+  }
+
+  test("CALL through the system namespace with positional arguments; a no-op keeps the version") {
+    val first = spark.sql("CALL lance.system.compact('db.events', 200)").collect().head
+    assert(first.getAs[Long]("tasks") == 0)
+    assert(first.getAs[Long]("new_version") == first.getAs[Long]("read_version"))
+  }
+
+  test("engine errors arrive with the engine's message") {
+    val e = intercept[Exception](spark.sql(
+      "CALL lance.compact(table => 'db.events', options => map('bogus', '1'))").collect())
+    assert(e.getMessage.startsWith("table db.events: unknown options map key 'bogus'"), e.getMessage)
+  }
+}

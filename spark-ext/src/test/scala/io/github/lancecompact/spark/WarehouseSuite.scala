@@ -1,0 +1,71 @@
+package io.github.lancecompact.spark
+
+import java.nio.file.{Files, Path}
+
+import org.apache.spark.sql.catalyst.analysis.{NoSuchNamespaceException, NoSuchTableException}
+import org.apache.spark.sql.connector.catalog.Identifier
+import org.scalatest.funsuite.AnyFunSuite
+
+import io.github.lancecompact.spark.catalog.Warehouse
+
+class WarehouseSuite extends AnyFunSuite {
+  private def withWarehouse(body: (Path, Warehouse) => Unit): Unit = {
+    val root = Files.createTempDirectory("wh")
+    Files.createDirectories(root.resolve("db").resolve("events.lance").resolve("_versions"))
+    body(root, new Warehouse("lance", Some(root.toString)))
+  }
+
+  private def message(f: => Any): String = intercept[Exception](f).getMessage
+
+  test("identifiers map to <warehouse>/<namespace...>/<name>.lance") {
+    withWarehouse { (root, wh) =>
+      assert(wh.tableLocation(Identifier.of(Array("db"), "events")) == s"$root/db/events.lance")
+      assert(wh.tableLocation(Identifier.of(Array("a", "b"), "t")) == s"$root/a/b/t.lance")
+      assert(wh.requireTable(Identifier.of(Array("db"), "events")) == s"$root/db/events.lance")
+    }
+  }
+
+  test("missing namespaces and tables raise Spark's own errors") {
+    withWarehouse { (_, wh) =>
+      intercept[NoSuchNamespaceException](wh.requireTable(Identifier.of(Array("nope"), "events")))
+      intercept[NoSuchTableException](wh.requireTable(Identifier.of(Array("db"), "nope")))
+    }
+  }
+
+  test("names that would leave the warehouse are rejected") {
+    withWarehouse { (_, wh) =>
+      for (bad <- Seq("..", ".", "", "a/b", "a\\b")) {
+        assert(message(wh.tableLocation(Identifier.of(Array("db"), bad))).contains("escapes the warehouse"))
+        assert(message(wh.tableLocation(Identifier.of(Array(bad), "t"))).contains("escapes the warehouse"))
+      }
+    }
+  }
+
+  test("paths must lie inside the warehouse, symlinks followed") {
+    withWarehouse { (root, wh) =>
+      assert(wh.checkPath(s"$root/db/events.lance") == s"$root/db/events.lance")
+      assert(wh.checkPath(s"file:$root/db/events.lance") == s"$root/db/events.lance")
+      assert(message(wh.checkPath(s"$root/db/../../etc")).contains("'..' segments are not allowed"))
+      assert(message(wh.checkPath("/etc/passwd")).contains("is outside the warehouse"))
+      assert(message(wh.checkPath("s3://bucket/t.lance")).contains("is outside the warehouse"))
+      val outside = Files.createTempDirectory("outside")
+      Files.createSymbolicLink(root.resolve("db").resolve("link.lance"), outside)
+      assert(message(wh.checkPath(s"$root/db/link.lance")).contains("is outside the warehouse"))
+    }
+  }
+
+  test("object store warehouses compare by prefix") {
+    val wh = new Warehouse("lance", Some("s3://bucket/wh"))
+    assert(wh.tableLocation(Identifier.of(Array("db"), "t")) == "s3://bucket/wh/db/t.lance")
+    assert(wh.checkPath("s3://bucket/wh/db/t.lance") == "s3://bucket/wh/db/t.lance")
+    assert(message(wh.checkPath("s3://bucket/other/t.lance")).contains("is outside the warehouse"))
+    assert(message(wh.checkPath("/local/t.lance")).contains("is outside the warehouse"))
+  }
+
+  test("without a warehouse, identifiers ask for one and paths are taken as given") {
+    val wh = new Warehouse("lance", None)
+    assert(message(wh.tableLocation(Identifier.of(Array("db"), "t")))
+      .contains("set spark.sql.catalog.lance.warehouse"))
+    assert(wh.checkPath("/data/t.lance") == "/data/t.lance")
+  }
+}

@@ -1,0 +1,92 @@
+"""The spark-sql CLI in its own process, with no Python driver: bin/lance-spark-sql."""
+import shutil
+import subprocess
+
+import lance
+import pytest
+
+from conftest import ROOT
+from degraded_table import content, degraded_table
+
+
+def spark_sql(warehouse, *args):
+    return subprocess.run(
+        [str(ROOT / "bin" / "lance-spark-sql"), "--warehouse", str(warehouse), "--master", "local[2]",
+         "--hiveconf", "hive.cli.print.header=true", *args],
+        capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def cli_warehouse(tmp_path_factory):
+    wh = tmp_path_factory.mktemp("cli-warehouse")
+    for name in ["events", "clicks"]:
+        degraded_table(str(wh / "db" / f"{name}.lance"))
+    (wh / "other").mkdir()
+    return wh
+
+
+def rows_of(stdout, header_first="table"):
+    """Result rows of every CALL, as dicts, from spark-sql's tab-separated output."""
+    lines = stdout.strip().splitlines()
+    out = []
+    for i, line in enumerate(lines):
+        if line.startswith(header_first + "\t"):
+            header = line.split("\t")
+            out.append(dict(zip(header, lines[i + 1].split("\t"))))
+    return out
+
+
+def test_catalog_and_call_from_spark_sql(cli_warehouse):
+    wh = cli_warehouse
+    events, clicks = wh / "db" / "events.lance", wh / "db" / "clicks.lance"
+    before_events, before_clicks = lance.dataset(str(events)), lance.dataset(str(clicks))
+    p = spark_sql(wh, "-e", ";\n".join([
+        "SHOW NAMESPACES IN lance",
+        "SHOW TABLES IN lance.db",
+        "SHOW PROCEDURES IN lance",
+        "CALL lance.compact(table => 'db.events', target_rows_per_fragment => 1048576)",
+        "CALL lance.compact(table => 'db.events')",
+        "CALL lance.system.compact('db.clicks', 300)",
+    ]))
+    assert p.returncode == 0, p.stderr[-3000:]
+    out = p.stdout
+    assert "namespace\ndb\nother\n" in out
+    assert "tableName\tisTemporary\nclicks\nevents\n" in out
+    assert "procedure_name\nlance\t[]\tNULL\tcompact\n" in out
+    results = rows_of(out)
+    assert [r["table"] for r in results] == ["db.events", "db.events", "db.clicks"]
+    first, noop, positional = results
+
+    after_events, after_clicks = lance.dataset(str(events)), lance.dataset(str(clicks))
+    assert int(first["read_version"]) == before_events.version
+    assert int(first["new_version"]) == after_events.version > before_events.version
+    assert int(first["fragments_removed"]) == len(before_events.get_fragments())
+    assert int(first["fragments_added"]) == len(after_events.get_fragments()) == 1
+    assert noop["tasks"] == "0" and noop["new_version"] == noop["read_version"] == first["new_version"]
+    assert int(positional["tasks"]) >= 1 and int(positional["new_version"]) == after_clicks.version
+    assert content(after_events) == content(before_events)
+    assert content(after_clicks) == content(before_clicks)
+
+
+def test_spark_sql_reports_a_bad_option_and_changes_nothing(cli_warehouse):
+    wh = cli_warehouse
+    path = wh / "db" / "bad.lance"
+    shutil.rmtree(path, ignore_errors=True)
+    degraded_table(str(path))
+    version = lance.dataset(str(path)).version
+    p = spark_sql(wh, "-e", "CALL lance.compact(table => 'db.bad', options => map('colour', 'blue'))")
+    assert p.returncode != 0
+    assert "table db.bad: unknown options map key 'colour'; valid options are:" in p.stderr
+    assert lance.dataset(str(path)).version == version
+
+
+def test_sql_examples_parse_and_run(cli_warehouse, tmp_path):
+    """sql/compact.sql as shipped, against a warehouse holding db.events."""
+    wh = tmp_path / "wh"
+    degraded_table(str(wh / "db" / "events.lance"))
+    p = spark_sql(wh, "-f", str(ROOT / "sql" / "compact.sql"))
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert rows_of(p.stdout)[0]["table"] == "db.events"
+    p = spark_sql(wh, "-f", str(ROOT / "sql" / "maintenance.sql"))
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert rows_of(p.stdout)[0]["table"] == "db.events"
