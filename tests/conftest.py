@@ -27,6 +27,9 @@ def spark(warehouse):
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ["PYSPARK_PYTHON"] = sys.executable
+    # Python workers find the example strategy (examples/my_planners.py) on their path.
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in [str(ROOT / "examples"), os.environ.get("PYTHONPATH", "")] if p)
     builder = (SparkSession.builder.master("local[2]").appName(f"lance-compact-tests")
                .config("spark.ui.enabled", "false")
                .config("spark.sql.shuffle.partitions", "2"))

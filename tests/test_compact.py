@@ -128,3 +128,27 @@ def test_binary_copy_mode_keeps_content(spark, warehouse):
     after = lance.dataset(str(path))
     assert r.tasks >= 1 and r.deleted_rows_removed == 0
     assert content(after) == content(before)
+
+
+def test_table_config_applies_when_an_option_is_not_given(spark, fresh_table, tmp_path):
+    """Unset parameters leave Lance's per-table lance.compaction.* settings in force."""
+    table, path = fresh_table
+    lance.dataset(str(path)).update_config({"lance.compaction.target_rows_per_fragment": "300"})
+    expected_layout = pylance_layout(path, tmp_path)  # pylance reads the same table config
+    spark.sql(f"CALL lance.compact(table => '{table}')").collect()
+    after = lance.dataset(str(path))
+    assert fragment_rows(after) == expected_layout
+    assert max(rows for rows, _ in expected_layout) < 600  # the config, not the 1M default, applied
+
+
+def test_a_users_own_strategy_by_dotted_name(spark, fresh_table):
+    """The README's worked example: the 10 newest fragments are left alone."""
+    table, path = fresh_table
+    before = lance.dataset(str(path))
+    newest = sorted(f.fragment_id for f in before.get_fragments())[-10:]
+    r = spark.sql(f"CALL lance.compact(table => '{table}', target_rows_per_fragment => 300, "
+                  "strategy => 'my_planners.SkipNewest')").collect()[0]
+    after = lance.dataset(str(path))
+    assert r.tasks >= 1
+    assert set(newest) <= {f.fragment_id for f in after.get_fragments()}
+    assert content(after) == content(before)

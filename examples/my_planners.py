@@ -1,0 +1,15 @@
+"""A user's own planning strategy, as in the README: CALL ... strategy => 'my_planners.SkipNewest'."""
+from lance.optimize import Compaction
+
+from lance_compact.planners import Planner
+
+
+class SkipNewest(Planner):
+    """Lance's plan, leaving the 10 newest fragments to the streaming writer."""
+
+    name = "skip_newest"
+
+    def plan(self, dataset, options):
+        newest = sorted(f.fragment_id for f in dataset.get_fragments())[-10:]
+        excluded = sorted(set(options.get("excluded_fragment_ids", [])) | set(newest))
+        return Compaction.plan(dataset, {**options, "excluded_fragment_ids": excluded})
