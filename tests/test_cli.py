@@ -25,12 +25,12 @@ def cli_warehouse(tmp_path_factory):
     return wh
 
 
-def rows_of(stdout, header_first="table"):
-    """Result rows of every CALL, as dicts, from spark-sql's tab-separated output."""
+def rows_of(stdout, header_start="table\tstrategy"):
+    """First result rows of every CALL whose header starts so, from spark-sql's output."""
     lines = stdout.strip().splitlines()
     out = []
     for i, line in enumerate(lines):
-        if line.startswith(header_first + "\t"):
+        if line.startswith(header_start + "\t"):
             header = line.split("\t")
             out.append(dict(zip(header, lines[i + 1].split("\t"))))
     return out
@@ -47,12 +47,15 @@ def test_catalog_and_call_from_spark_sql(cli_warehouse):
         "CALL lance.compact(table => 'db.events', target_rows_per_fragment => 1048576)",
         "CALL lance.compact(table => 'db.events')",
         "CALL lance.system.compact('db.clicks', 300)",
+        "CALL lance.plan_compaction(table => 'db.clicks', target_rows_per_fragment => 5000)",
+        "CALL lance.describe_layout(table => 'db.clicks')",
     ]))
     assert p.returncode == 0, p.stderr[-3000:]
     out = p.stdout
     assert "namespace\ndb\nother\n" in out
     assert "tableName\tisTemporary\nclicks\nevents\n" in out
-    assert "procedure_name\nlance\t[]\tNULL\tcompact\n" in out
+    assert "procedure_name\nlance\t[]\tNULL\tcompact\nlance\t[]\tNULL\tdescribe_layout\n" \
+        "lance\t[]\tNULL\tplan_compaction\n" in out
     results = rows_of(out)
     assert [r["table"] for r in results] == ["db.events", "db.events", "db.clicks"]
     first, noop, positional = results
@@ -66,6 +69,10 @@ def test_catalog_and_call_from_spark_sql(cli_warehouse):
     assert int(positional["tasks"]) >= 1 and int(positional["new_version"]) == after_clicks.version
     assert content(after_events) == content(before_events)
     assert content(after_clicks) == content(before_clicks)
+    planned = rows_of(out, "task_id")
+    assert planned and planned[0]["selected"] == "true" and planned[0]["read_version"] == str(after_clicks.version)
+    described = rows_of(out, "table\tversion")
+    assert described and described[0]["fragments"] == str(len(after_clicks.get_fragments()))
 
 
 def test_spark_sql_reports_a_bad_option_and_changes_nothing(cli_warehouse):

@@ -7,7 +7,8 @@ import pytest
 from degraded_table import content, degraded_table
 from lance_compact import LanceCompaction, compact
 
-RESULT_COLUMNS = ["table", "read_version", "new_version", "tasks", "fragments_removed",
+RESULT_COLUMNS = ["table", "strategy", "read_version", "new_version", "tasks", "tasks_left",
+                  "fragments_left", "fragments_removed",
                   "fragments_added", "files_removed", "files_added", "rows_rewritten",
                   "deleted_rows_removed", "bytes_read", "bytes_written", "elapsed_ms"]
 
@@ -71,7 +72,7 @@ def test_no_op_returns_zero_counts_and_keeps_the_version(spark, fresh_table):
     r = spark.sql(f"CALL lance.compact(table => '{table}')").collect()[0].asDict()
     assert lance.dataset(str(path)).version == version
     assert r["read_version"] == r["new_version"] == version
-    assert all(r[c] == 0 for c in RESULT_COLUMNS[3:-1]), r
+    assert all(r[c] == 0 for c in RESULT_COLUMNS[4:-1]), r
 
 
 def test_positional_arguments_and_system_namespace(spark, fresh_table, tmp_path):

@@ -1,6 +1,8 @@
 """Distributed compaction of Lance datasets on Apache Spark."""
+from .api import (LanceCompaction, call_procedure, compact, configure_spark_with_lance_compact,
+                  describe_layout, jar_path, plan_compaction)
 from .errors import CompactionError
-from .api import LanceCompaction, compact, configure_spark_with_lance_compact, jar_path
+from .histogram import FragmentHistogram
 
-__all__ = ["CompactionError", "LanceCompaction", "compact",
-           "configure_spark_with_lance_compact", "jar_path"]
+__all__ = ["CompactionError", "FragmentHistogram", "LanceCompaction", "call_procedure", "compact",
+           "configure_spark_with_lance_compact", "describe_layout", "jar_path", "plan_compaction"]

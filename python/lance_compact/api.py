@@ -91,22 +91,53 @@ class LanceCompaction:
 
     def execute(self) -> Any:
         """Run the compaction; returns a one-row DataFrame of measured metrics."""
-        args = {"table": self._table}
-        named = ["table => :table"]
-        for i, (k, v) in enumerate(self._params.items()):
+        return self._call("compact")
+
+    def plan(self) -> Any:
+        """Dry run: a DataFrame with a row per task compaction would run or leave for later."""
+        return self._call("plan_compaction")
+
+    def _call(self, procedure: str) -> Any:
+        params = dict(self._params)
+        if self._options:
+            params["options"] = self._options
+        if self._strategy:
+            params["strategy"] = self._strategy
+        return call_procedure(self._spark, procedure, self._table, self._catalog, params)
+
+
+def call_procedure(spark: Any, procedure: str, table: str, catalog: str = "lance",
+                   params: Mapping[str, Any] | None = None) -> Any:
+    """``CALL <catalog>.<procedure>(table => ..., ...)`` with bound parameters (no quoting
+    of values into SQL); a dict value becomes ``map(...)``."""
+    args: dict[str, Any] = {"table": table}
+    named = ["table => :table"]
+    for i, (k, v) in enumerate((params or {}).items()):
+        if isinstance(v, Mapping):
+            pairs = []
+            for j, (mk, mv) in enumerate(v.items()):
+                args[f"k{i}_{j}"], args[f"v{i}_{j}"] = mk, mv
+                pairs.append(f":k{i}_{j}, :v{i}_{j}")
+            named.append(f"{k} => map({', '.join(pairs)})")
+        else:
             args[f"p{i}"] = v
             named.append(f"{k} => :p{i}")
-        if self._options:
-            pairs = []
-            for i, (k, v) in enumerate(self._options.items()):
-                args[f"k{i}"], args[f"v{i}"] = k, v
-                pairs.append(f":k{i}, :v{i}")
-            named.append(f"options => map({', '.join(pairs)})")
-        if self._strategy:
-            args["strategy"] = self._strategy
-            named.append("strategy => :strategy")
-        catalog = ".".join(f"`{p}`" for p in self._catalog.split("."))
-        return self._spark.sql(f"CALL {catalog}.compact({', '.join(named)})", args=args)
+    target = ".".join(f"`{p}`" for p in catalog.split("."))
+    return spark.sql(f"CALL {target}.{procedure}({', '.join(named)})", args=args)
+
+
+def describe_layout(spark: Any, table: str, catalog: str = "lance", **params: Any) -> Any:
+    """The layout report as a one-row DataFrame (``CALL lance.describe_layout``)."""
+    return call_procedure(spark, "describe_layout", table, catalog, params)
+
+
+def plan_compaction(spark: Any, table: str, *, catalog: str = "lance", strategy: str | None = None,
+                    **options: Any) -> Any:
+    """Dry run of :func:`compact`: a DataFrame with a row per task; writes nothing."""
+    job = LanceCompaction(spark, table, catalog).options(**options)
+    if strategy:
+        job.strategy(strategy)
+    return job.plan()
 
 
 def compact(spark: Any, table: str, *, catalog: str = "lance", strategy: str | None = None,

@@ -5,6 +5,7 @@ from typing import Any, Iterable
 
 from lance.optimize import Compaction, RewriteResult
 
+from .history import record_compaction
 from .options import CompactionRequest
 from .tables import open_dataset
 
@@ -29,8 +30,12 @@ def deleted_rows(fragments: Iterable[Any]) -> int:
     return sum(f.deletion_file.num_deleted_rows or 0 for f in fragments if f.deletion_file)
 
 
-def commit_results(request: CompactionRequest, results: list[RewriteResult]) -> dict[str, Any]:
+def commit_results(request: CompactionRequest, read_version: int,
+                   results: list[RewriteResult]) -> dict[str, Any]:
     """Commit ``results`` with the same options the plan used; return measured metrics.
+
+    The compaction is then recorded in the table's config (``history.py``) for the
+    ``incremental`` strategy and the layout report.
 
     Lance checks the results against every version committed since their read version and
     raises a retryable conflict rather than overwrite a concurrent change.
@@ -40,7 +45,7 @@ def commit_results(request: CompactionRequest, results: list[RewriteResult]) -> 
     metrics = Compaction.commit(dataset, results, request.options)
     originals = [f for r in results for f in r.original_fragments]
     news = [f for r in results for f in r.new_fragments]
-    return {
+    out = {
         "new_version": dataset.version,
         "tasks": len(results),
         "fragments_removed": metrics.fragments_removed,
@@ -52,3 +57,6 @@ def commit_results(request: CompactionRequest, results: list[RewriteResult]) -> 
         "bytes_read": data_bytes(originals),
         "bytes_written": data_bytes(news),
     }
+    record_compaction(dataset, request.strategy, read_version, out)
+    out["new_version"] = dataset.version
+    return out

@@ -7,7 +7,8 @@ Every read or write names an ``action`` and a ``run_id``:
 - read ``action=rewrite``: one partition per planned task, each row carries its task;
 - write ``action=commit`` of that read: each Spark task executes its compaction task on an
   executor, the commit runs once on the driver;
-- read ``action=result``: the run's metrics row.
+- read ``action=result``: the run's metrics row;
+- read ``action=layout`` (+ ``request``): the layout report, one row.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceWrit
 from . import orchestrate
 from .errors import CompactionError
 from .execute import TaskOutcome, execute_task
+from .layout import layout_row
 from .options import result_columns
 
 NAME = "lance_compact"
@@ -29,9 +31,10 @@ def _ddl(columns: list[tuple[str, str]]) -> str:
 
 
 _SCHEMAS = {
-    "plan": _ddl(orchestrate.PLAN_COLUMNS),
+    "plan": _ddl(result_columns("plan_columns")),
     "rewrite": _ddl([("task_id", "int"), ("task", "string")]),
     "result": _ddl(result_columns()),
+    "layout": _ddl(result_columns("layout_columns")),
 }
 
 
@@ -98,6 +101,17 @@ class _ResultReader(DataSourceReader):
         yield from partition.rows
 
 
+class _LayoutReader(DataSourceReader):
+    def __init__(self, options: dict[str, str]) -> None:
+        self.request = options.get("request", "")
+
+    def partitions(self) -> list[InputPartition]:
+        return [RowsPartition([layout_row(self.request)])]
+
+    def read(self, partition: RowsPartition) -> Iterator[tuple]:
+        yield from partition.rows
+
+
 class _Outcomes(WriterCommitMessage):
     def __init__(self, outcomes: list[TaskOutcome]) -> None:
         self.outcomes = outcomes
@@ -139,7 +153,8 @@ class LanceCompactDataSource(DataSource):
         return _SCHEMAS[_action(self.options, tuple(_SCHEMAS))]
 
     def reader(self, schema) -> DataSourceReader:
-        readers = {"plan": _PlanReader, "rewrite": _RewriteReader, "result": _ResultReader}
+        readers = {"plan": _PlanReader, "rewrite": _RewriteReader, "result": _ResultReader,
+                   "layout": _LayoutReader}
         return readers[_action(self.options, tuple(readers))](self.options)
 
     def writer(self, schema, overwrite: bool) -> DataSourceWriter:

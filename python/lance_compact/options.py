@@ -43,9 +43,10 @@ def option_specs() -> dict[str, OptionSpec]:
     return out
 
 
-def result_columns() -> list[tuple[str, str]]:
-    """(name, type) of the result row's columns, in order."""
-    return [(c["name"], c["type"]) for c in spec()["result_columns"]]
+def result_columns(kind: str = "result_columns") -> list[tuple[str, str]]:
+    """(name, type) of the columns of a result, in order: ``result_columns`` (compact),
+    ``plan_columns`` (plan_compaction) or ``layout_columns`` (describe_layout)."""
+    return [(c["name"], c["type"]) for c in spec()[kind]]
 
 
 _TRUE = {"true", "1", "yes", "on"}
@@ -115,45 +116,98 @@ def _convert(o: OptionSpec, value: Any, table: str) -> Any:
     return v
 
 
-def lance_options(table: str, params: Mapping[str, Any] | None,
-                  extra: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Validate named parameters and the free-form options map into Lance's options dict.
+@lru_cache(maxsize=None)
+def setting_specs() -> dict[str, OptionSpec]:
+    """Strategy settings (name -> spec); ``strategies`` says which strategies take each."""
+    out = {}
+    for o in spec().get("settings", []):
+        o = dict(o)
+        o.pop("strategies", None)
+        out[o["name"]] = OptionSpec(**o)
+    return out
 
-    ``params`` holds typed values of named CALL parameters (None = not given); ``extra``
-    the options map (text values). Only options the user gave are returned, so Lance's own
+
+def setting_strategies(name: str) -> tuple[str, ...]:
+    """The registered strategies that take setting ``name``."""
+    return tuple(next(o for o in spec()["settings"] if o["name"] == name)["strategies"])
+
+
+def parse_options(table: str, strategy: str, planner_settings: Mapping[str, OptionSpec],
+                  params: Mapping[str, Any] | None, extra: Mapping[str, Any] | None
+                  ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Validate named parameters and the options map into (Lance options, strategy settings).
+
+    ``params`` holds typed values of named CALL parameters (None = not given); ``extra`` the
+    options map (text values). Only Lance options the user gave are returned, so Lance's
     defaults and the table's ``lance.compaction.*`` settings apply to the rest.
+    ``planner_settings`` are the settings the chosen strategy takes.
     """
-    specs = option_specs()
-    out: dict[str, Any] = {}
+    lance_specs = option_specs()
+    options: dict[str, Any] = {}
+    settings: dict[str, Any] = {}
     for source, values in (("parameter", params or {}), ("options map key", extra or {})):
         for key, value in values.items():
             name = key.strip().lower() if isinstance(key, str) else key
-            if name not in specs:
+            if name in lance_specs:
+                target, o = options, lance_specs[name]
+            elif name in planner_settings:
+                target, o = settings, planner_settings[name]
+            elif name in setting_specs():
+                if value is None:
+                    continue
+                raise CompactionError(
+                    f"table {table}: setting {name} belongs to strategy "
+                    f"{' or '.join(setting_strategies(name))}, not {strategy}")
+            else:
                 raise CompactionError(
                     f"table {table}: unknown {source} {key!r}; valid options are: "
-                    + ", ".join(sorted(specs)))
+                    + ", ".join(sorted(lance_specs))
+                    + (f"; settings of strategy {strategy}: " + ", ".join(sorted(planner_settings))
+                       if planner_settings else ""))
             if value is None:
                 continue
-            if name in out:
+            if name in options or name in settings:
                 raise CompactionError(
                     f"table {table}: option {name} is given twice (as a parameter and in options)")
-            out[name] = _convert(specs[name], value, table)
-    return out
+            target[name] = _convert(o, value, table)
+    return options, settings
+
+
+def lance_options(table: str, params: Mapping[str, Any] | None,
+                  extra: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Lance options only (no strategy settings)."""
+    return parse_options(table, "default", {}, params, extra)[0]
+
+
+def effective(dataset_config: Mapping[str, str], options: Mapping[str, Any], name: str) -> Any:
+    """The value Lance will use for option ``name``: given, else the table's
+    ``lance.compaction.<name>``, else Lance's default."""
+    if name in options:
+        return options[name]
+    o = option_specs()[name]
+    configured = dataset_config.get(f"lance.compaction.{name}")
+    if configured is not None:
+        return _convert(o, configured, "(table config)")
+    return o.lance_default
 
 
 @dataclass(frozen=True)
 class CompactionRequest:
-    """What one CALL asks for: the table, where it is, the strategy and Lance's options."""
+    """What one CALL asks for: the table, where it is, the strategy, Lance's options and the
+    strategy's settings."""
 
     table: str
     uri: str
     strategy: str = "default"
     options: dict[str, Any] = field(default_factory=dict)
+    settings: dict[str, Any] = field(default_factory=dict)
     storage_options: dict[str, str] = field(default_factory=dict)
 
     @staticmethod
     def from_json(text: str) -> "CompactionRequest":
-        """Parse and validate the request the JVM (or the Python API) sends."""
+        """Parse and validate the request the JVM sends."""
+        from .planners import planner_class  # planners import this module
+
         try:
             raw = json.loads(text)
         except ValueError as e:
@@ -162,16 +216,21 @@ class CompactionRequest:
         uri = raw.get("uri")
         if not uri:
             raise CompactionError("request names no table")
-        strategy = raw.get("strategy") or "default"
+        params = dict(raw.get("params") or {})
         extra = dict(raw.get("options") or {})
-        # The strategy may also come through the options map.
-        if "strategy" in extra:
-            strategy = extra.pop("strategy")
-        return CompactionRequest(
-            table=table, uri=uri, strategy=strategy,
-            options=lance_options(table, raw.get("params"), extra),
-            storage_options=dict(raw.get("storage_options") or {}))
+        strategy = raw.get("strategy") or extra.pop("strategy", None)
+        extra.pop("strategy", None)
+        if not strategy:
+            # Asking for changes since a version is asking for the incremental strategy.
+            given = params.get("since_version") is not None or "since_version" in extra
+            strategy = "incremental" if given else "default"
+        cls = planner_class(strategy, table)
+        options, settings = parse_options(table, strategy, cls.settings_spec(), params, extra)
+        return CompactionRequest(table=table, uri=uri, strategy=strategy, options=options,
+                                 settings=settings,
+                                 storage_options=dict(raw.get("storage_options") or {}))
 
     def to_json(self) -> str:
         return json.dumps({"table": self.table, "uri": self.uri, "strategy": self.strategy,
-                           "params": self.options, "storage_options": self.storage_options})
+                           "params": {**self.options, **self.settings},
+                           "storage_options": self.storage_options})

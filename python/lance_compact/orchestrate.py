@@ -25,11 +25,11 @@ from typing import Any
 
 from lance.optimize import RewriteResult
 
-from .commit import commit_results, data_bytes, deleted_rows
+from .commit import commit_results
 from .errors import CompactionError
 from .execute import TaskOutcome
 from .options import CompactionRequest, result_columns
-from .planners import get_planner
+from .planners import as_plan, get_planner
 from .tables import open_dataset
 
 RUNS_DIR = Path(tempfile.gettempdir()) / "lance-compact-runs"
@@ -74,33 +74,29 @@ class RunStore:
                 pass
 
 
-PLAN_COLUMNS = [("task_id", "int"), ("read_version", "long"), ("fragment_ids", "array<long>"),
-                ("fragments", "int"), ("rows", "long"), ("deleted_rows", "long"),
-                ("bytes", "long")]
-
-
 def plan_run(run_id: str, request_json: str, dry_run: bool = False) -> list[tuple]:
-    """Phase 1: plan; keep the plan for phase 2 unless ``dry_run``; one row per task."""
+    """Phase 1: plan; keep the selected tasks for phase 2 unless ``dry_run``; a row per task
+    (selected or left for later), in the columns of parameters.json's ``plan_columns``."""
     started = time.time()
     request = CompactionRequest.from_json(request_json)
-    planner = get_planner(request.strategy, request.table)
+    planner = get_planner(request.strategy, request.table, request.settings)
     dataset = open_dataset(request.table, request.uri, request.storage_options)
-    plan = planner.plan(dataset, request.options)
-    tasks = list(plan.tasks)
-    rows = []
-    for i, task in enumerate(tasks):
-        frags = task.fragments
-        deleted = deleted_rows(frags)
-        rows.append((i, plan.read_version, [f.id for f in frags], len(frags),
-                     sum(f.physical_rows for f in frags) - deleted, deleted, data_bytes(frags)))
+    plan = as_plan(planner.plan(dataset, request.options), dataset, request.options)
+    rows = [(i, plan.read_version, t.selected, t.fragment_ids, len(t.fragment_ids), t.rows,
+             t.deleted_rows, t.bytes, t.reason, t.expected_output_fragments)
+            for i, t in enumerate(plan.tasks)]
     if not dry_run:
         RunStore.sweep_stale(started)
         RunStore(run_id).save("plan", {
             "request": request.to_json(),
             "read_version": plan.read_version,
-            "tasks": [t.json() for t in tasks],
+            "tasks": [t.task.json() for t in plan.selected],
+            "tasks_left": len(plan.left),
+            "fragments_left": sum(len(t.fragment_ids) for t in plan.left),
             "started": started,
         })
+        # Only what runs now goes on to the rewrite.
+        rows = [r for r in rows if r[2]]
     return rows
 
 
@@ -128,7 +124,7 @@ def commit_run(run_id: str, outcomes: list[TaskOutcome]) -> None:
             f"table {request.table}: {len(outcomes)} of {len(plan['tasks'])} tasks reported back; "
             "nothing was committed")
     results = [RewriteResult.from_json(o.result_json) for o in outcomes]
-    metrics = commit_results(request, results) if results else {}
+    metrics = commit_results(request, plan["read_version"], results) if results else {}
     store.save("result", {**metrics, "committed": time.time()})
 
 
@@ -144,6 +140,9 @@ def result_row(run_id: str) -> tuple:
     ended = result.get("committed", time.time())
     row = {
         "table": request.table,
+        "strategy": request.strategy,
+        "tasks_left": plan.get("tasks_left", 0),
+        "fragments_left": plan.get("fragments_left", 0),
         "read_version": plan["read_version"],
         "new_version": result.get("new_version", plan["read_version"]),
         "elapsed_ms": int((ended - plan["started"]) * 1000),

@@ -1,43 +1,137 @@
 """The planner interface (seed 004's CompactionPlanner, in Python).
 
-A strategy chooses fragments, filters them, and plans tasks over them. Strategies build on
-Lance's own planner (its budgets and ``excluded_fragment_ids``) rather than re-implementing
-bin packing, so every task is a real ``lance.optimize.CompactionTask``.
+A strategy chooses fragments (``get_fragments``), filters them (``filter_fragments``) and
+plans (``plan``), then may keep only some of the planned tasks (``select``). Planning is
+always Lance's own: fragments a strategy filters out reach ``lance.optimize.Compaction.plan``
+as ``excluded_fragment_ids``, so every task is a real Lance ``CompactionTask`` and nothing
+of Lance's bin packing is re-implemented.
 """
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import ABC
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import lance
-from lance.optimize import CompactionPlan
+from lance.optimize import Compaction, CompactionPlan, CompactionTask
+
+from ..options import OptionSpec, effective, setting_specs, spec
+
+
+@dataclass
+class PlannedTask:
+    """A Lance task with what we know about it before running it."""
+
+    task: CompactionTask
+    reason: str
+    fragment_ids: list[int]
+    rows: int
+    deleted_rows: int
+    bytes: int | None
+    expected_output_fragments: int
+    selected: bool = True
+
+
+@dataclass
+class Plan:
+    """A strategy's plan: Lance tasks, each selected to run now or left for later."""
+
+    read_version: int
+    tasks: list[PlannedTask] = field(default_factory=list)
+
+    @property
+    def selected(self) -> list[PlannedTask]:
+        return [t for t in self.tasks if t.selected]
+
+    @property
+    def left(self) -> list[PlannedTask]:
+        return [t for t in self.tasks if not t.selected]
+
+
+def describe(task: CompactionTask, dataset: lance.LanceDataset,
+             options: dict[str, Any]) -> PlannedTask:
+    """Facts about a Lance task from its fragments' metadata, and why Lance planned it."""
+    config = dataset.config() or {}
+    target = effective(config, options, "target_rows_per_fragment")
+    threshold = effective(config, options, "materialize_deletions_threshold")
+    materialize = effective(config, options, "materialize_deletions")
+    frags = task.fragments
+    physical = sum(f.physical_rows for f in frags)
+    deleted = sum(f.deletion_file.num_deleted_rows or 0 for f in frags if f.deletion_file)
+    size: int | None = 0
+    for f in frags:
+        for d in f.files:
+            size = None if size is None or d.file_size_bytes is None else size + d.file_size_bytes
+    heavy = [f for f in frags if f.deletion_file and materialize and f.physical_rows
+             and (f.deletion_file.num_deleted_rows or 0) / f.physical_rows > threshold]
+    parts = []
+    if heavy:
+        parts.append(f"materialize deletions in {len(heavy)} fragment(s) over "
+                     f"{threshold:g} deleted")
+    small = len(frags) - len(heavy)
+    if small:
+        parts.append(f"merge {small} fragment(s) under {target:,} rows")
+    live = physical - deleted
+    return PlannedTask(task=task, reason="; ".join(parts), fragment_ids=[f.id for f in frags],
+                       rows=live, deleted_rows=deleted, bytes=size,
+                       # Lance writes a task's live rows as max(1, rows // target) fragments
+                       # of even size (seen in pylance 14: 2,400 rows, target 1,000 -> 2 x 1,200).
+                       expected_output_fragments=max(1, live // target) if live else 0)
 
 
 class Planner(ABC):
-    """A compaction planning strategy.
+    """A compaction planning strategy. Subclasses set ``name`` and override what they change.
 
-    Subclasses set ``name`` and implement :meth:`plan`; ``settings`` holds the
-    strategy-specific settings from the options map, already validated against
-    :attr:`settings_spec` (name -> python type).
+    ``self.settings`` holds the strategy's settings (parameters.json, ``settings``), already
+    validated. A user's own planner may also override :meth:`plan` outright and return a
+    Lance ``CompactionPlan``.
     """
 
     name: ClassVar[str]
-    settings_spec: ClassVar[dict[str, type]] = {}
 
     def __init__(self, settings: dict[str, Any] | None = None) -> None:
         self.settings = dict(settings or {})
 
+    @classmethod
+    def settings_spec(cls) -> dict[str, OptionSpec]:
+        """The settings this strategy takes: those parameters.json lists for its name."""
+        names = {o["name"] for o in spec().get("settings", [])
+                 if getattr(cls, "name", None) in o["strategies"]}
+        return {n: s for n, s in setting_specs().items() if n in names}
+
     def get_fragments(self, dataset: lance.LanceDataset,
                       options: dict[str, Any]) -> list[lance.LanceFragment]:
-        """All fragments, in id order (Lance's planner walks them in this order)."""
+        """All fragments, in id order (the order Lance's planner walks)."""
         return sorted(dataset.get_fragments(), key=lambda f: f.fragment_id)
 
     def filter_fragments(self, dataset: lance.LanceDataset,
                          fragments: list[lance.LanceFragment],
                          options: dict[str, Any]) -> list[lance.LanceFragment]:
-        """No filtering by default."""
+        """The fragments this strategy may touch; by default all."""
         return fragments
 
-    @abstractmethod
-    def plan(self, dataset: lance.LanceDataset, options: dict[str, Any]) -> CompactionPlan:
-        """Plan tasks for ``dataset`` under Lance ``options``."""
+    def plan(self, dataset: lance.LanceDataset, options: dict[str, Any]) -> Plan | CompactionPlan:
+        """Lance's plan over the fragments kept by :meth:`filter_fragments`, then :meth:`select`."""
+        every = self.get_fragments(dataset, options)
+        kept = {f.fragment_id for f in self.filter_fragments(dataset, every, options)}
+        excluded = {f.fragment_id for f in every} - kept
+        lance_options = dict(options)
+        if excluded:
+            lance_options["excluded_fragment_ids"] = sorted(
+                excluded | set(options.get("excluded_fragment_ids", [])))
+        lance_plan = Compaction.plan(dataset, lance_options)
+        planned = Plan(lance_plan.read_version,
+                       [describe(t, dataset, options) for t in lance_plan.tasks])
+        return self.select(dataset, planned, options)
+
+    def select(self, dataset: lance.LanceDataset, plan: Plan, options: dict[str, Any]) -> Plan:
+        """Which planned tasks run now; by default all."""
+        return plan
+
+
+def as_plan(result: Plan | CompactionPlan, dataset: lance.LanceDataset,
+            options: dict[str, Any]) -> Plan:
+    """A user's planner may return Lance's own CompactionPlan."""
+    if isinstance(result, Plan):
+        return result
+    return Plan(result.read_version, [describe(t, dataset, options) for t in result.tasks])

@@ -49,6 +49,25 @@ object PythonEngine extends Logging {
     }
   }
 
+  /** The plan compact would run, a row per task; nothing is written. */
+  def plan(table: String, request: String): ResultScan = single(table, "plan", "planning (dry run)") {
+    _.option("request", request).option("dry_run", "true")
+  }
+
+  /** The table's layout report. */
+  def layout(table: String, request: String): ResultScan = single(table, "layout", "describing the layout") {
+    _.option("request", request)
+  }
+
+  private def single(table: String, action: String, phase: String)(
+      configure: org.apache.spark.sql.DataFrameReader => org.apache.spark.sql.DataFrameReader): ResultScan = {
+    val spark = SparkSession.active
+    engineCall(spark, s"lance $table: $phase") {
+      val df = configure(read(spark, action, UUID.randomUUID().toString)).load()
+      scan(df.schema, df.collect())
+    }
+  }
+
   private def read(spark: SparkSession, action: String, runId: String) =
     spark.read.format(Format).option("action", action).option("run_id", runId)
 

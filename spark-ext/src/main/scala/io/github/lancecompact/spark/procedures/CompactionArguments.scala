@@ -10,39 +10,47 @@ import org.apache.spark.sql.types._
 
 import io.github.lancecompact.spark.catalog.LanceCatalog
 
-/** The arguments compaction procedures share, and their binding into the engine's request.
+/** The arguments the procedures share, and their binding into the engine's request.
  *
- * Positional order: table, the options marked `sql` in parameters.json, options, strategy.
- * Option values are checked by the engine (one set of rules for SQL and Python); here they
- * are only carried, typed, as Spark bound them.
+ * Positional order: table, the options and settings marked `sql` in parameters.json,
+ * options, strategy. Values are checked by the engine (one set of rules for SQL and
+ * Python); here they are type-checked and carried as Spark bound them.
  */
 object CompactionArguments {
   private val mapper = new ObjectMapper()
 
-  val parameters: Array[ProcedureParameter] = (
-    ProcedureParameter.in("table", StringType)
-      .comment("A table of the catalog (namespace.table) or the path/URI of a Lance dataset in its warehouse").build() +:
-      OptionSpec.sqlParameters.map { o =>
-        ProcedureParameter.in(o.name, o.dataType).defaultValue("NULL")
-          .comment(s"${o.doc} Default: the table's lance.compaction.${o.name}, else ${o.lanceDefault}.").build()
-      } :+
-      ProcedureParameter.in("options", MapType(StringType, StringType)).defaultValue("NULL")
-        .comment("Any compaction option by name, values as text; unknown keys are rejected").build() :+
-      ProcedureParameter.in("strategy", StringType).defaultValue("NULL")
-        .comment("Planning strategy: default, or a dotted Python class name").build()
-    ).toArray
+  private val table = ProcedureParameter.in("table", StringType)
+    .comment("A table of the catalog (namespace.table) or the path/URI of a Lance dataset in its warehouse").build()
+
+  private val named: Seq[ProcedureParameter] = OptionSpec.sqlParameters.map { o =>
+    ProcedureParameter.in(o.name, o.dataType).defaultValue("NULL")
+      .comment(s"${o.doc} Default: ${o.defaultText}.").build()
+  }
+
+  private val options = ProcedureParameter.in("options", MapType(StringType, StringType)).defaultValue("NULL")
+    .comment("Any compaction option or strategy setting by name, values as text; unknown keys are rejected").build()
+
+  private val strategy = ProcedureParameter.in("strategy", StringType).defaultValue("NULL")
+    .comment("Planning strategy: default, io_bounded, deletion_only, incremental, or a dotted Python class name").build()
+
+  /** Every parameter of compact and plan_compaction, in positional order. */
+  val compaction: Array[ProcedureParameter] = ((table +: named) :+ options :+ strategy).toArray
+
+  /** Some of them, in the same relative order (for procedures that take fewer). */
+  def subset(names: String*): Array[ProcedureParameter] = compaction.filter(p => names.contains(p.name))
 
   /** `name TYPE` of every parameter, in positional order, for DESCRIBE PROCEDURE. */
-  lazy val signature: String = parameters.map(p => s"${p.name} ${p.dataType.sql}").mkString(", ")
+  def signature(params: Array[ProcedureParameter]): String =
+    params.map(p => s"${p.name} ${p.dataType.sql}").mkString(", ")
 
   /** Reject arguments Spark would silently cast into a parameter's type (1.5 into a BIGINT
    * becomes 1; 'abc' fails later without naming the parameter). `input` is what the CALL
    * passed: named arguments carry their name in metadata, positional ones come first.
    */
-  def checkTypes(procedure: String, input: StructType): Unit = {
+  def checkTypes(procedure: String, params: Array[ProcedureParameter], input: StructType): Unit = {
     input.fields.zipWithIndex.foreach { case (field, i) =>
       val byName = field.metadata.contains(ProcedureParameter.BY_NAME_METADATA_KEY)
-      val param = if (byName) parameters.find(_.name == field.name) else parameters.lift(i)
+      val param = if (byName) params.find(_.name == field.name) else params.lift(i)
       param.foreach { p =>
         val ok = (p.dataType, field.dataType) match {
           case (_, NullType) => true
@@ -73,40 +81,38 @@ object CompactionArguments {
   final case class Bound(table: String, uri: String, request: String)
 
   /** Bind a row (declared order, defaults filled in by Spark) into the engine's request JSON. */
-  def bind(catalog: LanceCatalog, row: InternalRow): Bound = {
+  def bind(catalog: LanceCatalog, params: Array[ProcedureParameter], row: InternalRow): Bound = {
     if (row.isNullAt(0)) throw new IllegalArgumentException("parameter table is required")
-    val table = row.getUTF8String(0).toString
-    val uri = catalog.resolveTable(table)
+    val tableArg = row.getUTF8String(0).toString
+    val uri = catalog.resolveTable(tableArg)
 
     val request: ObjectNode = mapper.createObjectNode()
-    request.put("table", table)
+    request.put("table", tableArg)
     request.put("uri", uri)
-    val params = request.putObject("params")
-    OptionSpec.sqlParameters.zipWithIndex.foreach { case (o, i) =>
-      val ord = i + 1
-      if (!row.isNullAt(ord)) o.dataType match {
-        case LongType => params.put(o.name, row.getLong(ord))
-        case DoubleType => params.put(o.name, row.getDouble(ord))
-        case BooleanType => params.put(o.name, row.getBoolean(ord))
-        case _ => params.put(o.name, row.getUTF8String(ord).toString)
+    val values = request.putObject("params")
+    val optionMap = request.putObject("options")
+    params.zipWithIndex.drop(1).filterNot { case (_, i) => row.isNullAt(i) }.foreach { case (p, i) =>
+      p.name match {
+        case "options" =>
+          val map = row.getMap(i)
+          val seen = mutable.Set.empty[String]
+          (0 until map.numElements()).foreach { j =>
+            val key = map.keyArray().getUTF8String(j).toString
+            if (!seen.add(key.toLowerCase)) throw new IllegalArgumentException(s"table $tableArg: option $key is given twice")
+            val v = map.valueArray()
+            optionMap.put(key, if (v.isNullAt(j)) null else v.getUTF8String(j).toString)
+          }
+        case "strategy" => request.put("strategy", row.getUTF8String(i).toString)
+        case name => p.dataType match {
+          case LongType => values.put(name, row.getLong(i))
+          case DoubleType => values.put(name, row.getDouble(i))
+          case BooleanType => values.put(name, row.getBoolean(i))
+          case _ => values.put(name, row.getUTF8String(i).toString)
+        }
       }
     }
-    val optionsOrd = OptionSpec.sqlParameters.length + 1
-    val options = request.putObject("options")
-    if (!row.isNullAt(optionsOrd)) {
-      val map = row.getMap(optionsOrd)
-      val seen = mutable.Set.empty[String]
-      (0 until map.numElements()).foreach { i =>
-        val key = map.keyArray().getUTF8String(i).toString
-        if (!seen.add(key.toLowerCase)) throw new IllegalArgumentException(s"table $table: option $key is given twice")
-        val values = map.valueArray()
-        options.put(key, if (values.isNullAt(i)) null else values.getUTF8String(i).toString)
-      }
-    }
-    val strategyOrd = optionsOrd + 1
-    if (!row.isNullAt(strategyOrd)) request.put("strategy", row.getUTF8String(strategyOrd).toString)
     val storage = request.putObject("storage_options")
     catalog.storageOptions.foreach { case (k, v) => storage.put(k, v) }
-    Bound(table, uri, mapper.writeValueAsString(request))
+    Bound(tableArg, uri, mapper.writeValueAsString(request))
   }
 }

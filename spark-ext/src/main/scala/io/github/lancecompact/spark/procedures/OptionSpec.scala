@@ -8,7 +8,13 @@ import org.apache.spark.sql.types._
 /** One compaction option from the engine's parameters.json (packaged into this jar), so
  * names, types and docs of the CALL parameters live in one place with the engine's checks.
  */
-final case class OptionSpec(name: String, kind: String, doc: String, sql: Boolean, lanceDefault: String) {
+final case class OptionSpec(name: String, kind: String, doc: String, sql: Boolean, lanceDefault: Option[String],
+                            setting: Boolean) {
+  /** What applies when the parameter is left out. */
+  def defaultText: String =
+    if (setting) "none"
+    else s"the table's lance.compaction.$name, else ${lanceDefault.getOrElse("none")}"
+
   def dataType: DataType = kind match {
     case "long" => LongType
     case "double" => DoubleType
@@ -24,13 +30,14 @@ object OptionSpec {
     val in = Option(getClass.getResourceAsStream(Resource)).getOrElse(
       throw new IllegalStateException(s"$Resource is missing from the lance-spark-compact jar"))
     val root = try new ObjectMapper().readTree(in) finally in.close()
-    root.get("options").elements().asScala.map { o =>
-      val default = Option(o.get("lance_default")).filterNot(_.isNull).map(_.asText).getOrElse("none")
+    def read(section: String, setting: Boolean) = root.get(section).elements().asScala.map { o =>
       OptionSpec(o.get("name").asText, o.get("type").asText, o.get("doc").asText,
-        Option(o.get("sql")).exists(_.asBoolean), default)
+        Option(o.get("sql")).exists(_.asBoolean),
+        Option(o.get("lance_default")).filterNot(_.isNull).map(_.asText), setting)
     }.toSeq
+    read("options", setting = false) ++ read("settings", setting = true)
   }
 
-  /** The options that are also named CALL parameters, in declaration order. */
+  /** The options and strategy settings that are also named CALL parameters, in declaration order. */
   lazy val sqlParameters: Seq[OptionSpec] = all.filter(_.sql)
 }

@@ -9,7 +9,9 @@ object Procedures {
   val SystemNamespace = "system"
 
   private val builders: Map[String, LanceCatalog => UnboundProcedure] = Map(
-    "compact" -> (c => new CompactProcedure(c))
+    "compact" -> (c => new CompactProcedure(c)),
+    "plan_compaction" -> (c => new PlanCompactionProcedure(c)),
+    "describe_layout" -> (c => new DescribeLayoutProcedure(c))
   )
 
   def names: Seq[String] = builders.keys.toSeq.sorted

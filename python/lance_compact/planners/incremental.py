@@ -1,0 +1,50 @@
+"""``incremental``: only fragments added or changed since a version.
+
+The version is the ``since_version`` setting, by default the version committed by the
+last compaction this product ran (recorded in the table's config, see ``commit.py``).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import lance
+
+from ..errors import CompactionError
+from ..history import last_compaction
+from .base import Planner
+
+
+def _signature(f: Any) -> tuple:
+    """What identifies a fragment's content: its data files and its deletion file."""
+    d = f.deletion_file
+    return (tuple(x.path for x in f.files),
+            None if d is None else (d.read_version, d.id, d.num_deleted_rows))
+
+
+class IncrementalPlanner(Planner):
+    """Lance's plan over fragments that are new or changed since ``since_version``."""
+
+    name = "incremental"
+
+    def since(self, dataset: lance.LanceDataset) -> int | None:
+        if self.settings.get("since_version") is not None:
+            return self.settings["since_version"]
+        last = last_compaction(dataset)
+        return None if last is None else last["version"]
+
+    def filter_fragments(self, dataset: lance.LanceDataset,
+                         fragments: list[lance.LanceFragment],
+                         options: dict[str, Any]) -> list[lance.LanceFragment]:
+        since = self.since(dataset)
+        if since is None:  # never compacted by us: everything is new
+            return fragments
+        if since > dataset.version:
+            raise CompactionError(
+                f"since_version {since} is newer than the table's version {dataset.version}")
+        try:
+            old = dataset.checkout_version(since)
+        except (ValueError, OSError) as e:
+            raise CompactionError(
+                f"since_version {since} no longer exists (cleaned up?): {str(e).split(',')[0]}") from None
+        before = {f.fragment_id: _signature(f.metadata) for f in old.get_fragments()}
+        return [f for f in fragments if before.get(f.fragment_id) != _signature(f.metadata)]

@@ -1,0 +1,212 @@
+"""Planning strategies: property tests over randomized layouts, then real CALLs."""
+import random
+import shutil
+
+import lance
+import pyarrow as pa
+import pytest
+from lance.optimize import Compaction
+
+from degraded_table import batch, content, layout
+from lance_compact import FragmentHistogram, describe_layout, plan_compaction
+from lance_compact.planners import get_planner
+from lance_compact.planners.io_bounded import benefit
+
+
+def random_layout(path, seed, index=True):
+    """Fragments of random sizes from random appends, random deletions, and (optionally) a
+    BTREE index built midway so that later fragments are unindexed."""
+    rng = random.Random(seed)
+    shutil.rmtree(path, ignore_errors=True)
+    start, ds = 0, None
+    appends = rng.randint(8, 30)
+    for i in range(appends):
+        n = rng.choice([1, 5, 20, 50, 120, 400])
+        ds = lance.write_dataset(batch(start, n, dim=4, seed=seed), str(path),
+                                 mode="create" if ds is None else "append")
+        start += n
+        if index and i == appends // 2:
+            ds.create_scalar_index("id", index_type="BTREE")
+    for _ in range(rng.randint(0, 6)):
+        lo = rng.randrange(start)
+        ds.delete(f"id >= {lo} AND id < {lo + rng.randint(1, 60)} AND id % {rng.randint(1, 4)} = 0")
+    return lance.dataset(str(path))
+
+
+def random_options(rng):
+    return {"target_rows_per_fragment": rng.choice([30, 100, 250, 1000]),
+            "materialize_deletions_threshold": rng.choice([0.0, 0.05, 0.1, 0.5]),
+            "materialize_deletions": rng.random() > 0.2}
+
+
+def task_groups(tasks):
+    return [sorted(f.id for f in t.fragments) for t in tasks]
+
+
+SEEDS = range(25)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_default_groups_exactly_what_lance_plans(tmp_path, seed):
+    ds = random_layout(tmp_path / "t.lance", seed)
+    options = random_options(random.Random(seed))
+    ours = get_planner("default", "t").plan(ds, options)
+    assert [t.fragment_ids for t in ours.tasks] == task_groups(Compaction.plan(ds, options).tasks)
+    assert all(t.selected for t in ours.tasks)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_deletion_only_never_selects_clean_fragments(tmp_path, seed):
+    ds = random_layout(tmp_path / "t.lance", seed)
+    with_deletions = {f.fragment_id for f in ds.get_fragments() if f.metadata.deletion_file}
+    plan = get_planner("deletion_only", "t").plan(ds, random_options(random.Random(seed)))
+    for t in plan.tasks:
+        assert set(t.fragment_ids) <= with_deletions
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_incremental_never_selects_fragments_unchanged_since_its_version(tmp_path, seed):
+    rng = random.Random(seed)
+    ds = random_layout(tmp_path / "t.lance", seed)
+    since = ds.version
+    old = {f.fragment_id: (f.metadata.deletion_file and f.metadata.deletion_file.num_deleted_rows)
+           for f in ds.get_fragments()}
+    n0 = ds.count_rows() + 10_000
+    for i in range(rng.randint(1, 5)):  # streaming continues: appends and deletes
+        ds = lance.write_dataset(batch(n0 + 100 * i, rng.randint(1, 40), dim=4), str(ds.uri), mode="append")
+    ds.delete(f"id % {rng.randint(7, 30)} = 3")
+    ds = lance.dataset(ds.uri)
+    changed = {f.fragment_id for f in ds.get_fragments()
+               if f.fragment_id not in old
+               or (f.metadata.deletion_file and f.metadata.deletion_file.num_deleted_rows) != old[f.fragment_id]}
+    plan = get_planner("incremental", "t", {"since_version": since}).plan(ds, random_options(rng))
+    for t in plan.tasks:
+        assert set(t.fragment_ids) <= changed
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_io_bounded_stays_within_budget_and_takes_the_best_first(tmp_path, seed):
+    rng = random.Random(seed)
+    ds = random_layout(tmp_path / "t.lance", seed)
+    options = random_options(rng)
+    full = get_planner("default", "t").plan(ds, options)
+    budget = {"max_bytes": rng.randint(1, 3) * 20_000, "max_fragments": rng.randint(2, 20)}
+    plan = get_planner("io_bounded", "t", budget).plan(ds, options)
+    assert [t.fragment_ids for t in plan.tasks] == [t.fragment_ids for t in full.tasks]
+    chosen = plan.selected
+    assert sum(t.bytes for t in chosen) <= budget["max_bytes"]
+    assert sum(len(t.fragment_ids) for t in chosen) <= budget["max_fragments"]
+    for t in plan.left:  # a task was left only because it did not fit beside better ones
+        assert "left for a later run" in t.reason
+        better = [c for c in chosen if benefit(c) / max(1, c.bytes) >= benefit(t) / max(1, t.bytes)]
+        fits_alone = t.bytes <= budget["max_bytes"] and len(t.fragment_ids) <= budget["max_fragments"]
+        assert better or not fits_alone
+
+
+def test_io_bounded_needs_a_budget(tmp_path):
+    ds = random_layout(tmp_path / "t.lance", 1)
+    with pytest.raises(Exception, match="io_bounded needs a budget"):
+        get_planner("io_bounded", "t").plan(ds, {})
+
+
+# ---- through Spark ----
+
+def make(warehouse, name, fragments=80, rows=40):
+    from degraded_table import degraded_table
+    path = warehouse / "db" / f"{name}.lance"
+    shutil.rmtree(path, ignore_errors=True)
+    degraded_table(str(path), fragments=fragments, rows_per_fragment=rows, appends=4)
+    return f"db.{name}", path
+
+
+def test_plan_compaction_writes_nothing_and_matches_what_compact_does(spark, warehouse):
+    table, path = make(warehouse, "planned")
+    version = lance.dataset(str(path)).version
+    before = lance.dataset(str(path))
+    planned = plan_compaction(spark, table, target_rows_per_fragment=500).collect()
+    assert lance.dataset(str(path)).version == version
+    assert planned and all(p.selected and p.reason for p in planned)
+    r = spark.sql(f"CALL lance.compact(table => '{table}', target_rows_per_fragment => 500)").collect()[0]
+    after = lance.dataset(str(path))
+    gone = {f.fragment_id for f in before.get_fragments()} - {f.fragment_id for f in after.get_fragments()}
+    assert gone == {i for p in planned for i in p.fragment_ids}
+    assert r.tasks == len(planned)
+    assert r.fragments_added == sum(p.expected_output_fragments for p in planned)
+    assert r.rows_rewritten == sum(p.rows for p in planned)
+    assert r.deleted_rows_removed == sum(p.deleted_rows for p in planned)
+    assert r.bytes_read == sum(p.bytes for p in planned)
+    assert content(after) == content(before)
+
+
+def test_io_bounded_runs_converge_to_the_default_layout(spark, warehouse, tmp_path):
+    table, path = make(warehouse, "bounded", fragments=120)
+    reference = tmp_path / "ref.lance"
+    shutil.copytree(path, reference)
+    lance.dataset(str(reference)).optimize.compact_files(target_rows_per_fragment=400)
+    before = lance.dataset(str(path))
+    runs = []
+    for _ in range(20):
+        r = spark.sql(f"CALL lance.compact(table => '{table}', target_rows_per_fragment => 400, "
+                      "strategy => 'io_bounded', options => map('max_fragments', '30'))").collect()[0]
+        runs.append((r.tasks, r.fragments_removed, r.tasks_left, len(lance.dataset(str(path)).get_fragments())))
+        assert r.fragments_removed <= 30
+        if r.tasks == 0 and r.tasks_left == 0:
+            break
+    assert runs[-1][0] == 0 and runs[-1][2] == 0, runs
+    assert len(runs) > 2  # the budget really split the work
+    after = lance.dataset(str(path))
+    assert sorted(f.count_rows() for f in after.get_fragments()) == \
+        sorted(f.count_rows() for f in lance.dataset(str(reference)).get_fragments())
+    assert content(after) == content(before)
+
+
+def test_deletion_only_and_incremental_through_call(spark, warehouse):
+    table, path = make(warehouse, "streamed")
+    before = lance.dataset(str(path))
+    clean = {f.fragment_id for f in before.get_fragments() if not f.metadata.deletion_file}
+    r = spark.sql(f"CALL lance.compact(table => '{table}', strategy => 'deletion_only')").collect()[0]
+    mid = lance.dataset(str(path))
+    assert r.strategy == "deletion_only" and r.tasks >= 1
+    assert clean <= {f.fragment_id for f in mid.get_fragments()}
+    assert content(mid) == content(before)
+
+    # Streaming goes on; incremental (since the compaction just recorded) touches only that.
+    untouched = {f.fragment_id for f in mid.get_fragments()}
+    ds = lance.write_dataset(batch(50_000, 30, dim=8), str(path), mode="append", max_rows_per_file=10)
+    r = spark.sql(f"CALL lance.compact(table => '{table}', strategy => 'incremental')").collect()[0]
+    after = lance.dataset(str(path))
+    assert r.tasks == 1 and r.fragments_removed == 3
+    assert untouched <= {f.fragment_id for f in after.get_fragments()}
+    assert after.count_rows() == ds.count_rows()
+    # An explicit since_version picks the strategy by itself.
+    r = spark.sql(f"CALL lance.compact(table => '{table}', since_version => {before.version})").collect()[0]
+    assert r.strategy == "incremental"
+
+
+def test_describe_layout_and_histogram(spark, warehouse):
+    table, path = make(warehouse, "described")
+    ds = lance.dataset(str(path))
+    ds.create_scalar_index("id", index_type="BTREE")
+    lance.write_dataset(batch(90_000, 20, dim=8), str(path), mode="append", max_rows_per_file=10)
+    ds = lance.dataset(str(path))
+    facts = layout(ds)
+    d = describe_layout(spark, table, target_rows_per_fragment=39).collect()[0]
+    assert d.version == ds.version and d.fragments == facts["fragments"] == len(d.fragment_rows)
+    assert d.rows == facts["rows"] and d.deleted_rows == facts["deleted_rows"]
+    assert list(d.fragment_rows) == facts["rows_per_fragment"]
+    assert d.small_fragments == sum(1 for r in facts["rows_per_fragment"] if r < 39)
+    assert d.fragments_with_deletions == facts["fragments_with_deletions"]
+    assert d.bytes == sum(x.file_size_bytes for f in ds.get_fragments() for x in f.metadata.files)
+    assert [(i.name, i.unindexed_fragments) for i in d.indices] == [("id_idx", 2)]
+    assert d.last_compacted_version is None
+
+    r = spark.sql(f"CALL lance.compact(table => '{table}')").collect()[0]
+    after = describe_layout(spark, table).collect()[0]
+    assert after.last_compacted_version == r.new_version - 1  # then the record itself commits
+    assert "strategy default" in after.last_compaction and after.last_compacted_at
+    h = FragmentHistogram.of(d, after)
+    counts = dict(h.counts())
+    assert sum(counts[f"version {d.version}"]) == d.fragments
+    assert sum(counts[f"version {after.version}"]) == after.fragments
+    svg = h._repr_svg_()
+    assert svg.startswith("<svg") and svg.count('class="bar"') == 2 * len(h.buckets)
