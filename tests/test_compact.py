@@ -10,7 +10,8 @@ from lance_compact import LanceCompaction, compact
 RESULT_COLUMNS = ["table", "strategy", "read_version", "new_version", "tasks", "tasks_left",
                   "fragments_left", "fragments_removed",
                   "fragments_added", "files_removed", "files_added", "rows_rewritten",
-                  "deleted_rows_removed", "bytes_read", "bytes_written", "elapsed_ms"]
+                  "deleted_rows_removed", "bytes_read", "bytes_written", "commits", "retries",
+                  "tasks_conflicted", "tasks_failed", "elapsed_ms"]
 
 
 def fragment_rows(ds):
@@ -50,7 +51,8 @@ def test_content_is_unchanged_and_layout_equals_pylance(spark, fresh_table, tmp_
     # Every figure is measured against what is on disk now.
     assert r["table"] == table and r["read_version"] == before.version
     assert r["new_version"] == after.version > before.version
-    assert r["tasks"] >= 1
+    assert r["tasks"] >= 1 and r["commits"] == 1
+    assert r["retries"] == r["tasks_conflicted"] == r["tasks_failed"] == 0
     assert r["fragments_removed"] - r["fragments_added"] == \
         len(before.get_fragments()) - len(after.get_fragments())
     rewritten = {f.fragment_id for f in before.get_fragments()} - {f.fragment_id for f in after.get_fragments()}

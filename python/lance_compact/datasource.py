@@ -3,10 +3,12 @@
 Every read or write names an ``action`` and a ``run_id``:
 
 - read ``action=plan`` (+ ``request`` JSON, optional ``dry_run``): plans on the driver,
-  returns one row per task;
-- read ``action=rewrite``: one partition per planned task, each row carries its task;
-- write ``action=commit`` of that read: each Spark task executes its compaction task on an
-  executor, the commit runs once on the driver;
+  returns the first batch's rows (a dry run: every task's);
+- read ``action=rewrite``: one partition per task of the current batch, each row carries
+  its task;
+- write ``action=commit`` (+ ``max_attempts``) of that read: each Spark task executes its
+  compaction task on an executor, the commit runs once on the driver;
+- read ``action=next``: the next batch's rows, empty when the run is done;
 - read ``action=result``: the run's metrics row;
 - read ``action=layout`` (+ ``request``): the layout report, one row.
 """
@@ -17,7 +19,9 @@ from typing import Iterator
 from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceWriter,
                                     InputPartition, WriterCommitMessage)
 
-from . import orchestrate
+from pyspark import TaskContext
+
+from . import hooks, orchestrate
 from .errors import CompactionError
 from .execute import TaskOutcome, execute_task
 from .layout import layout_row
@@ -32,6 +36,7 @@ def _ddl(columns: list[tuple[str, str]]) -> str:
 
 _SCHEMAS = {
     "plan": _ddl(result_columns("plan_columns")),
+    "next": _ddl(result_columns("plan_columns")),
     "rewrite": _ddl([("task_id", "int"), ("task", "string")]),
     "result": _ddl(result_columns()),
     "layout": _ddl(result_columns("layout_columns")),
@@ -71,6 +76,17 @@ class _PlanReader(DataSourceReader):
 
     def partitions(self) -> list[InputPartition]:
         return [RowsPartition(orchestrate.plan_run(self.run_id, self.request, self.dry_run))]
+
+    def read(self, partition: RowsPartition) -> Iterator[tuple]:
+        yield from partition.rows
+
+
+class _NextReader(DataSourceReader):
+    def __init__(self, options: dict[str, str]) -> None:
+        self.run_id = options.get("run_id", "")
+
+    def partitions(self) -> list[InputPartition]:
+        return [RowsPartition(orchestrate.next_batch(self.run_id))]
 
     def read(self, partition: RowsPartition) -> Iterator[tuple]:
         yield from partition.rows
@@ -127,19 +143,34 @@ class _CommitWriter(DataSourceWriter):
         self.table = request.table
         self.uri = request.uri
         self.storage_options = request.storage_options
+        self.hooks = request.hooks
+        self.partial_progress = request.run["partial_progress"]
+        # Spark's task attempts (from the JVM: local[N] has 1, local[N,F] F, clusters
+        # spark.task.maxFailures): a task failing its last one is counted, not fatal,
+        # under partial progress.
+        self.max_attempts = int(options.get("max_attempts") or 1)
 
     def write(self, iterator: Iterator) -> _Outcomes:
-        return _Outcomes([
-            execute_task(self.table, self.uri, self.storage_options, row.task_id, row.task)
-            for row in iterator])
+        context = TaskContext.get()
+        attempt = context.attemptNumber() if context else 0
+        outcomes = []
+        for row in iterator:
+            try:
+                hooks.task_fault(self.hooks, row.task_id, attempt)
+                outcomes.append(execute_task(self.table, self.uri, self.storage_options,
+                                             row.task_id, row.task))
+            except Exception as e:
+                if not (self.partial_progress and attempt + 1 >= self.max_attempts):
+                    raise
+                outcomes.append(TaskOutcome(row.task_id, None, 0, f"{type(e).__name__}: {e}"))
+        return _Outcomes(outcomes)
 
     def commit(self, messages: list[_Outcomes]) -> None:
         orchestrate.commit_run(self.run_id, [o for m in messages if m for o in m.outcomes])
 
     def abort(self, messages: list[_Outcomes]) -> None:
-        # Nothing was committed; the rewritten files are unreferenced and Lance's cleanup
-        # removes them. The plan is dropped so a retry plans afresh.
-        orchestrate.RunStore(self.run_id).discard()
+        # Nothing was committed: remove what finished tasks wrote; drop the run.
+        orchestrate.abort_run(self.run_id, [o for m in messages if m for o in m.outcomes])
 
 
 class LanceCompactDataSource(DataSource):
@@ -153,8 +184,8 @@ class LanceCompactDataSource(DataSource):
         return _SCHEMAS[_action(self.options, tuple(_SCHEMAS))]
 
     def reader(self, schema) -> DataSourceReader:
-        readers = {"plan": _PlanReader, "rewrite": _RewriteReader, "result": _ResultReader,
-                   "layout": _LayoutReader}
+        readers = {"plan": _PlanReader, "next": _NextReader, "rewrite": _RewriteReader,
+                   "result": _ResultReader, "layout": _LayoutReader}
         return readers[_action(self.options, tuple(readers))](self.options)
 
     def writer(self, schema, overwrite: bool) -> DataSourceWriter:

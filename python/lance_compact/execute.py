@@ -14,8 +14,9 @@ class TaskOutcome:
     """What an executor sends back to the driver for one task (picklable, JSON inside)."""
 
     task_id: int
-    result_json: str
+    result_json: str | None
     elapsed_ms: int
+    error: str | None = None  # set when the task failed all its attempts (partial progress)
 
 
 def execute_task(table: str, uri: str, storage_options: dict[str, str],

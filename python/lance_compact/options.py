@@ -116,6 +116,34 @@ def _convert(o: OptionSpec, value: Any, table: str) -> Any:
     return v
 
 
+def _specs(section: str) -> dict[str, OptionSpec]:
+    fields = set(OptionSpec.__dataclass_fields__)
+    return {o["name"]: OptionSpec(**{k: v for k, v in o.items() if k in fields})
+            for o in spec().get(section, [])}
+
+
+@lru_cache(maxsize=None)
+def run_specs() -> dict[str, OptionSpec]:
+    """How a run commits and retries (partial_progress, max_commits, max_retries)."""
+    return _specs("run_settings")
+
+
+@lru_cache(maxsize=None)
+def hook_specs() -> dict[str, OptionSpec]:
+    """Test-only fault injection hooks."""
+    return _specs("test_hooks")
+
+
+@lru_cache(maxsize=None)
+def cleanup_specs() -> dict[str, OptionSpec]:
+    """Parameters of the cleanup procedure."""
+    return _specs("cleanup_parameters")
+
+
+def run_defaults() -> dict[str, Any]:
+    return {o["name"]: o["default"] for o in spec()["run_settings"]}
+
+
 @lru_cache(maxsize=None)
 def setting_specs() -> dict[str, OptionSpec]:
     """Strategy settings (name -> spec); ``strategies`` says which strategies take each."""
@@ -134,8 +162,9 @@ def setting_strategies(name: str) -> tuple[str, ...]:
 
 def parse_options(table: str, strategy: str, planner_settings: Mapping[str, OptionSpec],
                   params: Mapping[str, Any] | None, extra: Mapping[str, Any] | None
-                  ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Validate named parameters and the options map into (Lance options, strategy settings).
+                  ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """Validate named parameters and the options map into (Lance options, strategy settings,
+    run settings, test hooks).
 
     ``params`` holds typed values of named CALL parameters (None = not given); ``extra`` the
     options map (text values). Only Lance options the user gave are returned, so Lance's
@@ -145,11 +174,17 @@ def parse_options(table: str, strategy: str, planner_settings: Mapping[str, Opti
     lance_specs = option_specs()
     options: dict[str, Any] = {}
     settings: dict[str, Any] = {}
+    run: dict[str, Any] = {}
+    hooks: dict[str, Any] = {}
     for source, values in (("parameter", params or {}), ("options map key", extra or {})):
         for key, value in values.items():
             name = key.strip().lower() if isinstance(key, str) else key
             if name in lance_specs:
                 target, o = options, lance_specs[name]
+            elif name in run_specs():
+                target, o = run, run_specs()[name]
+            elif name in hook_specs():
+                target, o = hooks, hook_specs()[name]
             elif name in planner_settings:
                 target, o = settings, planner_settings[name]
             elif name in setting_specs():
@@ -161,16 +196,16 @@ def parse_options(table: str, strategy: str, planner_settings: Mapping[str, Opti
             else:
                 raise CompactionError(
                     f"table {table}: unknown {source} {key!r}; valid options are: "
-                    + ", ".join(sorted(lance_specs))
+                    + ", ".join(sorted(lance_specs) + sorted(run_specs()))
                     + (f"; settings of strategy {strategy}: " + ", ".join(sorted(planner_settings))
                        if planner_settings else ""))
             if value is None:
                 continue
-            if name in options or name in settings:
+            if name in options or name in settings or name in run or name in hooks:
                 raise CompactionError(
                     f"table {table}: option {name} is given twice (as a parameter and in options)")
             target[name] = _convert(o, value, table)
-    return options, settings
+    return options, settings, {**run_defaults(), **run}, hooks
 
 
 def lance_options(table: str, params: Mapping[str, Any] | None,
@@ -201,6 +236,8 @@ class CompactionRequest:
     strategy: str = "default"
     options: dict[str, Any] = field(default_factory=dict)
     settings: dict[str, Any] = field(default_factory=dict)
+    run: dict[str, Any] = field(default_factory=run_defaults)
+    hooks: dict[str, Any] = field(default_factory=dict)
     storage_options: dict[str, str] = field(default_factory=dict)
 
     @staticmethod
@@ -225,12 +262,13 @@ class CompactionRequest:
             given = params.get("since_version") is not None or "since_version" in extra
             strategy = "incremental" if given else "default"
         cls = planner_class(strategy, table)
-        options, settings = parse_options(table, strategy, cls.settings_spec(), params, extra)
+        options, settings, run, hooks = parse_options(
+            table, strategy, cls.settings_spec(), params, extra)
         return CompactionRequest(table=table, uri=uri, strategy=strategy, options=options,
-                                 settings=settings,
+                                 settings=settings, run=run, hooks=hooks,
                                  storage_options=dict(raw.get("storage_options") or {}))
 
     def to_json(self) -> str:
         return json.dumps({"table": self.table, "uri": self.uri, "strategy": self.strategy,
-                           "params": {**self.options, **self.settings},
+                           "params": {**self.options, **self.settings, **self.run, **self.hooks},
                            "storage_options": self.storage_options})

@@ -29,23 +29,45 @@ object PythonEngine extends Logging {
   val Format = "lance_compact"
   private val Marker = "[LANCE_COMPACT]"
 
-  /** Plan, rewrite on executors, commit on the driver; the result row as a scan. */
+  /** Plan, then per batch rewrite on executors and commit on the driver; the result row.
+   * The engine decides the batches (partial progress, re-plans after conflicts); this only
+   * runs each batch it hands out until it hands out none.
+   */
   def compact(table: String, request: String): ResultScan = {
     val spark = SparkSession.active
     val runId = UUID.randomUUID().toString
+    val attempts = maxTaskAttempts(spark)
     engineCall(spark, s"lance.compact $table: planning") {
-      val plan = read(spark, "plan", runId).option("request", request).load().collect()
-      if (plan.nonEmpty) {
-        val version = plan.head.getAs[Long]("read_version")
-        engineCall(spark, s"lance.compact $table: rewriting ${plan.length} tasks planned at version $version, then committing") {
+      var batch = read(spark, "plan", runId).option("request", request).load().collect()
+      var round = 1
+      while (batch.nonEmpty) {
+        val version = batch.head.getAs[Long]("read_version")
+        engineCall(spark, s"lance.compact $table: rewriting ${batch.length} tasks planned at version $version " +
+            s"(batch $round), then committing") {
           read(spark, "rewrite", runId).load()
-            .write.format(Format).option("action", "commit").option("run_id", runId).mode("append").save()
+            .write.format(Format).option("action", "commit").option("run_id", runId)
+            .option("max_attempts", attempts.toString).mode("append").save()
         }
+        batch = engineCall(spark, s"lance.compact $table: next batch") {
+          read(spark, "next", runId).load().collect()
+        }
+        round += 1
       }
       engineCall(spark, s"lance.compact $table: result") {
         val df = read(spark, "result", runId).load()
         scan(df.schema, df.collect())
       }
+    }
+  }
+
+  /** How many attempts Spark gives a task: local[N] 1, local[N,F] F, else spark.task.maxFailures. */
+  def maxTaskAttempts(spark: SparkSession): Int = {
+    val withRetries = """local\[\s*(?:\d+|\*)\s*,\s*(\d+)\s*\]""".r
+    val plain = """local(?:\[\s*(?:\d+|\*)\s*\])?""".r
+    spark.sparkContext.master match {
+      case withRetries(f) => f.toInt
+      case plain() => 1
+      case _ => spark.sparkContext.getConf.getInt("spark.task.maxFailures", 4)
     }
   }
 

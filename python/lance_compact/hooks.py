@@ -1,0 +1,49 @@
+"""Test-only fault injection, set through the options map (parameters.json ``test_hooks``).
+
+Never needed in production; the tests use them to fail a task attempt, kill its Python
+worker, change the table concurrently right before a commit, or kill the driver between
+the rewrite and the commit.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import signal
+from typing import Any
+
+from .errors import CompactionError
+
+
+def task_fault(hooks: dict[str, Any], task_id: int, attempt: int) -> None:
+    """``test_fail_task = '<task>:<attempt|all>:<raise|kill>'``: fail that task attempt."""
+    spec = hooks.get("test_fail_task")
+    if not spec:
+        return
+    task, when, mode = spec.split(":")
+    if int(task) != task_id or (when != "all" and int(when) != attempt):
+        return
+    if mode == "kill":
+        os._exit(137)  # the Python worker dies, as if killed
+    raise RuntimeError(f"injected failure of task {task_id}, attempt {attempt}")
+
+
+def _driver_pid() -> int:
+    """The JVM this Python worker belongs to: the nearest java ancestor process (Linux)."""
+    pid = os.getppid()
+    while pid > 1:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            if b"java" in f.read().split(b"\0")[0]:
+                return pid
+        with open(f"/proc/{pid}/stat") as f:
+            pid = int(f.read().rsplit(")", 1)[1].split()[1])
+    raise CompactionError("test hook: no driver JVM found among this worker's ancestors")
+
+
+def before_commit(request: Any) -> None:
+    """Run the commit hooks of ``request`` (on the driver, before each commit)."""
+    name = request.hooks.get("test_before_commit")
+    if name:
+        module, _, func = name.rpartition(".")
+        getattr(importlib.import_module(module), func)(request.uri, request.storage_options)
+    if request.hooks.get("test_kill_driver_before_commit"):
+        os.kill(_driver_pid(), signal.SIGKILL)
