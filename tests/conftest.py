@@ -21,16 +21,18 @@ def warehouse(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def spark(warehouse):
+def spark(warehouse, request):
+    """A module may set SPARK_MASTER (e.g. local[2,3] to give tasks 3 attempts)."""
     from pyspark.sql import SparkSession
     from lance_compact import configure_spark_with_lance_compact
 
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ["PYSPARK_PYTHON"] = sys.executable
     # Python workers find the example strategy (examples/my_planners.py) on their path.
+    # and the tests' concurrent-writer hooks (tests/writers.py).
     os.environ["PYTHONPATH"] = os.pathsep.join(
-        p for p in [str(ROOT / "examples"), os.environ.get("PYTHONPATH", "")] if p)
-    builder = (SparkSession.builder.master("local[2]").appName(f"lance-compact-tests")
+        p for p in [str(ROOT / "examples"), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")] if p)
+    builder = (SparkSession.builder.master(getattr(request.module, "SPARK_MASTER", "local[2]")).appName(f"lance-compact-tests")
                .config("spark.ui.enabled", "false")
                .config("spark.sql.shuffle.partitions", "2"))
     session = configure_spark_with_lance_compact(builder, warehouse=str(warehouse)).getOrCreate()

@@ -10,7 +10,7 @@ Every read or write names an ``action`` and a ``run_id``:
   compaction task on an executor, the commit runs once on the driver;
 - read ``action=next``: the next batch's rows, empty when the run is done;
 - read ``action=result``: the run's metrics row;
-- read ``action=layout`` (+ ``request``): the layout report, one row.
+- read ``action=layout`` / ``action=cleanup`` (+ ``request``): one report row.
 """
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from pyspark import TaskContext
 from . import hooks, orchestrate
 from .errors import CompactionError
 from .execute import TaskOutcome, execute_task
+from .cleanup import cleanup_row
 from .layout import layout_row
 from .options import result_columns
 
@@ -40,6 +41,7 @@ _SCHEMAS = {
     "rewrite": _ddl([("task_id", "int"), ("task", "string")]),
     "result": _ddl(result_columns()),
     "layout": _ddl(result_columns("layout_columns")),
+    "cleanup": _ddl(result_columns("cleanup_columns")),
 }
 
 
@@ -84,9 +86,11 @@ class _PlanReader(DataSourceReader):
 class _NextReader(DataSourceReader):
     def __init__(self, options: dict[str, str]) -> None:
         self.run_id = options.get("run_id", "")
+        self.failed_partition = options.get("failed_partition")
 
     def partitions(self) -> list[InputPartition]:
-        return [RowsPartition(orchestrate.next_batch(self.run_id))]
+        failed = self.failed_partition
+        return [RowsPartition(orchestrate.next_batch(self.run_id, int(failed) if failed else None))]
 
     def read(self, partition: RowsPartition) -> Iterator[tuple]:
         yield from partition.rows
@@ -100,7 +104,7 @@ class _RewriteReader(DataSourceReader):
         _, tasks = orchestrate.rewrite_inputs(self.run_id)
         if not tasks:
             raise CompactionError(f"run {self.run_id}: nothing to rewrite")
-        return [TaskPartition(i, t) for i, t in enumerate(tasks)]
+        return [TaskPartition(i, t) for i, t in tasks]
 
     def read(self, partition: TaskPartition) -> Iterator[tuple]:
         yield (partition.task_id, partition.task_json)
@@ -117,15 +121,27 @@ class _ResultReader(DataSourceReader):
         yield from partition.rows
 
 
-class _LayoutReader(DataSourceReader):
+class _OneRowReader(DataSourceReader):
+    """A report computed on the driver: ``row(request)`` gives its one row."""
+
+    row = staticmethod(layout_row)
+
     def __init__(self, options: dict[str, str]) -> None:
         self.request = options.get("request", "")
 
     def partitions(self) -> list[InputPartition]:
-        return [RowsPartition([layout_row(self.request)])]
+        return [RowsPartition([self.row(self.request)])]
 
     def read(self, partition: RowsPartition) -> Iterator[tuple]:
         yield from partition.rows
+
+
+class _LayoutReader(_OneRowReader):
+    row = staticmethod(layout_row)
+
+
+class _CleanupReader(_OneRowReader):
+    row = staticmethod(cleanup_row)
 
 
 class _Outcomes(WriterCommitMessage):
@@ -185,7 +201,7 @@ class LanceCompactDataSource(DataSource):
 
     def reader(self, schema) -> DataSourceReader:
         readers = {"plan": _PlanReader, "next": _NextReader, "rewrite": _RewriteReader,
-                   "result": _ResultReader, "layout": _LayoutReader}
+                   "result": _ResultReader, "layout": _LayoutReader, "cleanup": _CleanupReader}
         return readers[_action(self.options, tuple(readers))](self.options)
 
     def writer(self, schema, overwrite: bool) -> DataSourceWriter:

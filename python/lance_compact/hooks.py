@@ -47,3 +47,4 @@ def before_commit(request: Any) -> None:
         getattr(importlib.import_module(module), func)(request.uri, request.storage_options)
     if request.hooks.get("test_kill_driver_before_commit"):
         os.kill(_driver_pid(), signal.SIGKILL)
+        os._exit(137)  # and this worker, which would otherwise go on to commit

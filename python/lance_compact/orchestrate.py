@@ -78,20 +78,21 @@ class RunStore:
                 pass
 
 
-def _rows(plan: Plan) -> list[list]:
-    return [[i, plan.read_version, t.selected, t.fragment_ids, len(t.fragment_ids), t.rows,
-             t.deleted_rows, t.bytes, t.reason, t.expected_output_fragments]
+def _rows(plan: Plan, first_id: int = 0) -> list[list]:
+    return [[first_id + i, plan.read_version, t.selected, t.fragment_ids, len(t.fragment_ids),
+             t.rows, t.deleted_rows, t.bytes, t.reason, t.expected_output_fragments]
             for i, t in enumerate(plan.tasks)]
 
 
-def _batches(plan: Plan, groups: int) -> list[dict[str, Any]]:
+def _batches(plan: Plan, groups: int, first_id: int = 0) -> list[dict[str, Any]]:
     """The selected tasks in up to ``groups`` batches of consecutive tasks, each committed
-    on its own."""
-    rows = [r for r in _rows(plan) if r[2]]
+    on its own. A task keeps its id (``first_id`` + its place in the plan) for the run."""
+    rows = [r for r in _rows(plan, first_id) if r[2]]
     tasks = [t.task.json() for t in plan.selected]
     n = min(groups, len(tasks))
     bounds = [round(i * len(tasks) / n) for i in range(n + 1)] if n else []
-    return [{"read_version": plan.read_version, "tasks": tasks[a:b], "rows": rows[a:b]}
+    return [{"read_version": plan.read_version, "ids": [r[0] for r in rows[a:b]],
+             "tasks": tasks[a:b], "rows": rows[a:b], "carried": []}
             for a, b in zip(bounds, bounds[1:])]
 
 
@@ -112,7 +113,9 @@ def plan_run(run_id: str, request_json: str, dry_run: bool = False) -> list[tupl
         "read_version": plan.read_version,
         "started": started,
         "pending": _batches(plan, groups),
+        "next_id": len(plan.tasks),
         "current": None,
+        "aborted": None,
         "tasks_left": len(plan.left),
         "fragments_left": sum(len(t.fragment_ids) for t in plan.left),
         "commits": 0, "retries": 0, "tasks_conflicted": 0, "tasks_failed": 0,
@@ -121,10 +124,36 @@ def plan_run(run_id: str, request_json: str, dry_run: bool = False) -> list[tupl
     return _advance(RunStore(run_id), state)
 
 
-def next_batch(run_id: str) -> list[tuple]:
-    """Between batches: the next batch's rows (empty when the run is done)."""
+def next_batch(run_id: str, failed_partition: int | None = None) -> list[tuple]:
+    """Between batches: the next batch's rows (empty when the run is done).
+
+    After a failed batch (``abort_run`` kept it under partial progress) the task Spark gave
+    up on (``failed_partition``, its place in the batch) is counted as failed, and the
+    batch's other unfinished tasks run again with its finished ones carried to their
+    commit. Without partial progress the run is gone and this raises.
+    """
     store = RunStore(run_id)
-    return _advance(store, _state(store))
+    state = _state(store)
+    aborted = state.pop("aborted", None)
+    if aborted is not None:
+        batch = state["current"]
+        failed_id = (batch["ids"][failed_partition]
+                     if failed_partition is not None and 0 <= failed_partition < len(batch["ids"])
+                     else None)
+        finished = [o for o in aborted if o["result_json"] is not None]
+        reported = {o["task_id"] for o in aborted}
+        redo = [i for i, tid in enumerate(batch["ids"]) if tid not in reported and tid != failed_id]
+        # Tasks that raised on their last attempt, the one Spark gave up on, and (when that
+        # one is not known) every unfinished one count as failed.
+        state["tasks_failed"] += len(batch["ids"]) - len(finished) - len(redo)
+        again = {k: [batch[k][i] for i in redo] for k in ("ids", "tasks", "rows")}
+        again.update(read_version=batch["read_version"], carried=batch["carried"] + finished)
+        if redo:
+            state["pending"].insert(0, again)
+        elif again["carried"]:
+            state["current"] = again
+            _commit_batch(state, [])
+    return _advance(store, state)
 
 
 def _advance(store: RunStore, state: dict[str, Any]) -> list[tuple]:
@@ -140,11 +169,11 @@ def _state(store: RunStore) -> dict[str, Any]:
     return state
 
 
-def rewrite_inputs(run_id: str) -> tuple[CompactionRequest, list[str]]:
-    """Phase 2 input: the request and the current batch's tasks (JSON), in task order."""
+def rewrite_inputs(run_id: str) -> tuple[CompactionRequest, list[tuple[int, str]]]:
+    """Phase 2 input: the request and the current batch's (task id, task JSON), in order."""
     state = _state(RunStore(run_id))
-    current = state["current"] or {"tasks": []}
-    return CompactionRequest.from_json(state["request"]), current["tasks"]
+    current = state["current"] or {"ids": [], "tasks": []}
+    return CompactionRequest.from_json(state["request"]), list(zip(current["ids"], current["tasks"]))
 
 
 def commit_run(run_id: str, outcomes: list[TaskOutcome]) -> None:
@@ -152,14 +181,20 @@ def commit_run(run_id: str, outcomes: list[TaskOutcome]) -> None:
     conflicting concurrent change, commit what it left alone and re-plan the rest."""
     store = RunStore(run_id)
     state = _state(store)
+    _commit_batch(state, outcomes)
+    store.save("state", state)
+
+
+def _commit_batch(state: dict[str, Any], outcomes: list[TaskOutcome]) -> None:
     request = CompactionRequest.from_json(state["request"])
     batch = state["current"]
-    if len(outcomes) != len(batch["tasks"]):
+    if sorted(o.task_id for o in outcomes) != sorted(batch["ids"]):
         raise CompactionError(
-            f"table {request.table}: {len(outcomes)} of {len(batch['tasks'])} tasks reported back; "
+            f"table {request.table}: {len(outcomes)} of {len(batch['ids'])} tasks reported back; "
             "nothing was committed")
     hooks.before_commit(request)
-    results = [RewriteResult.from_json(o.result_json) for o in outcomes if o.error is None]
+    done = [o.result_json for o in outcomes if o.error is None]
+    results = [RewriteResult.from_json(j) for j in done + [c["result_json"] for c in batch["carried"]]]
     state["tasks_failed"] += sum(1 for o in outcomes if o.error is not None)
     outcome = commit_results(request, batch["read_version"], results) if results else CommitOutcome()
     if outcome.metrics:
@@ -175,10 +210,10 @@ def commit_run(run_id: str, outcomes: list[TaskOutcome]) -> None:
             state["tasks_conflicted"] += len(outcome.conflicted)
         else:
             state["retries"] += 1
-            state["pending"][:0] = _batches(replanned, 1)
+            state["pending"][:0] = _batches(replanned, 1, state["next_id"])
+            state["next_id"] += len(replanned.tasks)
     state["current"] = None
     state["ended"] = time.time()
-    store.save("state", state)
 
 
 def _replan(request: CompactionRequest, conflicted: list[RewriteResult]) -> Plan:
@@ -193,13 +228,20 @@ def _replan(request: CompactionRequest, conflicted: list[RewriteResult]) -> Plan
 
 
 def abort_run(run_id: str, outcomes: list[TaskOutcome]) -> None:
-    """The rewrite failed: nothing is committed; remove what the finished tasks wrote."""
+    """A task of the batch failed all its attempts (its worker died, say). With partial
+    progress the finished tasks are kept for ``next_batch``; otherwise nothing is
+    committed, what the finished tasks wrote is removed and the run ends."""
     store = RunStore(run_id)
     state = store.load("state")
-    if state is not None:
-        request = CompactionRequest.from_json(state["request"])
-        remove_new_files(request.uri, [RewriteResult.from_json(o.result_json)
-                                       for o in outcomes if o.error is None])
+    if state is None:
+        return
+    request = CompactionRequest.from_json(state["request"])
+    if request.run["partial_progress"] and state["current"]:
+        state["aborted"] = [{"task_id": o.task_id, "result_json": o.result_json} for o in outcomes]
+        store.save("state", state)
+        return
+    remove_new_files(request.uri, [RewriteResult.from_json(o.result_json)
+                                   for o in outcomes if o.error is None])
     store.discard()
 
 

@@ -68,7 +68,7 @@ class LanceCatalogSuite extends AnyFunSuite with BeforeAndAfterAll {
 
   test("procedures are listed and described") {
     val procedures = spark.sql("SHOW PROCEDURES IN lance").collect().map(_.getString(3)).toSeq
-    assert(procedures == Seq("compact", "describe_layout", "plan_compaction"))
+    assert(procedures == Seq("cleanup", "compact", "describe_layout", "plan_compaction"))
     val described = strings("DESCRIBE PROCEDURE lance.compact").mkString("\n")
     assert(described.contains("target_rows_per_fragment"))
     assert(described.contains("materialize_deletions_threshold"))

@@ -42,15 +42,22 @@ object PythonEngine extends Logging {
       var round = 1
       while (batch.nonEmpty) {
         val version = batch.head.getAs[Long]("read_version")
-        engineCall(spark, s"lance.compact $table: rewriting ${batch.length} tasks planned at version $version " +
-            s"(batch $round), then committing") {
-          read(spark, "rewrite", runId).load()
-            .write.format(Format).option("action", "commit").option("run_id", runId)
-            .option("max_attempts", attempts.toString).mode("append").save()
-        }
-        batch = engineCall(spark, s"lance.compact $table: next batch") {
-          read(spark, "next", runId).load().collect()
-        }
+        val failure = try {
+          engineCall(spark, s"lance.compact $table: rewriting ${batch.length} tasks planned at version $version " +
+              s"(batch $round), then committing") {
+            read(spark, "rewrite", runId).load()
+              .write.format(Format).option("action", "commit").option("run_id", runId)
+              .option("max_attempts", attempts.toString).mode("append").save()
+          }
+          None
+        } catch { case e: Exception => Some(e) }
+        // After a failed batch the engine says whether the run goes on (partial progress);
+        // if not, the batch's own error is the CALL's.
+        batch = try engineCall(spark, s"lance.compact $table: next batch") {
+          val next = read(spark, "next", runId)
+          failure.flatMap(failedPartition).fold(next)(p => next.option("failed_partition", p.toString))
+            .load().collect()
+        } catch { case e: Exception => throw failure.getOrElse(e) }
         round += 1
       }
       engineCall(spark, s"lance.compact $table: result") {
@@ -59,6 +66,13 @@ object PythonEngine extends Logging {
       }
     }
   }
+
+  private val GaveUp = """Task (\d+) in stage [\d.]+ failed""".r.unanchored
+
+  /** The partition (task of the batch) Spark gave up on, from its job failure. */
+  private def failedPartition(e: Throwable): Option[Int] =
+    Iterator.iterate(e)(_.getCause).takeWhile(_ != null).flatMap(t => Option(t.getMessage))
+      .collectFirst { case GaveUp(p) => p.toInt }
 
   /** How many attempts Spark gives a task: local[N] 1, local[N,F] F, else spark.task.maxFailures. */
   def maxTaskAttempts(spark: SparkSession): Int = {
@@ -78,6 +92,11 @@ object PythonEngine extends Logging {
 
   /** The table's layout report. */
   def layout(table: String, request: String): ResultScan = single(table, "layout", "describing the layout") {
+    _.option("request", request)
+  }
+
+  /** Lance's cleanup of old versions and orphaned files (or what it would remove). */
+  def cleanup(table: String, request: String): ResultScan = single(table, "cleanup", "cleaning up") {
     _.option("request", request)
   }
 

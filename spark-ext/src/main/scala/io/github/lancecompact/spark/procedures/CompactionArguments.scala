@@ -36,6 +36,11 @@ object CompactionArguments {
   /** Every parameter of compact and plan_compaction, in positional order. */
   val compaction: Array[ProcedureParameter] = ((table +: named) :+ options :+ strategy).toArray
 
+  /** The parameters of cleanup. */
+  val cleanup: Array[ProcedureParameter] = (table +: OptionSpec.cleanupParameters.map { o =>
+    ProcedureParameter.in(o.name, o.dataType).defaultValue("NULL").comment(o.doc).build()
+  }).toArray
+
   /** Some of them, in the same relative order (for procedures that take fewer). */
   def subset(names: String*): Array[ProcedureParameter] = compaction.filter(p => names.contains(p.name))
 

@@ -64,3 +64,12 @@ final class DescribeLayoutProcedure(catalog: LanceCatalog) extends EngineProcedu
     CompactionArguments.subset("table", "target_rows_per_fragment", "materialize_deletions_threshold")
   override protected def run(b: CompactionArguments.Bound): ResultScan = PythonEngine.layout(b.table, b.request)
 }
+
+/** `CALL lance.cleanup(table => ..., older_than => '7 days', dry_run => true)`: Lance's cleanup. */
+final class CleanupProcedure(catalog: LanceCatalog) extends EngineProcedure(catalog) {
+  override def name(): String = "cleanup"
+  override protected def summary: String =
+    "Removes old versions and files of failed or uncommitted writes with Lance's cleanup; dry_run reports only."
+  override protected val parameters: Array[ProcedureParameter] = CompactionArguments.cleanup
+  override protected def run(b: CompactionArguments.Bound): ResultScan = PythonEngine.cleanup(b.table, b.request)
+}

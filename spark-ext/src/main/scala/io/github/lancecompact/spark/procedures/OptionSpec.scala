@@ -35,9 +35,18 @@ object OptionSpec {
         Option(o.get("sql")).exists(_.asBoolean),
         Option(o.get("lance_default")).filterNot(_.isNull).map(_.asText), setting)
     }.toSeq
-    read("options", setting = false) ++ read("settings", setting = true)
+    read("options", setting = false) ++ read("settings", setting = true) ++ read("run_settings", setting = true)
   }
 
-  /** The options and strategy settings that are also named CALL parameters, in declaration order. */
+  /** The cleanup procedure's parameters (after `table`). */
+  lazy val cleanupParameters: Seq[OptionSpec] = {
+    val in = getClass.getResourceAsStream(Resource)
+    val root = try new ObjectMapper().readTree(in) finally in.close()
+    root.get("cleanup_parameters").elements().asScala.map { o =>
+      OptionSpec(o.get("name").asText, o.get("type").asText, o.get("doc").asText, sql = true, None, setting = true)
+    }.toSeq
+  }
+
+  /** The options and settings that are also named CALL parameters, in declaration order. */
   lazy val sqlParameters: Seq[OptionSpec] = all.filter(_.sql)
 }

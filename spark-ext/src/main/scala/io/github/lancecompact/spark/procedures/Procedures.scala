@@ -9,6 +9,7 @@ object Procedures {
   val SystemNamespace = "system"
 
   private val builders: Map[String, LanceCatalog => UnboundProcedure] = Map(
+    "cleanup" -> (c => new CleanupProcedure(c)),
     "compact" -> (c => new CompactProcedure(c)),
     "plan_compaction" -> (c => new PlanCompactionProcedure(c)),
     "describe_layout" -> (c => new DescribeLayoutProcedure(c))

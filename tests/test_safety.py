@@ -1,0 +1,217 @@
+"""Safety: partial progress, conflicts with concurrent writers, faults, cleanup.
+Tasks get 3 attempts here (local[2,3]) so that killed workers can be retried."""
+import os
+import re
+import shutil
+import subprocess
+
+import lance
+import pytest
+
+from conftest import ROOT
+from degraded_table import content, degraded_table
+
+SPARK_MASTER = "local[2,3]"
+
+
+@pytest.fixture
+def table(warehouse, request):
+    name = re.sub(r"\W+", "_", request.node.name)[:50]
+    path = warehouse / "db" / f"{name}.lance"
+    shutil.rmtree(path, ignore_errors=True)
+    degraded_table(str(path), fragments=60, rows_per_fragment=40)
+    return f"db.{name}", path
+
+
+def call(spark, table, args=""):
+    return spark.sql(f"CALL lance.compact(table => '{table}', target_rows_per_fragment => 300"
+                     + (f", {args}" if args else "") + ")").collect()[0]
+
+
+def planned(spark, table):
+    return len(spark.sql(f"CALL lance.plan_compaction(table => '{table}', "
+                         "target_rows_per_fragment => 300)").collect())
+
+
+def data_files(path):
+    return sorted(os.listdir(path / "data"))
+
+
+def test_partial_progress_commits_in_groups(spark, table):
+    t, path = table
+    before = lance.dataset(str(path))
+    n = planned(spark, t)
+    r = call(spark, t, "partial_progress => true, max_commits => 3")
+    after = lance.dataset(str(path))
+    assert n > 3 and r.tasks == n and r.commits == 3 and r.tasks_failed == 0
+    assert r.new_version == after.version
+    assert content(after) == content(before)
+
+
+def test_partial_progress_counts_a_failing_task_and_lands_the_rest(spark, table):
+    t, path = table
+    before = lance.dataset(str(path))
+    plan = spark.sql(f"CALL lance.plan_compaction(table => '{t}', target_rows_per_fragment => 300)").collect()
+    r = call(spark, t, "partial_progress => true, max_commits => 2, "
+                       "options => map('test_fail_task', '1:all:raise')")
+    after = lance.dataset(str(path))
+    assert r.tasks_failed == 1 and r.tasks == len(plan) - 1 and r.commits == 2
+    kept = set(plan[1].fragment_ids)
+    assert kept <= {f.fragment_id for f in after.get_fragments()}  # the failed task's fragments stay
+    assert content(after) == content(before)
+
+
+def test_partial_progress_survives_a_worker_killed_on_every_attempt(spark, table):
+    t, path = table
+    before = lance.dataset(str(path))
+    r = call(spark, t, "partial_progress => true, max_commits => 1, "
+                       "options => map('test_fail_task', '0:all:kill')")
+    assert r.tasks_failed == 1 and r.tasks >= 1 and r.commits == 1
+    assert content(lance.dataset(str(path))) == content(before)
+
+
+def test_a_killed_worker_is_retried_by_spark(spark, table):
+    t, path = table
+    before = lance.dataset(str(path))
+    n = planned(spark, t)
+    r = call(spark, t, "options => map('test_fail_task', '0:0:kill')")
+    assert r.tasks == n and r.tasks_failed == 0 and r.commits == 1
+    assert content(lance.dataset(str(path))) == content(before)
+
+
+def test_a_task_failing_every_attempt_fails_the_call_and_changes_nothing(spark, table):
+    t, path = table
+    version, files = lance.dataset(str(path)).version, data_files(path)
+    n = planned(spark, t)
+    with pytest.raises(Exception, match="injected failure of task 2"):
+        call(spark, t, "options => map('test_fail_task', '2:all:raise')")
+    assert lance.dataset(str(path)).version == version
+    assert data_files(path) == files  # what the other tasks wrote was removed on abort
+    assert call(spark, t).tasks == n  # and the next CALL succeeds
+
+
+def test_a_concurrent_delete_is_respected_and_the_rest_replanned(spark, table):
+    t, path = table
+    before = lance.dataset(str(path))
+    r = call(spark, t, "options => map('test_before_commit', 'writers.delete_in_first_fragment')")
+    after = lance.dataset(str(path))
+    assert r.retries == 1 and r.tasks_conflicted == 0 and r.commits == 2
+    expected = before.to_table().sort_by("id")
+    gone = set(expected["id"].to_pylist()) - set(after.to_table(columns=["id"])["id"].to_pylist())
+    assert len(gone) == 5  # the concurrent delete, not undone, nothing else lost
+    assert after.count_rows() == before.count_rows() - 5
+    assert len(after.get_fragments()) == len(lance.dataset(str(path)).get_fragments())
+    assert call(spark, t).tasks == 0  # fully compacted after the retry
+
+
+def test_without_retries_conflicted_tasks_are_dropped_not_forced(spark, table):
+    t, path = table
+    before = lance.dataset(str(path))
+    files = len(data_files(path))
+    n = planned(spark, t)
+    r = call(spark, t, "max_retries => 0, "
+                       "options => map('test_before_commit', 'writers.delete_in_first_fragment')")
+    after = lance.dataset(str(path))
+    assert r.retries == 0 and r.tasks_conflicted == 1 and r.tasks == n - 1 and r.commits == 1
+    assert after.count_rows() == before.count_rows() - 5
+    # the conflicted task's new file was removed: one new data file per committed task
+    assert len(data_files(path)) == files + n - 1
+
+
+def test_retries_are_bounded_under_endless_conflicts(spark, table):
+    t, path = table
+    before = lance.dataset(str(path))
+    r = call(spark, t, "max_retries => 2, options => map('test_before_commit', 'writers.delete_everywhere')")
+    after = lance.dataset(str(path))
+    assert r.retries == 2 and r.tasks_conflicted >= 1 and r.tasks == 0
+    deleted = set(x for x in before.to_table(columns=["id"])["id"].to_pylist() if x % 97 in (0, 1, 2))
+    assert set(after.to_table(columns=["id"])["id"].to_pylist()) == \
+        set(before.to_table(columns=["id"])["id"].to_pylist()) - deleted
+
+
+def test_a_concurrent_append_is_compatible(spark, table):
+    t, path = table
+    before = lance.dataset(str(path))
+    n = planned(spark, t)
+    r = call(spark, t, "options => map('test_before_commit', 'writers.append_rows')")
+    after = lance.dataset(str(path))
+    assert r.retries == 0 and r.commits == 1 and r.tasks == n
+    assert after.count_rows() == before.count_rows() + 25
+
+
+def test_an_incompatible_overwrite_fails_clearly_and_stands(spark, table):
+    t, path = table
+    with pytest.raises(Exception, match="incompatible with compaction"):
+        call(spark, t, "options => map('test_before_commit', 'writers.overwrite')")
+    after = lance.dataset(str(path))
+    assert after.count_rows() == 10 and min(after.to_table()["id"].to_pylist()) == 700_000
+
+
+def test_driver_killed_before_commit_then_cleanup(spark, table, warehouse):
+    """The spark-sql driver dies between rewrite and commit: the table is unchanged, the next
+    CALL succeeds, and cleanup removes the orphaned files (dry run first)."""
+    t, path = table
+    before = lance.dataset(str(path))
+    files = data_files(path)
+    n = planned(spark, t)
+    p = subprocess.run(
+        [str(ROOT / "bin" / "lance-spark-sql"), "--warehouse", str(warehouse), "--master", "local[2]",
+         "-e", f"CALL lance.compact(table => '{t}', target_rows_per_fragment => 300, "
+               "options => map('test_kill_driver_before_commit', 'true'))"],
+        capture_output=True, text=True, timeout=600)
+    assert p.returncode != 0
+    assert lance.dataset(str(path)).version == before.version
+    orphans = set(data_files(path)) - set(files)
+    assert len(orphans) == n  # the rewrite happened, the commit never did
+
+    dry = spark.sql(f"CALL lance.cleanup(table => '{t}', older_than => '0 seconds', "
+                    "delete_unverified => true, dry_run => true)").collect()[0]
+    assert dry.dry_run and dry.data_files_removed >= n and set(data_files(path)) >= orphans
+    r = call(spark, t)
+    assert r.tasks == n and r.read_version == before.version
+    after = lance.dataset(str(path))
+    assert content(after) == content(before)
+    done = spark.sql(f"CALL lance.cleanup(table => '{t}', older_than => '0 seconds', "
+                     "delete_unverified => true)").collect()[0]
+    assert not done.dry_run and done.old_versions >= 1 and done.data_files_removed >= n + 60
+    assert not (set(data_files(path)) & orphans)
+    assert content(lance.dataset(str(path))) == content(after)
+
+
+@pytest.mark.parametrize("args,message", [
+    ("since_version => 999", "since_version 999 is newer than the table's version"),
+    ("older_than_what => 1", "UNRECOGNIZED_PARAMETER_NAME"),
+])
+def test_more_bad_input(spark, table, args, message):
+    t, path = table
+    version = lance.dataset(str(path)).version
+    with pytest.raises(Exception, match=message):
+        spark.sql(f"CALL lance.compact(table => '{t}', {args})").collect()
+    assert lance.dataset(str(path)).version == version
+
+
+def test_a_cleaned_up_version_is_reported(spark, table):
+    t, path = table
+    first = lance.dataset(str(path)).version
+    call(spark, t)
+    spark.sql(f"CALL lance.cleanup(table => '{t}', older_than => '0 seconds')").collect()
+    version = lance.dataset(str(path)).version
+    with pytest.raises(Exception, match=f"since_version {first - 1} no longer exists"):
+        spark.sql(f"CALL lance.compact(table => '{t}', since_version => {first - 1})").collect()
+    assert lance.dataset(str(path)).version == version
+    with pytest.raises(Exception, match="older_than expects"):
+        spark.sql(f"CALL lance.cleanup(table => '{t}', older_than => 'a while')").collect()
+
+
+@pytest.mark.parametrize("empty", ["no rows", "all deleted"])
+def test_empty_tables_are_a_no_op(spark, warehouse, empty):
+    path = warehouse / "db" / "empty.lance"
+    shutil.rmtree(path, ignore_errors=True)
+    ds = degraded_table(str(path), fragments=5, rows_per_fragment=10, delete_every=0)
+    if empty == "no rows":
+        ds = lance.write_dataset(ds.to_table().slice(0, 0), str(path), mode="overwrite")
+    else:
+        ds.delete("true")
+    version = lance.dataset(str(path)).version
+    r = spark.sql("CALL lance.compact(table => 'db.empty')").collect()[0]
+    assert r.tasks == 0 and r.new_version == version == lance.dataset(str(path)).version
