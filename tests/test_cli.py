@@ -97,3 +97,8 @@ def test_sql_examples_parse_and_run(cli_warehouse, tmp_path):
     p = spark_sql(wh, "-f", str(ROOT / "sql" / "maintenance.sql"))
     assert p.returncode == 0, p.stderr[-3000:]
     assert rows_of(p.stdout)[0]["table"] == "db.events"
+    p = spark_sql(wh, "-e", (ROOT / "sql" / "streaming_maintenance.sql").read_text()
+                  + (ROOT / "sql" / "layout_and_plan.sql").read_text())
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert [r["strategy"] for r in rows_of(p.stdout)] == ["incremental", "deletion_only", "default"]
+    assert rows_of(p.stdout, "table\tversion\tdry_run")[0]["dry_run"] == "true"

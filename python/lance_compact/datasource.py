@@ -14,7 +14,7 @@ Every read or write names an ``action`` and a ``run_id``:
 """
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Callable, Iterator
 
 from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceWriter,
                                     InputPartition, WriterCommitMessage)
@@ -70,33 +70,46 @@ class TaskPartition(InputPartition):
         self.task_json = task_json
 
 
-class _PlanReader(DataSourceReader):
-    def __init__(self, options: dict[str, str]) -> None:
-        self.run_id = options.get("run_id", "")
-        self.request = options.get("request", "")
-        self.dry_run = (options.get("dry_run") or "false").lower() == "true"
+def _plan(o: dict[str, str]) -> list[tuple]:
+    return orchestrate.plan_run(o.get("run_id", ""), o.get("request", ""),
+                                (o.get("dry_run") or "false").lower() == "true")
+
+
+def _next(o: dict[str, str]) -> list[tuple]:
+    failed = o.get("failed_partition")
+    return orchestrate.next_batch(o.get("run_id", ""), int(failed) if failed else None)
+
+
+def _result(o: dict[str, str]) -> list[tuple]:
+    return [orchestrate.result_row(o.get("run_id", ""))]
+
+
+def _layout(o: dict[str, str]) -> list[tuple]:
+    return [layout_row(o.get("request", ""))]
+
+
+def _cleanup(o: dict[str, str]) -> list[tuple]:
+    return [cleanup_row(o.get("request", ""))]
+
+
+class _DriverRowsReader(DataSourceReader):
+    """Rows computed on the driver (in ``partitions``), handed back in one partition."""
+
+    def __init__(self, compute: Callable[[dict[str, str]], list[tuple]],
+                 options: dict[str, str]) -> None:
+        self.compute = compute
+        self.options = dict(options)
 
     def partitions(self) -> list[InputPartition]:
-        return [RowsPartition(orchestrate.plan_run(self.run_id, self.request, self.dry_run))]
-
-    def read(self, partition: RowsPartition) -> Iterator[tuple]:
-        yield from partition.rows
-
-
-class _NextReader(DataSourceReader):
-    def __init__(self, options: dict[str, str]) -> None:
-        self.run_id = options.get("run_id", "")
-        self.failed_partition = options.get("failed_partition")
-
-    def partitions(self) -> list[InputPartition]:
-        failed = self.failed_partition
-        return [RowsPartition(orchestrate.next_batch(self.run_id, int(failed) if failed else None))]
+        return [RowsPartition(self.compute(self.options))]
 
     def read(self, partition: RowsPartition) -> Iterator[tuple]:
         yield from partition.rows
 
 
 class _RewriteReader(DataSourceReader):
+    """One partition per task of the current batch; each row carries its task."""
+
     def __init__(self, options: dict[str, str]) -> None:
         self.run_id = options.get("run_id", "")
 
@@ -110,38 +123,8 @@ class _RewriteReader(DataSourceReader):
         yield (partition.task_id, partition.task_json)
 
 
-class _ResultReader(DataSourceReader):
-    def __init__(self, options: dict[str, str]) -> None:
-        self.run_id = options.get("run_id", "")
-
-    def partitions(self) -> list[InputPartition]:
-        return [RowsPartition([orchestrate.result_row(self.run_id)])]
-
-    def read(self, partition: RowsPartition) -> Iterator[tuple]:
-        yield from partition.rows
-
-
-class _OneRowReader(DataSourceReader):
-    """A report computed on the driver: ``row(request)`` gives its one row."""
-
-    row = staticmethod(layout_row)
-
-    def __init__(self, options: dict[str, str]) -> None:
-        self.request = options.get("request", "")
-
-    def partitions(self) -> list[InputPartition]:
-        return [RowsPartition([self.row(self.request)])]
-
-    def read(self, partition: RowsPartition) -> Iterator[tuple]:
-        yield from partition.rows
-
-
-class _LayoutReader(_OneRowReader):
-    row = staticmethod(layout_row)
-
-
-class _CleanupReader(_OneRowReader):
-    row = staticmethod(cleanup_row)
+_DRIVER_ROWS = {"plan": _plan, "next": _next, "result": _result, "layout": _layout,
+                "cleanup": _cleanup}
 
 
 class _Outcomes(WriterCommitMessage):
@@ -200,9 +183,10 @@ class LanceCompactDataSource(DataSource):
         return _SCHEMAS[_action(self.options, tuple(_SCHEMAS))]
 
     def reader(self, schema) -> DataSourceReader:
-        readers = {"plan": _PlanReader, "next": _NextReader, "rewrite": _RewriteReader,
-                   "result": _ResultReader, "layout": _LayoutReader, "cleanup": _CleanupReader}
-        return readers[_action(self.options, tuple(readers))](self.options)
+        action = _action(self.options, ("rewrite",) + tuple(_DRIVER_ROWS))
+        if action == "rewrite":
+            return _RewriteReader(self.options)
+        return _DriverRowsReader(_DRIVER_ROWS[action], self.options)
 
     def writer(self, schema, overwrite: bool) -> DataSourceWriter:
         _action(self.options, ("commit",))
