@@ -8,7 +8,7 @@ import pytest
 from lance.optimize import Compaction
 
 from degraded_table import batch, content, layout
-from lance_compact import FragmentHistogram, describe_layout, plan_compaction
+from lance_compact import FragmentHistogram, cleanup, describe_layout, plan_compaction
 from lance_compact.planners import get_planner
 from lance_compact.planners.io_bounded import benefit
 
@@ -177,7 +177,7 @@ def test_deletion_only_and_incremental_through_call(spark, warehouse):
     after = lance.dataset(str(path))
     assert r.tasks == 1 and r.fragments_removed == 3
     assert untouched <= {f.fragment_id for f in after.get_fragments()}
-    assert after.count_rows() == ds.count_rows()
+    assert content(after) == content(ds)
     # An explicit since_version picks the strategy by itself.
     r = spark.sql(f"CALL lance.compact(table => '{table}', since_version => {before.version})").collect()[0]
     assert r.strategy == "incremental"
@@ -210,3 +210,7 @@ def test_describe_layout_and_histogram(spark, warehouse):
     assert sum(counts[f"version {after.version}"]) == after.fragments
     svg = h._repr_svg_()
     assert svg.startswith("<svg") and svg.count('class="bar"') == 2 * len(h.buckets)
+    # The PySpark cleanup function, as a dry run: nothing removed, the version kept.
+    dry = cleanup(spark, table, older_than="0 seconds", dry_run=True).collect()[0]
+    assert dry.dry_run and dry.old_versions >= 1 and dry.version == lance.dataset(str(path)).version
+    assert len(lance.dataset(str(path)).versions()) == dry.version

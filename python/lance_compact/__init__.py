@@ -1,8 +1,9 @@
 """Distributed compaction of Lance datasets on Apache Spark."""
-from .api import (LanceCompaction, call_procedure, compact, configure_spark_with_lance_compact,
-                  describe_layout, jar_path, plan_compaction)
+from .api import (LanceCompaction, call_procedure, cleanup, compact,
+                  configure_spark_with_lance_compact, describe_layout, jar_path, plan_compaction)
 from .errors import CompactionError
 from .histogram import FragmentHistogram
 
-__all__ = ["CompactionError", "FragmentHistogram", "LanceCompaction", "call_procedure", "compact",
+__all__ = ["CompactionError", "FragmentHistogram", "LanceCompaction", "call_procedure", "cleanup",
+           "compact",
            "configure_spark_with_lance_compact", "describe_layout", "jar_path", "plan_compaction"]

@@ -131,6 +131,12 @@ def describe_layout(spark: Any, table: str, catalog: str = "lance", **params: An
     return call_procedure(spark, "describe_layout", table, catalog, params)
 
 
+def cleanup(spark: Any, table: str, catalog: str = "lance", **params: Any) -> Any:
+    """Lance's cleanup of old versions and orphaned files (``CALL lance.cleanup``):
+    ``older_than='7 days'``, ``retain_versions``, ``delete_unverified``, ``dry_run``."""
+    return call_procedure(spark, "cleanup", table, catalog, params)
+
+
 def plan_compaction(spark: Any, table: str, *, catalog: str = "lance", strategy: str | None = None,
                     **options: Any) -> Any:
     """Dry run of :func:`compact`: a DataFrame with a row per task; writes nothing."""

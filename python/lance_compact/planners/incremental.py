@@ -9,16 +9,10 @@ from typing import Any
 
 import lance
 
+from ..commit import fragment_signature
 from ..errors import CompactionError
 from ..history import last_compaction
 from .base import Planner
-
-
-def _signature(f: Any) -> tuple:
-    """What identifies a fragment's content: its data files and its deletion file."""
-    d = f.deletion_file
-    return (tuple(x.path for x in f.files),
-            None if d is None else (d.read_version, d.id, d.num_deleted_rows))
 
 
 class IncrementalPlanner(Planner):
@@ -46,5 +40,5 @@ class IncrementalPlanner(Planner):
         except (ValueError, OSError) as e:
             raise CompactionError(
                 f"since_version {since} no longer exists (cleaned up?): {str(e).split(',')[0]}") from None
-        before = {f.fragment_id: _signature(f.metadata) for f in old.get_fragments()}
-        return [f for f in fragments if before.get(f.fragment_id) != _signature(f.metadata)]
+        before = {f.fragment_id: fragment_signature(f.metadata) for f in old.get_fragments()}
+        return [f for f in fragments if before.get(f.fragment_id) != fragment_signature(f.metadata)]

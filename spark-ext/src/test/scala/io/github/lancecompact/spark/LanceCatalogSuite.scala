@@ -32,6 +32,7 @@ class LanceCatalogSuite extends AnyFunSuite with BeforeAndAfterAll {
     Files.createDirectories(warehouse.resolve("staging"))
     spark = SparkSession.builder().master("local[2]").appName("LanceCatalogSuite")
       .config("spark.ui.enabled", "false")
+      .config("spark.sql.warehouse.dir", Files.createTempDirectory("spark-wh").toString)
       .config("spark.sql.catalog.lance", "io.github.lancecompact.spark.catalog.LanceCatalog")
       .config("spark.sql.catalog.lance.warehouse", warehouse.toString)
       .config("spark.sql.execution.pyspark.python", python)
