@@ -15,7 +15,8 @@ from .errors import CompactionError
 
 
 def task_fault(hooks: dict[str, Any], task_id: int, attempt: int) -> None:
-    """``test_fail_task = '<task>:<attempt|all>:<raise|kill>'``: fail that task attempt."""
+    """``test_fail_task = '<task>:<attempt|all>:<raise|kill|kill_executor>'``: fail that task
+    attempt (kill ends its Python worker; kill_executor its executor JVM, on a cluster)."""
     spec = hooks.get("test_fail_task")
     if not spec:
         return
@@ -24,11 +25,15 @@ def task_fault(hooks: dict[str, Any], task_id: int, attempt: int) -> None:
         return
     if mode == "kill":
         os._exit(137)  # the Python worker dies, as if killed
+    if mode == "kill_executor":
+        os.kill(_jvm_pid(), signal.SIGKILL)
+        os._exit(137)
     raise RuntimeError(f"injected failure of task {task_id}, attempt {attempt}")
 
 
-def _driver_pid() -> int:
-    """The JVM this Python worker belongs to: the nearest java ancestor process (Linux)."""
+def _jvm_pid() -> int:
+    """The JVM this Python worker belongs to (the driver, or on a cluster the executor): the
+    nearest java ancestor process (Linux)."""
     pid = os.getppid()
     while pid > 1:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
@@ -46,5 +51,5 @@ def before_commit(request: Any) -> None:
         module, _, func = name.rpartition(".")
         getattr(importlib.import_module(module), func)(request.uri, request.storage_options)
     if request.hooks.get("test_kill_driver_before_commit"):
-        os.kill(_driver_pid(), signal.SIGKILL)
+        os.kill(_jvm_pid(), signal.SIGKILL)
         os._exit(137)  # and this worker, which would otherwise go on to commit
