@@ -215,3 +215,38 @@ def test_empty_tables_are_a_no_op(spark, warehouse, empty):
     version = lance.dataset(str(path)).version
     r = spark.sql("CALL lance.compact(table => 'db.empty')").collect()[0]
     assert r.tasks == 0 and r.new_version == version == lance.dataset(str(path)).version
+
+
+def test_two_compactions_at_once_neither_loses_nor_duplicates(spark, table, tmp_path):
+    """Two CALLs on the same table at the same time (two threads, one session): whichever
+    commits second sees the conflict, commits what is safe and re-plans the rest."""
+    import threading
+
+    t, path = table
+    before = lance.dataset(str(path))
+    reference = tmp_path / "ref.lance"
+    shutil.copytree(path, reference)
+    lance.dataset(str(reference)).optimize.compact_files(target_rows_per_fragment=300)
+    results, errors = [], []
+
+    def run():
+        try:
+            results.append(call(spark, t))
+        except Exception as e:  # reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors
+    # One commits; the other either conflicts and re-plans to nothing, or plans after it.
+    assert sorted(r.commits for r in results) == [0, 1]
+    assert all(r.tasks_conflicted == 0 for r in results)
+    after = lance.dataset(str(path))
+    assert content(after) == content(before)
+    assert call(spark, t).tasks == 0
+    assert sorted(f.count_rows() for f in after.get_fragments()) == \
+        sorted(f.count_rows() for f in lance.dataset(str(reference)).get_fragments())
+    assert sum(r.fragments_removed for r in results) >= len(before.get_fragments()) - len(after.get_fragments())
