@@ -2,15 +2,34 @@ package io.github.lancecompact.spark.engine
 
 import java.util.UUID
 
+import org.apache.spark.QueryContext
 import org.apache.spark.internal.Logging
-import org.apache.spark.sql.{Row, SparkSession}
+import org.apache.spark.sql.{AnalysisException, Row, SparkSession}
 import org.apache.spark.sql.catalyst.{CatalystTypeConverters, InternalRow}
 import org.apache.spark.sql.connector.read.LocalScan
 import org.apache.spark.sql.types.StructType
 
-/** An error of the engine, with the message the Python side wrote for the user. */
+/** A user's error (bad input, a conflicting writer, a failed task), with the message the
+ * engine or the catalog wrote for the user. An AnalysisException (procedures run while the
+ * CALL is analysed), so spark-sql, PySpark and the Thrift server show the message itself
+ * rather than a stack trace.
+ */
 final class LanceCompactException(message: String, cause: Throwable)
-  extends IllegalArgumentException(message, cause)
+  extends AnalysisException(message, None, None, Option(cause), None, Map.empty[String, String],
+    Array.empty[QueryContext]) {
+  // spark-sql prints a stack trace for errors without a SQLSTATE (or an internal XX one).
+  override def getSqlState: String = "42000"
+}
+
+object LanceCompactException {
+  /** Runs `body`, turning the catalog's IllegalArgumentExceptions into LanceCompactException. */
+  def userErrors[T](body: => T): T =
+    try body
+    catch {
+      case e: LanceCompactException => throw e
+      case e: IllegalArgumentException => throw new LanceCompactException(e.getMessage, e)
+    }
+}
 
 /** A procedure's result rows, handed back to Spark as a local scan. */
 final class ResultScan(schema: StructType, result: Array[InternalRow]) extends LocalScan {

@@ -8,7 +8,7 @@ import org.apache.spark.sql.connector.read.Scan
 import org.apache.spark.sql.types.StructType
 
 import io.github.lancecompact.spark.catalog.LanceCatalog
-import io.github.lancecompact.spark.engine.{PythonEngine, ResultScan}
+import io.github.lancecompact.spark.engine.{LanceCompactException, PythonEngine, ResultScan}
 
 /** A procedure that binds its arguments and hands them to the engine; subclasses say which
  * parameters they take and which engine call they make. Nothing else lives here.
@@ -22,7 +22,7 @@ abstract class EngineProcedure(catalog: LanceCatalog) extends UnboundProcedure {
     s"$summary Parameters: ${CompactionArguments.signature(parameters)}"
 
   // A separate bound object: Spark may call an object that is both before filling defaults.
-  override def bind(inputType: StructType): BoundProcedure = {
+  override def bind(inputType: StructType): BoundProcedure = LanceCompactException.userErrors {
     CompactionArguments.checkTypes(s"procedure ${name()}", parameters, inputType)
     bound
   }
@@ -32,8 +32,9 @@ abstract class EngineProcedure(catalog: LanceCatalog) extends UnboundProcedure {
     override def description(): String = EngineProcedure.this.description()
     override def parameters(): Array[ProcedureParameter] = EngineProcedure.this.parameters
     override def isDeterministic: Boolean = false
-    override def call(input: InternalRow): util.Iterator[Scan] =
+    override def call(input: InternalRow): util.Iterator[Scan] = LanceCompactException.userErrors {
       util.List.of[Scan](run(CompactionArguments.bind(catalog, EngineProcedure.this.parameters, input))).iterator()
+    }
   }
 }
 
