@@ -27,6 +27,14 @@ def pylance_layout(path, tmp_path, **options):
     return fragment_rows(lance.dataset(str(copy)))
 
 
+def compacted_like_pylance(path, before, expected_layout):
+    """The table after a CALL: the layout pylance gives, and exactly the rows it had."""
+    after = lance.dataset(str(path))
+    assert fragment_rows(after) == expected_layout
+    assert content(after) == content(before)
+    return after
+
+
 @pytest.mark.parametrize("sql_args,options", [
     ("", {}),
     ("target_rows_per_fragment => 300", {"target_rows_per_fragment": 300}),
@@ -86,10 +94,8 @@ def test_positional_arguments_and_system_namespace(spark, fresh_table, tmp_path)
     # materialize_deletions, then a named one after the positional ones.
     r = spark.sql(f"CALL lance.system.compact('{table}', 400, NULL, NULL, true, "
                   "materialize_deletions_threshold => 0.5)").collect()[0]
-    after = lance.dataset(str(path))
+    after = compacted_like_pylance(path, before, expected_layout)
     assert r.tasks >= 1 and r.new_version == after.version
-    assert fragment_rows(after) == expected_layout
-    assert content(after) == content(before)
 
 
 def test_path_in_the_warehouse_and_the_options_map(spark, fresh_table, tmp_path):
@@ -98,10 +104,8 @@ def test_path_in_the_warehouse_and_the_options_map(spark, fresh_table, tmp_path)
     expected_layout = pylance_layout(path, tmp_path, target_rows_per_fragment=250, batch_size=64)
     r = spark.sql(f"CALL lance.compact(table => '{path}', "
                   "options => map('target_rows_per_fragment', '250', 'batch_size', 64))").collect()[0]
-    after = lance.dataset(str(path))
+    after = compacted_like_pylance(path, before, expected_layout)
     assert r.table == str(path) and r.new_version == after.version
-    assert fragment_rows(after) == expected_layout
-    assert content(after) == content(before)
 
 
 def test_pyspark_api_returns_the_metrics_dataframe(spark, fresh_table, tmp_path):
@@ -112,10 +116,8 @@ def test_pyspark_api_returns_the_metrics_dataframe(spark, fresh_table, tmp_path)
         .option("materialize_deletions", True).option("num_threads", 1).execute()
     assert df.columns == RESULT_COLUMNS
     r = df.collect()[0]
-    after = lance.dataset(str(path))
+    after = compacted_like_pylance(path, before, expected_layout)
     assert r.read_version == before.version and r.new_version == after.version
-    assert fragment_rows(after) == expected_layout
-    assert content(after) == content(before)
     # The function form; nothing left to do now.
     again = compact(spark, table, target_rows_per_fragment=700).collect()[0]
     assert again.tasks == 0 and again.new_version == after.version
