@@ -16,6 +16,7 @@ lazy val root = (project in file("."))
     Compile / scalaSource := baseDirectory.value / "spark-ext" / "src" / "main" / "scala",
     Test / scalaSource := baseDirectory.value / "spark-ext" / "src" / "test" / "scala",
     Compile / resourceDirectory := baseDirectory.value / "spark-ext" / "src" / "main" / "resources",
+    Test / resourceDirectory := baseDirectory.value / "spark-ext" / "src" / "test" / "resources",
     target := baseDirectory.value / "spark-ext" / "target",
     libraryDependencies ++= Seq(
       "org.apache.spark" %% "spark-sql" % sparkVersion % Provided,
