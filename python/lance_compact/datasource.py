@@ -8,8 +8,8 @@ Every read or write names an ``action`` and a ``run_id``:
   its task;
 - write ``action=commit`` (+ ``max_attempts``) of that read: each Spark task executes its
   compaction task on an executor, the commit runs once on the driver;
-- read ``action=next``: the next batch's rows, empty when the run is done;
-- read ``action=result``: the run's metrics row;
+- read ``action=step`` (+ ``failed_partition`` after a failed batch): the next batch's
+  size in ``_next_tasks``, or 0 there and the run's metrics row when it is done;
 - read ``action=layout`` / ``action=cleanup`` (+ ``request``): one report row.
 """
 from __future__ import annotations
@@ -37,9 +37,9 @@ def _ddl(columns: list[tuple[str, str]]) -> str:
 
 _SCHEMAS = {
     "plan": _ddl(result_columns("plan_columns")),
-    "next": _ddl(result_columns("plan_columns")),
     "rewrite": _ddl([("task_id", "int"), ("task", "string")]),
-    "result": _ddl(result_columns()),
+    # Columns starting with "_" are the engine's to the JVM, not the user's.
+    "step": _ddl(result_columns() + orchestrate.STEP_COLUMNS),
     "layout": _ddl(result_columns("layout_columns")),
     "cleanup": _ddl(result_columns("cleanup_columns")),
 }
@@ -75,13 +75,9 @@ def _plan(o: dict[str, str]) -> list[tuple]:
                                 (o.get("dry_run") or "false").lower() == "true")
 
 
-def _next(o: dict[str, str]) -> list[tuple]:
+def _step(o: dict[str, str]) -> list[tuple]:
     failed = o.get("failed_partition")
-    return orchestrate.next_batch(o.get("run_id", ""), int(failed) if failed else None)
-
-
-def _result(o: dict[str, str]) -> list[tuple]:
-    return [orchestrate.result_row(o.get("run_id", ""))]
+    return [orchestrate.step(o.get("run_id", ""), int(failed) if failed else None)]
 
 
 def _layout(o: dict[str, str]) -> list[tuple]:
@@ -123,8 +119,7 @@ class _RewriteReader(DataSourceReader):
         yield (partition.task_id, partition.task_json)
 
 
-_DRIVER_ROWS = {"plan": _plan, "next": _next, "result": _result, "layout": _layout,
-                "cleanup": _cleanup}
+_DRIVER_ROWS = {"plan": _plan, "step": _step, "layout": _layout, "cleanup": _cleanup}
 
 
 class _Outcomes(WriterCommitMessage):

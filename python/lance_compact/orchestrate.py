@@ -6,9 +6,9 @@
 2. per batch, ``rewrite`` + ``commit``: the batch's tasks become Spark tasks; each executes
    on an executor (``execute_task``); the writer's commit runs once on the driver
    (``commit_run``): an atomic commit, and on a conflicting concurrent change a commit of
-   what it left alone plus a re-planned batch for the rest. ``next`` returns the next
-   batch's rows, empty when done.
-3. ``result`` (driver): the result row, then the run's state is removed.
+   what it left alone plus a re-planned batch for the rest.
+3. ``step`` (driver), after the plan and after each batch: the next batch's size, or, when
+   the run is done, the result row (then the run's state is removed).
 
 Both the CALL procedure and the PySpark API go through these phases: the PySpark API
 issues the CALL. A run's state lives in a driver-local folder because every phase that
@@ -243,6 +243,19 @@ def abort_run(run_id: str, outcomes: list[TaskOutcome]) -> None:
     remove_new_files(request.uri, [RewriteResult.from_json(o.result_json)
                                    for o in outcomes if o.error is None])
     store.discard()
+
+
+STEP_COLUMNS = [("_next_tasks", "long"), ("_next_read_version", "long")]
+
+
+def step(run_id: str, failed_partition: int | None = None) -> tuple:
+    """After the plan or a batch: hand out the next batch — (None for every result column,
+    its task count, its read version) — or, when the run is done, the result row with
+    (0, None). One Spark job serves as both 'next batch' and 'result'."""
+    rows = next_batch(run_id, failed_partition)
+    if rows:
+        return (None,) * len(result_columns()) + (len(rows), rows[0][1])
+    return result_row(run_id) + (0, None)
 
 
 def result_row(run_id: str) -> tuple:

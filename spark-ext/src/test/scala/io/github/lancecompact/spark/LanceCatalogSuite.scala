@@ -84,7 +84,7 @@ class LanceCatalogSuite extends AnyFunSuite with BeforeAndAfterAll {
     val seen = descriptions.synchronized(descriptions.toList)
     assert(seen.exists(_.startsWith("lance.compact db.events: planning")), seen)
     assert(seen.exists(d => d.startsWith(s"lance.compact db.events: rewriting ${row.getAs[Long]("tasks")} tasks")), seen)
-    assert(seen.exists(_.startsWith("lance.compact db.events: result")), seen)
+    assert(seen.exists(_.startsWith("lance.compact db.events: next batch or result")), seen)
     // The session's own description is restored afterwards.
     assert(spark.sparkContext.getLocalProperty("spark.job.description") == null)
   }

@@ -57,32 +57,44 @@ object PythonEngine extends Logging {
     val runId = UUID.randomUUID().toString
     val attempts = maxTaskAttempts(spark)
     engineCall(spark, s"lance.compact $table: planning") {
-      var batch = read(spark, "plan", runId).option("request", request).load().collect()
+      val plan = read(spark, "plan", runId).option("request", request).load().collect()
+      var pending = plan.length.toLong
+      var version = plan.headOption.map(_.getAs[Long]("read_version")).getOrElse(0L)
+      var failure: Option[Exception] = None
       var round = 1
-      while (batch.nonEmpty) {
-        val version = batch.head.getAs[Long]("read_version")
-        val failure = try {
-          engineCall(spark, s"lance.compact $table: rewriting ${batch.length} tasks planned at version $version " +
-              s"(batch $round), then committing") {
-            read(spark, "rewrite", runId).load()
-              .write.format(Format).option("action", "commit").option("run_id", runId)
-              .option("max_attempts", attempts.toString).mode("append").save()
-          }
-          None
-        } catch { case e: Exception => Some(e) }
-        // After a failed batch the engine says whether the run goes on (partial progress);
-        // if not, the batch's own error is the CALL's.
-        batch = try engineCall(spark, s"lance.compact $table: next batch") {
-          val next = read(spark, "next", runId)
-          failure.flatMap(failedPartition).fold(next)(p => next.option("failed_partition", p.toString))
-            .load().collect()
+      var result: Option[ResultScan] = None
+      while (result.isEmpty) {
+        if (pending > 0) {
+          failure = try {
+            engineCall(spark, s"lance.compact $table: rewriting $pending tasks planned at version $version " +
+                s"(batch $round), then committing") {
+              read(spark, "rewrite", runId).load()
+                .write.format(Format).option("action", "commit").option("run_id", runId)
+                .option("max_attempts", attempts.toString).mode("append").save()
+            }
+            None
+          } catch { case e: Exception => Some(e) }
+          round += 1
+        }
+        // The engine hands out the next batch, or the result when the run is done. After a
+        // failed batch it says whether the run goes on (partial progress); if not, the
+        // batch's own error is the CALL's.
+        val (schema, row) = try engineCall(spark, s"lance.compact $table: next batch or result") {
+          val step = read(spark, "step", runId)
+          val df = failure.flatMap(failedPartition).fold(step)(p => step.option("failed_partition", p.toString)).load()
+          (df.schema, df.collect().head)
         } catch { case e: Exception => throw failure.getOrElse(e) }
-        round += 1
+        failure = None
+        pending = row.getAs[Long]("_next_tasks")
+        if (pending == 0) {
+          // Columns starting with "_" are the engine's, not the user's.
+          val visible = StructType(schema.fields.filterNot(_.name.startsWith("_")))
+          result = Some(scan(visible, Array(Row.fromSeq(row.toSeq.take(visible.length)))))
+        } else {
+          version = row.getAs[Long]("_next_read_version")
+        }
       }
-      engineCall(spark, s"lance.compact $table: result") {
-        val df = read(spark, "result", runId).load()
-        scan(df.schema, df.collect())
-      }
+      result.get
     }
   }
 
