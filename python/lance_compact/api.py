@@ -85,7 +85,8 @@ class LanceCompaction:
         return self
 
     def strategy(self, name: str) -> "LanceCompaction":
-        """Planning strategy: ``default`` or a dotted Planner class name."""
+        """Planning strategy: ``default``, ``io_bounded``, ``deletion_only``, ``incremental``,
+        or a dotted Planner class name."""
         self._strategy = name
         return self
 
