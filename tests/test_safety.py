@@ -204,7 +204,7 @@ def test_a_cleaned_up_version_is_reported(spark, table):
 
 
 @pytest.mark.parametrize("empty", ["no rows", "all deleted"])
-def test_empty_tables_are_a_no_op(spark, warehouse, empty):
+def test_empty_tables_are_reported(spark, warehouse, empty):
     path = warehouse / "db" / "empty.lance"
     shutil.rmtree(path, ignore_errors=True)
     ds = degraded_table(str(path), fragments=5, rows_per_fragment=10, delete_every=0)
@@ -213,8 +213,12 @@ def test_empty_tables_are_a_no_op(spark, warehouse, empty):
     else:
         ds.delete("true")
     version = lance.dataset(str(path)).version
-    r = spark.sql("CALL lance.compact(table => 'db.empty')").collect()[0]
-    assert r.tasks == 0 and r.new_version == version == lance.dataset(str(path)).version
+    for procedure in ("compact", "plan_compaction"):
+        with pytest.raises(Exception, match=f"table db.empty: the table is empty at version {version}"):
+            spark.sql(f"CALL lance.{procedure}(table => 'db.empty')").collect()
+    assert lance.dataset(str(path)).version == version
+    # The layout report still describes it.
+    assert spark.sql("CALL lance.describe_layout(table => 'db.empty')").collect()[0].rows == 0
 
 
 def test_two_compactions_at_once_neither_loses_nor_duplicates(spark, table, tmp_path):

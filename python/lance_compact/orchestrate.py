@@ -103,6 +103,11 @@ def plan_run(run_id: str, request_json: str, dry_run: bool = False) -> list[tupl
     request = CompactionRequest.from_json(request_json)
     planner = get_planner(request.strategy, request.table, request.settings)
     dataset = open_dataset(request.table, request.uri, request.storage_options)
+    if dataset.count_rows() == 0:
+        # Most likely the wrong table (or one a job emptied): say so rather than succeed.
+        raise CompactionError(
+            f"table {request.table}: the table is empty at version {dataset.version} "
+            f"({len(dataset.get_fragments())} fragments, no live rows); nothing to compact")
     plan = as_plan(planner.plan(dataset, request.options), dataset, request.options)
     if dry_run:
         return [tuple(r) for r in _rows(plan)]
