@@ -68,3 +68,12 @@ def test_unknown_strategy_lists_the_valid_ones():
         get_planner("no_such_module.Planner", "db.t")
     with pytest.raises(CompactionError, match="is not a lance_compact.planners.Planner"):
         get_planner("json.JSONDecoder", "db.t")
+
+
+def test_an_executor_on_another_pylance_refuses_the_task():
+    import lance
+    from lance_compact.execute import check_same_pylance
+
+    check_same_pylance(lance.__version__)
+    with pytest.raises(CompactionError, match="driver planned with pylance 0.0.1"):
+        check_same_pylance("0.0.1")

@@ -19,11 +19,12 @@ from typing import Callable, Iterator
 from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceWriter,
                                     InputPartition, WriterCommitMessage)
 
+import lance
 from pyspark import TaskContext
 
 from . import hooks, orchestrate
 from .errors import CompactionError
-from .execute import TaskOutcome, execute_task
+from .execute import TaskOutcome, check_same_pylance, execute_task
 from .cleanup import cleanup_row
 from .layout import layout_row
 from .options import result_columns
@@ -143,8 +144,10 @@ class _CommitWriter(DataSourceWriter):
         # spark.task.maxFailures): a task failing its last one is counted, not fatal,
         # under partial progress.
         self.max_attempts = int(options.get("max_attempts") or 1)
+        self.pylance = lance.__version__  # the driver's; executors must match it
 
     def write(self, iterator: Iterator) -> _Outcomes:
+        check_same_pylance(self.pylance)
         context = TaskContext.get()
         attempt = context.attemptNumber() if context else 0
         outcomes = []

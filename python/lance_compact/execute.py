@@ -4,9 +4,21 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+import lance
 from lance.optimize import CompactionTask
 
+from .errors import CompactionError
 from .tables import open_dataset
+
+
+def check_same_pylance(driver_version: str) -> None:
+    """Task JSON is not stable across pylance versions: refuse to run a task planned by a
+    driver on another pylance than this executor's."""
+    if lance.__version__ != driver_version:
+        raise CompactionError(
+            f"this executor runs pylance {lance.__version__} but the driver planned with "
+            f"pylance {driver_version}: run the same Python environment everywhere "
+            "(spark.sql.execution.pyspark.python)")
 
 
 @dataclass(frozen=True)
