@@ -77,3 +77,27 @@ def test_an_executor_on_another_pylance_refuses_the_task():
     check_same_pylance(lance.__version__)
     with pytest.raises(CompactionError, match="driver planned with pylance 0.0.1"):
         check_same_pylance("0.0.1")
+
+
+def test_removing_uncommitted_files_never_touches_committed_ones(tmp_path):
+    """The abort/conflict clean-up keeps any file the table references."""
+    import sys
+    from pathlib import Path
+
+    import lance
+    from lance.optimize import Compaction
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+    from degraded_table import content, degraded_table
+    from lance_compact.commit import remove_new_files
+
+    uri = str(tmp_path / "t.lance")
+    ds = degraded_table(uri, fragments=20, rows_per_fragment=20)
+    before = content(ds)
+    options = {"target_rows_per_fragment": 100}
+    results = [t.execute(ds) for t in Compaction.plan(ds, options).tasks]
+    request = CompactionRequest(table="t", uri=uri)
+    Compaction.commit(lance.dataset(uri), results[:1], options)
+    assert remove_new_files(request, results) == sum(len(f.files) for r in results[1:]
+                                                      for f in r.new_fragments)
+    assert content(lance.dataset(uri)) == before

@@ -209,7 +209,7 @@ def _commit_batch(state: dict[str, Any], outcomes: list[TaskOutcome]) -> None:
             totals[k] = v if k == "new_version" else (
                 None if v is None or totals.get(k, 0) is None else totals.get(k, 0) + v)
     if outcome.conflicted:
-        remove_new_files(request.uri, outcome.conflicted)
+        remove_new_files(request, outcome.conflicted)
         replanned = _replan(request, outcome.conflicted) if state["retries"] < request.run["max_retries"] else None
         if replanned is None:
             state["tasks_conflicted"] += len(outcome.conflicted)
@@ -245,7 +245,7 @@ def abort_run(run_id: str, outcomes: list[TaskOutcome]) -> None:
         state["aborted"] = [{"task_id": o.task_id, "result_json": o.result_json} for o in outcomes]
         store.save("state", state)
         return
-    remove_new_files(request.uri, [RewriteResult.from_json(o.result_json)
+    remove_new_files(request, [RewriteResult.from_json(o.result_json)
                                    for o in outcomes if o.error is None])
     store.discard()
 
