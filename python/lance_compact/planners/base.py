@@ -48,13 +48,21 @@ class Plan:
         return [t for t in self.tasks if not t.selected]
 
 
-def describe(task: CompactionTask, dataset: lance.LanceDataset,
-             options: dict[str, Any]) -> PlannedTask:
-    """Facts about a Lance task from its fragments' metadata, and why Lance planned it."""
+def describe_all(tasks: list[CompactionTask], dataset: lance.LanceDataset,
+                 options: dict[str, Any]) -> list[PlannedTask]:
+    """:func:`describe` for every task, with the options Lance applied (read once)."""
     config = dataset.config() or {}
-    target = effective(config, options, "target_rows_per_fragment")
-    threshold = effective(config, options, "materialize_deletions_threshold")
-    materialize = effective(config, options, "materialize_deletions")
+    effective_options = {name: effective(config, options, name) for name in
+                         ("target_rows_per_fragment", "materialize_deletions_threshold",
+                          "materialize_deletions")}
+    return [describe(t, **effective_options) for t in tasks]
+
+
+def describe(task: CompactionTask, target_rows_per_fragment: int,
+             materialize_deletions_threshold: float, materialize_deletions: bool) -> PlannedTask:
+    """Facts about a Lance task from its fragments' metadata, and why Lance planned it."""
+    target, threshold = target_rows_per_fragment, materialize_deletions_threshold
+    materialize = materialize_deletions
     frags = task.fragments
     physical = sum(f.physical_rows for f in frags)
     deleted = sum(f.deletion_file.num_deleted_rows or 0 for f in frags if f.deletion_file)
@@ -121,7 +129,7 @@ class Planner(ABC):
                 excluded | set(options.get("excluded_fragment_ids", [])))
         lance_plan = Compaction.plan(dataset, lance_options)
         planned = Plan(lance_plan.read_version,
-                       [describe(t, dataset, options) for t in lance_plan.tasks])
+                       describe_all(lance_plan.tasks, dataset, options))
         return self.select(dataset, planned, options)
 
     def select(self, dataset: lance.LanceDataset, plan: Plan, options: dict[str, Any]) -> Plan:
@@ -134,4 +142,4 @@ def as_plan(result: Plan | CompactionPlan, dataset: lance.LanceDataset,
     """A user's planner may return Lance's own CompactionPlan."""
     if isinstance(result, Plan):
         return result
-    return Plan(result.read_version, [describe(t, dataset, options) for t in result.tasks])
+    return Plan(result.read_version, describe_all(result.tasks, dataset, options))
