@@ -146,13 +146,8 @@ def run_defaults() -> dict[str, Any]:
 
 @lru_cache(maxsize=None)
 def setting_specs() -> dict[str, OptionSpec]:
-    """Strategy settings (name -> spec); ``strategies`` says which strategies take each."""
-    out = {}
-    for o in spec().get("settings", []):
-        o = dict(o)
-        o.pop("strategies", None)
-        out[o["name"]] = OptionSpec(**o)
-    return out
+    """Strategy settings (name -> spec); ``setting_strategies`` says which strategies take each."""
+    return _specs("settings")
 
 
 def setting_strategies(name: str) -> tuple[str, ...]:

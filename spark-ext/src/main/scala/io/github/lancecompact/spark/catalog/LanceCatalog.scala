@@ -39,8 +39,6 @@ class LanceCatalog extends TableCatalog with SupportsNamespaces with ProcedureCa
 
   override def name(): String = catalogName
 
-  def warehouse: Warehouse = warehouseRef
-
   /** Lance storage options from the catalog's `storage.*` settings. */
   def storageOptions: Map[String, String] = storage
 

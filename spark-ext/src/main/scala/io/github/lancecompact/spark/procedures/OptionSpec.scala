@@ -26,26 +26,26 @@ final case class OptionSpec(name: String, kind: String, doc: String, sql: Boolea
 object OptionSpec {
   private val Resource = "/lance_compact/parameters.json"
 
-  lazy val all: Seq[OptionSpec] = {
+  /** parameters.json, read once. */
+  private lazy val root = {
     val in = Option(getClass.getResourceAsStream(Resource)).getOrElse(
       throw new IllegalStateException(s"$Resource is missing from the lance-spark-compact jar"))
-    val root = try new ObjectMapper().readTree(in) finally in.close()
-    def read(section: String, setting: Boolean) = root.get(section).elements().asScala.map { o =>
+    try new ObjectMapper().readTree(in) finally in.close()
+  }
+
+  private def section(name: String, setting: Boolean): Seq[OptionSpec] =
+    root.get(name).elements().asScala.map { o =>
       OptionSpec(o.get("name").asText, o.get("type").asText, o.get("doc").asText,
         Option(o.get("sql")).exists(_.asBoolean),
         Option(o.get("lance_default")).filterNot(_.isNull).map(_.asText), setting)
     }.toSeq
-    read("options", setting = false) ++ read("settings", setting = true) ++ read("run_settings", setting = true)
-  }
+
+  lazy val all: Seq[OptionSpec] =
+    section("options", setting = false) ++ section("settings", setting = true) ++
+      section("run_settings", setting = true)
 
   /** The cleanup procedure's parameters (after `table`). */
-  lazy val cleanupParameters: Seq[OptionSpec] = {
-    val in = getClass.getResourceAsStream(Resource)
-    val root = try new ObjectMapper().readTree(in) finally in.close()
-    root.get("cleanup_parameters").elements().asScala.map { o =>
-      OptionSpec(o.get("name").asText, o.get("type").asText, o.get("doc").asText, sql = true, None, setting = true)
-    }.toSeq
-  }
+  lazy val cleanupParameters: Seq[OptionSpec] = section("cleanup_parameters", setting = true)
 
   /** The options and settings that are also named CALL parameters, in declaration order. */
   lazy val sqlParameters: Seq[OptionSpec] = all.filter(_.sql)
