@@ -18,3 +18,4 @@ if [ ! -f "$jar" ]; then
   exit 1
 fi
 catalog_class="io.github.lancecompact.spark.catalog.LanceCatalog"
+plugin_class="io.github.lancecompact.spark.engine.EnginePlugin"

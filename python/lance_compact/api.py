@@ -18,6 +18,7 @@ from typing import Any, Mapping
 from .options import option_specs
 
 CATALOG_CLASS = "io.github.lancecompact.spark.catalog.LanceCatalog"
+PLUGIN_CLASS = "io.github.lancecompact.spark.engine.EnginePlugin"
 JAR_NAME = "lance-spark-compact.jar"
 
 
@@ -35,18 +36,22 @@ def jar_path() -> str:
 
 def configure_spark_with_lance_compact(builder: Any, warehouse: str | None = None,
                                        catalog: str = "lance",
-                                       storage_options: Mapping[str, str] | None = None) -> Any:
+                                       storage_options: Mapping[str, str] | None = None,
+                                       start_engine: bool = True) -> Any:
     """Configure a ``SparkSession.Builder`` for compaction (like Delta's configure_spark_with_delta_pip).
 
-    Adds the jar, registers the catalog ``catalog`` over ``warehouse`` and makes executors
-    run this Python (they must run the same pylance as the driver).
+    Adds the jar, registers the catalog ``catalog`` over ``warehouse`` and makes the driver's
+    engine and the executors run this Python (they must run the same pylance). With
+    ``start_engine`` the engine and the executors' Python workers start with the session
+    (Spark plugin ``EnginePlugin``), so the first CALL does not wait for them.
     """
-    # Spark looks up Python data sources with $PYSPARK_PYTHON (the conf below is not
-    # consulted for that), so set it for the JVM this builder is about to start.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = (builder.config("spark.jars", jar_path())
                .config(f"spark.sql.catalog.{catalog}", CATALOG_CLASS)
                .config("spark.sql.execution.pyspark.python", sys.executable))
+    if start_engine:
+        plugins = [p for p in (getattr(builder, "_options", {}).get("spark.plugins") or "").split(",") if p]
+        if PLUGIN_CLASS not in plugins:
+            builder = builder.config("spark.plugins", ",".join(plugins + [PLUGIN_CLASS]))
     if warehouse:
         builder = builder.config(f"spark.sql.catalog.{catalog}.warehouse", warehouse)
     for k, v in (storage_options or {}).items():

@@ -16,45 +16,11 @@ import lance
 from lance.optimize import Compaction, RewriteResult
 
 from .errors import CompactionError
-from .history import record_compaction
+from .fragments import changed_fragments, data_bytes, deleted_rows
 from .options import CompactionRequest
 from .tables import open_dataset
 
 log = logging.getLogger(__name__)
-
-
-def data_bytes(fragments: Iterable[Any]) -> int | None:
-    """Bytes of the fragments' data files, as Lance recorded them when it wrote each file.
-
-    None when a file's size was not recorded (older datasets): a figure we did not measure
-    is not reported.
-    """
-    total = 0
-    for fragment in fragments:
-        for data_file in fragment.files:
-            if data_file.file_size_bytes is None:
-                return None
-            total += data_file.file_size_bytes
-    return total
-
-
-def deleted_rows(fragments: Iterable[Any]) -> int:
-    """Rows marked deleted in the fragments' deletion files."""
-    return sum(f.deletion_file.num_deleted_rows or 0 for f in fragments if f.deletion_file)
-
-
-def fragment_signature(f: Any) -> tuple:
-    """What identifies a fragment's content: its data files and its deletion file."""
-    d = f.deletion_file
-    return (tuple(x.path for x in f.files),
-            None if d is None else (d.read_version, d.id, d.num_deleted_rows))
-
-
-def changed_fragments(old: lance.LanceDataset, new: lance.LanceDataset) -> set[int]:
-    """Ids of fragments of ``old`` that ``new`` no longer holds unchanged."""
-    now = {f.fragment_id: fragment_signature(f.metadata) for f in new.get_fragments()}
-    return {f.fragment_id for f in old.get_fragments()
-            if now.get(f.fragment_id) != fragment_signature(f.metadata)}
 
 
 def is_retryable_conflict(error: Exception) -> bool:
@@ -113,12 +79,6 @@ def _commit(dataset: lance.LanceDataset, request: CompactionRequest, read_versio
         "bytes_read": data_bytes(originals),
         "bytes_written": data_bytes(news),
     }
-    try:
-        record_compaction(dataset, request.strategy, read_version, out)
-        out["new_version"] = dataset.version
-    except Exception as e:  # the compaction is committed; only the record is missing
-        log.warning("table %s: compaction committed at version %s but not recorded: %s",
-                    request.table, out["new_version"], e)
     return out
 
 
@@ -127,8 +87,7 @@ def commit_results(request: CompactionRequest, read_version: int,
     """Commit ``results`` atomically; on a conflicting concurrent change, commit those whose
     fragments it left unchanged and return the others as conflicted.
 
-    The compaction is recorded in the table's config (``history.py``) for the
-    ``incremental`` strategy and the layout report.
+    Lance's own Rewrite transaction is the record of the compaction (``history.py``).
     """
     dataset = open_dataset(request.table, request.uri, request.storage_options)
     try:

@@ -1,37 +1,69 @@
-"""The record of the last compaction this product committed, kept in the table's own config
-(Lance's manifest), so no side files: ``lance_compact.last_compaction`` holds JSON."""
+"""The last compaction of a table, read from Lance's own transactions: no record of ours,
+no extra commit. Any compaction counts (a Rewrite transaction: this product's, pylance's
+``compact_files``, lance-spark's ``OPTIMIZE``)."""
 from __future__ import annotations
 
-import json
-from datetime import datetime, timezone
+from dataclasses import dataclass
+from datetime import timezone
 from typing import Any
 
 import lance
 
-KEY = "lance_compact.last_compaction"
+
+@dataclass(frozen=True)
+class LastCompaction:
+    version: int            # the version the compaction committed
+    fragments_removed: int
+    fragments_added: int
 
 
-def last_compaction(dataset: lance.LanceDataset) -> dict[str, Any] | None:
-    """{"version", "read_version", "at", "strategy", "tasks", "fragments_removed",
-    "fragments_added"} of the last recorded compaction, or None."""
-    text = (dataset.config() or {}).get(KEY)
-    if not text:
-        return None
+def _is_rewrite(dataset: lance.LanceDataset, version: int) -> bool | None:
+    """Whether ``version`` was committed by a Rewrite; None when its transaction is gone."""
     try:
-        return json.loads(text)
-    except ValueError:
+        t = dataset.checkout_version(version).get_transactions(1)[0]
+    except TypeError as e:
+        # pylance 14.0.2 cannot decode a Rewrite that remapped indices (its RewrittenIndex
+        # binding takes more arguments than it passes); only a Rewrite carries those.
+        if "RewrittenIndex" in str(e):
+            return True
+        raise
+    return None if t is None else type(t.operation).__name__ == "Rewrite"
+
+
+def _newest_rewrite(dataset: lance.LanceDataset) -> int | None:
+    """The newest version committed by a Rewrite. Transactions are read newest first in
+    growing windows, so a recently compacted table costs a few reads whatever its age;
+    versions removed by cleanup end the search."""
+    window = 16
+    while True:
+        window = min(window, dataset.version)
+        try:
+            kinds: list[Any] = [None if t is None else type(t.operation).__name__ == "Rewrite"
+                                for t in dataset.get_transactions(window)]
+        except TypeError:  # a Rewrite the binding cannot decode: one version at a time
+            kinds = [_is_rewrite(dataset, dataset.version - i) for i in range(window)]
+        for i, rewrite in enumerate(kinds):
+            if rewrite is None:
+                return None
+            if rewrite:
+                return dataset.version - i
+        if window >= dataset.version:
+            return None
+        window *= 8
+
+
+def last_compaction(dataset: lance.LanceDataset) -> LastCompaction | None:
+    """The table's newest compaction up to ``dataset.version``, or None."""
+    version = _newest_rewrite(dataset)
+    if version is None or version < 2:
         return None
+    # A Rewrite only replaces fragments: the ids it removed and added, from the manifests.
+    before = {f.fragment_id for f in dataset.checkout_version(version - 1).get_fragments()}
+    after = {f.fragment_id for f in dataset.checkout_version(version).get_fragments()}
+    return LastCompaction(version, len(before - after), len(after - before))
 
 
-def record_compaction(dataset: lance.LanceDataset, strategy: str, read_version: int,
-                      metrics: dict[str, Any]) -> None:
-    """Record a committed compaction in the table's config (a small commit of its own)."""
-    dataset.update_config({KEY: json.dumps({
-        "version": metrics["new_version"],
-        "read_version": read_version,
-        "at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "strategy": strategy,
-        "tasks": metrics["tasks"],
-        "fragments_removed": metrics["fragments_removed"],
-        "fragments_added": metrics["fragments_added"],
-    })})
+def committed_at(dataset: lance.LanceDataset, version: int) -> str | None:
+    """When ``version`` was committed, ISO 8601 in UTC."""
+    when = next((v["timestamp"] for v in dataset.versions() if v["version"] == version), None)
+    return None if when is None else when.astimezone(timezone.utc).isoformat(timespec="seconds")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from .history import last_compaction
+from .history import committed_at, last_compaction
 from .options import CompactionRequest, effective, result_columns
 from .tables import open_dataset
 
@@ -44,9 +44,7 @@ def layout_row(request_json: str) -> tuple:
     last = last_compaction(ds)
     how = None
     if last:
-        how = (f"strategy {last['strategy']}: {last['tasks']} tasks, "
-               f"{last['fragments_removed']} fragments -> {last['fragments_added']}, "
-               f"from version {last['read_version']}")
+        how = f"{last.fragments_removed} fragments -> {last.fragments_added}"
     row = {
         "table": request.table,
         "version": ds.version,
@@ -61,8 +59,8 @@ def layout_row(request_json: str) -> tuple:
         "max_deleted_fraction": max(fractions, default=0.0),
         "fragment_rows": live_rows,
         "indices": indices,
-        "last_compacted_version": last["version"] if last else None,
-        "last_compacted_at": last["at"] if last else None,
+        "last_compacted_version": last.version if last else None,
+        "last_compacted_at": committed_at(ds, last.version) if last else None,
         "last_compaction": how,
     }
     return tuple(row[name] for name, _ in result_columns("layout_columns"))

@@ -1,7 +1,7 @@
 """``incremental``: only fragments added or changed since a version.
 
 The version is the ``since_version`` setting, by default the version committed by the
-last compaction this product ran (recorded in the table's config, see ``commit.py``).
+table's last compaction (Lance's last Rewrite transaction, see ``history.py``).
 """
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 
 import lance
 
-from ..commit import fragment_signature
+from ..fragments import fragment_signature
 from ..errors import CompactionError
 from ..history import last_compaction
 from .base import Planner
@@ -24,13 +24,13 @@ class IncrementalPlanner(Planner):
         if self.settings.get("since_version") is not None:
             return self.settings["since_version"]
         last = last_compaction(dataset)
-        return None if last is None else last["version"]
+        return None if last is None else last.version
 
     def filter_fragments(self, dataset: lance.LanceDataset,
                          fragments: list[lance.LanceFragment],
                          options: dict[str, Any]) -> list[lance.LanceFragment]:
         since = self.since(dataset)
-        if since is None:  # never compacted by us: everything is new
+        if since is None:  # never compacted: everything is new
             return fragments
         if since > dataset.version:
             raise CompactionError(

@@ -16,7 +16,7 @@ import org.scalatest.funsuite.AnyFunSuite
 class LanceCatalogSuite extends AnyFunSuite with BeforeAndAfterAll {
   private val warehouse: Path = Files.createTempDirectory("lance-wh")
   private var spark: SparkSession = _
-  private val descriptions = mutable.ArrayBuffer.empty[String]
+  private val descriptions = mutable.ArrayBuffer.empty[(String, Option[String])]
   private val python = sys.env.getOrElse("PYSPARK_PYTHON", "python3")
 
   private def createTable(ns: String, name: String): Path = {
@@ -39,7 +39,8 @@ class LanceCatalogSuite extends AnyFunSuite with BeforeAndAfterAll {
       .getOrCreate()
     spark.sparkContext.addSparkListener(new SparkListener {
       override def onJobStart(e: SparkListenerJobStart): Unit = descriptions.synchronized {
-        Option(e.properties.getProperty("spark.job.description")).foreach(descriptions += _)
+        Option(e.properties.getProperty("spark.job.description")).foreach(
+          d => descriptions += d -> Option(e.properties.getProperty("spark.jobGroup.id")))
       }
     })
   }
@@ -75,17 +76,20 @@ class LanceCatalogSuite extends AnyFunSuite with BeforeAndAfterAll {
     assert(described.contains("materialize_deletions_threshold"))
   }
 
-  test("CALL compacts, with job descriptions naming the table, the phase and the task count") {
+  test("CALL compacts in one Spark job named for the table, the phase and the task count, in the caller's job group") {
     descriptions.synchronized(descriptions.clear())
-    val row = spark.sql("CALL lance.compact(table => 'db.events', target_rows_per_fragment => 200)").collect().head
+    spark.sparkContext.setJobGroup("the-callers-group", "a statement")
+    val row = try spark.sql("CALL lance.compact(table => 'db.events', target_rows_per_fragment => 200)").collect().head
+      finally spark.sparkContext.clearJobGroup()
     assert(row.getAs[String]("table") == "db.events")
     assert(row.getAs[Long]("tasks") >= 2)
     assert(row.getAs[Long]("new_version") > row.getAs[Long]("read_version"))
-    val seen = descriptions.synchronized(descriptions.toList)
-    assert(seen.exists(_.startsWith("lance.compact db.events: planning")), seen)
-    assert(seen.exists(d => d.startsWith(s"lance.compact db.events: rewriting ${row.getAs[Long]("tasks")} tasks")), seen)
-    assert(seen.exists(_.startsWith("lance.compact db.events: next batch or result")), seen)
-    // The session's own description is restored afterwards.
+    // Planning and committing run in the driver's engine; the rewrite is the only job, and
+    // a cancellation of the caller's group reaches it.
+    val seen = descriptions.synchronized(descriptions.toList).filter(_._1.startsWith("lance.compact"))
+    assert(seen == List(s"lance.compact db.events: rewriting ${row.getAs[Long]("tasks")} tasks planned at " +
+      s"version ${row.getAs[Long]("read_version")} (batch 1)" -> Some("the-callers-group")), seen)
+    // The caller's own description is untouched.
     assert(spark.sparkContext.getLocalProperty("spark.job.description") == null)
   }
 

@@ -5,6 +5,7 @@ import java.util
 
 import scala.jdk.CollectionConverters._
 
+import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.analysis.{NamespaceAlreadyExistsException, NoSuchNamespaceException, NoSuchTableException, NonEmptyNamespaceException}
 import org.apache.spark.sql.catalyst.parser.{CatalystSqlParser, ParseException}
 import org.apache.spark.sql.connector.catalog._
@@ -13,6 +14,7 @@ import org.apache.spark.sql.connector.expressions.Transform
 import org.apache.spark.sql.types.StructType
 import org.apache.spark.sql.util.CaseInsensitiveStringMap
 
+import io.github.lancecompact.spark.engine.EngineProcess
 import io.github.lancecompact.spark.procedures.Procedures
 
 /** The `lance` catalog: a warehouse of Lance datasets with maintenance procedures.
@@ -35,6 +37,9 @@ class LanceCatalog extends TableCatalog with SupportsNamespaces with ProcedureCa
     storage = options.asCaseSensitiveMap().asScala.collect {
       case (k, v) if k.toLowerCase.startsWith("storage.") => k.substring("storage.".length) -> v
     }.toMap
+    // The catalog is initialized when a statement first names it: start the engine now,
+    // in the background, so the statement's procedure call finds it (nearly) ready.
+    SparkSession.getActiveSession.foreach(EngineProcess.warmUp)
   }
 
   override def name(): String = catalogName

@@ -1,0 +1,130 @@
+"""The driver's long-lived engine process: ``python -m lance_compact.engine``.
+
+Started once per SparkContext by the JVM (``EngineProcess.scala``), it connects back over
+Py4J with the port and secret in its environment, wraps the driver's SparkContext in a
+PySpark one, and serves every procedure call: ``compact`` (plan, Spark jobs that rewrite on
+executors, commits), ``plan``, ``layout``, ``cleanup``. pylance is imported once, and a
+call costs no Spark job of its own beyond the rewrite.
+
+Requests are long-polled from the JVM; each is served on its own thread (so a Thrift
+server's concurrent statements run side by side), under its caller's job group and tags.
+Responses are JSON: ``{"ok": true, "schema": DDL, "rows": [[...]]}`` or ``{"ok": false,
+"error": message}``. Nothing here logs a request: it holds storage credentials.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import threading
+import time
+import traceback
+from typing import Any, Callable
+
+log = logging.getLogger("lance_compact.engine")
+
+
+def _ddl(columns: list[tuple[str, str]]) -> str:
+    return ", ".join(f"`{n}` {t}" for n, t in columns)
+
+
+def _handlers(sc: Any) -> dict[str, Callable[[str], tuple[str, list[tuple]]]]:
+    from . import orchestrate
+    from .cleanup import cleanup_row
+    from .layout import layout_row
+    from .options import result_columns
+    from .spark_job import SparkBatchRunner
+
+    runner = SparkBatchRunner(sc)
+    return {
+        "compact": lambda r: (_ddl(result_columns()), [orchestrate.compact(r, runner)]),
+        "plan": lambda r: (_ddl(result_columns("plan_columns")), orchestrate.dry_run(r)),
+        "layout": lambda r: (_ddl(result_columns("layout_columns")), [layout_row(r)]),
+        "cleanup": lambda r: (_ddl(result_columns("cleanup_columns")), [cleanup_row(r)]),
+    }
+
+
+def handle(handlers: dict[str, Callable[[str], tuple[str, list[tuple]]]], action: str,
+           request: str) -> dict[str, Any]:
+    """Serve one request; errors become ``{"ok": false, "error": ...}``."""
+    from .errors import CompactionError
+
+    try:
+        if action not in handlers:
+            raise CompactionError(f"engine: unknown action {action!r}")
+        schema, rows = handlers[action](request)
+        return {"ok": True, "schema": schema, "rows": [list(r) for r in rows]}
+    except CompactionError as e:
+        return {"ok": False, "error": e.message}
+    except Exception as e:  # a bug or an unexpected Lance error: say what, keep serving
+        log.error("engine: %s failed: %s", action, traceback.format_exc())
+        return {"ok": False, "error": f"lance_compact engine: {action} failed: {type(e).__name__}: {e}"}
+
+
+def _exit_with_parent() -> None:
+    """The JVM holds our stdin: when it ends (or dies), so do we."""
+    try:
+        while sys.stdin.buffer.read(1 << 16):
+            pass
+    finally:
+        os._exit(0)
+
+
+def _preload() -> None:
+    # Overlaps the imports a first call needs with connecting to the JVM.
+    import lance  # noqa: F401
+    from . import orchestrate, layout, cleanup, spark_job  # noqa: F401
+
+
+def _start_workers(sc: Any) -> None:
+    # While this process finishes starting and plans, the executors start their Python workers.
+    try:
+        from .spark_job import start_workers
+        clock = time.monotonic()
+        start_workers(sc)
+        log.info("Python workers started in %d ms", (time.monotonic() - clock) * 1000)
+    except Exception as e:  # only a head start: a compaction starts its workers anyway
+        log.warning("starting Python workers ahead of time failed: %s", e)
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    threading.Thread(target=_exit_with_parent, daemon=True).start()
+    preload = threading.Thread(target=_preload, daemon=True)
+    preload.start()
+
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    gateway = launch_gateway()  # PYSPARK_GATEWAY_PORT/SECRET from the JVM
+    bridge = gateway.entry_point
+    jsc = bridge.javaSparkContext()
+    sc = SparkContext(gateway=gateway, jsc=jsc, conf=SparkConf(_jconf=jsc.sc().conf()))
+    threading.Thread(target=_start_workers, args=(sc,), daemon=True).start()
+    preload.join()
+    handlers = _handlers(sc)
+    bridge.ready()
+    log.info("engine ready (pid %d)", os.getpid())
+
+    def serve(raw: str) -> None:
+        started = time.monotonic()
+        message = json.loads(raw)
+        try:
+            bridge.adopt(message["id"])
+            text = json.dumps(handle(handlers, message["action"], message["request"]))
+        except Exception as e:  # the caller must always get an answer
+            text = json.dumps({"ok": False, "error": f"lance_compact engine: {type(e).__name__}: {e}"})
+        finally:
+            bridge.adopt("")  # clear the caller's job group and tags from this thread
+        bridge.respond(message["id"], text)
+        log.info("served %s in %d ms", message["action"], (time.monotonic() - started) * 1000)
+
+    while True:
+        raw = bridge.nextRequest(60_000)
+        if raw is not None:
+            threading.Thread(target=serve, args=(raw,), daemon=True).start()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,129 @@
+package io.github.lancecompact.spark.engine
+
+import java.io.File
+import java.net.InetAddress
+import java.nio.charset.StandardCharsets
+import java.nio.file.Files
+import java.security.SecureRandom
+import java.util.concurrent.ExecutionException
+
+import scala.jdk.CollectionConverters._
+
+import org.apache.spark.SparkContext
+import org.apache.spark.internal.Logging
+import org.apache.spark.scheduler.{SparkListener, SparkListenerApplicationEnd}
+import org.apache.spark.sql.SparkSession
+
+/** The one long-lived Python engine process of this driver (`python -m lance_compact.engine`).
+ *
+ * It is started on first use, connects back over Py4J (a ClientServer on the loopback
+ * address with a random secret), wraps this driver's SparkContext in a PySpark one and from
+ * then on serves every procedure call: planning, the Spark jobs that rewrite on executors,
+ * commits and reports happen there, with pylance imported once. It ends with the
+ * SparkContext or the JVM (it also exits when its stdin, held by this JVM, closes).
+ */
+final class EngineProcess private (val sc: SparkContext, python: String) extends Logging {
+  val bridge = new EngineBridge(sc)
+  private val secret = {
+    val bytes = new Array[Byte](32)
+    new SecureRandom().nextBytes(bytes)
+    bytes.map("%02x".format(_)).mkString
+  }
+  private val server = new py4j.ClientServer.ClientServerBuilder()
+    .javaPort(0).javaAddress(InetAddress.getLoopbackAddress)
+    .authToken(secret).entryPoint(bridge).autoStartJavaServer(false).build()
+  val logFile: File = Files.createTempFile("lance-compact-engine-", ".log").toFile
+  logFile.deleteOnExit()
+  private var process: Process = _
+
+  private def start(): Unit = {
+    server.startServer(true)
+    val pb = new ProcessBuilder(python, "-u", "-m", "lance_compact.engine")
+    val env = pb.environment()
+    env.put("PYSPARK_GATEWAY_PORT", server.getJavaServer.getListeningPort.toString)
+    env.put("PYSPARK_GATEWAY_SECRET", secret)
+    env.put("PYSPARK_PIN_THREAD", "true")
+    // Executors run the same Python as the engine: task JSON is not stable across pylance versions.
+    env.put("PYSPARK_PYTHON", python)
+    pb.redirectErrorStream(true).redirectOutput(ProcessBuilder.Redirect.appendTo(logFile))
+    val started = System.nanoTime()
+    process = pb.start()
+    process.onExit().thenRun(() => {
+      bridge.failAll(new IllegalStateException(
+        s"the lance_compact engine process ($python) exited with code ${process.exitValue()}${logTail()}"))
+    })
+    val deadline = started + EngineProcess.StartTimeoutMs * 1000000L
+    while (!bridge.awaitReady(50)) {
+      if (!process.isAlive || System.nanoTime() > deadline) {
+        stop()
+        throw new IllegalStateException(
+          s"the lance_compact engine process ($python) did not start" +
+            (if (process.isAlive) s" within ${EngineProcess.StartTimeoutMs / 1000} s" else
+              s": it exited with code ${process.exitValue()}") + logTail())
+      }
+    }
+    logInfo(s"lance_compact engine started in ${(System.nanoTime() - started) / 1000000} ms (log: $logFile)")
+  }
+
+  def alive: Boolean = process != null && process.isAlive && !sc.isStopped
+
+  def stop(): Unit = {
+    if (process != null) {
+      process.destroy()
+      if (!process.waitFor(5, java.util.concurrent.TimeUnit.SECONDS)) process.destroyForcibly()
+    }
+    server.shutdown()
+  }
+
+  /** Run one request in the engine and return its response JSON. */
+  def call(action: String, requestJson: String): String =
+    try bridge.submit(action, requestJson).get()
+    catch { case e: ExecutionException => throw e.getCause }
+
+  private def logTail(): String = {
+    val lines = try Files.readAllLines(logFile.toPath, StandardCharsets.UTF_8).asScala.takeRight(20)
+    catch { case _: Exception => Nil }
+    if (lines.isEmpty) "" else lines.mkString("; its log ends with:\n", "\n", "")
+  }
+}
+
+object EngineProcess extends Logging {
+  val StartTimeoutMs = 120000L
+  private var current: Option[EngineProcess] = None
+
+  /** The engine of the active session's SparkContext, started on first use. */
+  def get(spark: SparkSession): EngineProcess = synchronized {
+    val sc = spark.sparkContext
+    current match {
+      case Some(e) if (e.sc eq sc) && e.alive => e
+      case previous =>
+        previous.foreach(_.stop())
+        val e = new EngineProcess(sc, pythonExec(spark))
+        e.start()
+        sc.addSparkListener(new SparkListener {
+          override def onApplicationEnd(end: SparkListenerApplicationEnd): Unit = e.stop()
+        })
+        current = Some(e)
+        e
+    }
+  }
+
+  /** Start the engine ahead of the first call (in the background), so that call finds it
+   * ready. Errors surface on the first call. */
+  def warmUp(spark: SparkSession): Unit = {
+    val t = new Thread(() => try get(spark) catch { case e: Exception => logDebug("engine warm-up", e) },
+      "lance-compact-engine-start")
+    t.setDaemon(true)
+    t.start()
+  }
+
+  /** The Python of the engine and of the executors' workers: the session's
+   * spark.sql.execution.pyspark.python, spark.pyspark.python, $PYSPARK_PYTHON, else python3. */
+  def pythonExec(spark: SparkSession): String =
+    spark.conf.getOption("spark.sql.execution.pyspark.python")
+      .orElse(spark.sparkContext.getConf.getOption("spark.pyspark.python"))
+      .orElse(sys.env.get("PYSPARK_PYTHON"))
+      .getOrElse("python3")
+
+  sys.addShutdownHook(synchronized(current.foreach(_.stop())))
+}
