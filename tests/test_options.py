@@ -4,7 +4,8 @@ import json
 import pytest
 
 from lance_compact.errors import CompactionError
-from lance_compact.options import CompactionRequest, lance_options, option_specs
+from lance_compact.options import lance_options, option_specs
+from lance_compact.request import CompactionRequest
 from lance_compact.planners import get_planner
 
 

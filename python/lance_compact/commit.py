@@ -17,7 +17,7 @@ from lance.optimize import Compaction, RewriteResult
 
 from .errors import CompactionError
 from .fragments import changed_fragments, data_bytes, deleted_rows
-from .options import CompactionRequest
+from .request import CompactionRequest
 from .tables import open_dataset
 
 log = logging.getLogger(__name__)
@@ -82,14 +82,17 @@ def _commit(dataset: lance.LanceDataset, request: CompactionRequest, read_versio
     return out
 
 
-def commit_results(request: CompactionRequest, read_version: int,
-                   results: list[RewriteResult]) -> CommitOutcome:
+def commit_results(request: CompactionRequest, read_version: int, results: list[RewriteResult],
+                   dataset: lance.LanceDataset | None = None) -> CommitOutcome:
     """Commit ``results`` atomically; on a conflicting concurrent change, commit those whose
     fragments it left unchanged and return the others as conflicted.
 
-    Lance's own Rewrite transaction is the record of the compaction (``history.py``).
+    ``dataset`` is the table as the run last saw it (its plan or its previous commit), which
+    saves reopening a large manifest; Lance checks every newer version at commit all the
+    same. Lance's own Rewrite transaction is the record of the compaction (``history.py``).
     """
-    dataset = open_dataset(request.table, request.uri, request.storage_options)
+    if dataset is None:
+        dataset = open_dataset(request.table, request.uri, request.storage_options)
     try:
         return CommitOutcome(_commit(dataset, request, read_version, results), list(results))
     except OSError as e:

@@ -65,5 +65,6 @@ def last_compaction(dataset: lance.LanceDataset) -> LastCompaction | None:
 
 def committed_at(dataset: lance.LanceDataset, version: int) -> str | None:
     """When ``version`` was committed, ISO 8601 in UTC."""
-    when = next((v["timestamp"] for v in dataset.versions() if v["version"] == version), None)
-    return None if when is None else when.astimezone(timezone.utc).isoformat(timespec="seconds")
+    # get_version() reads the checked-out manifest only; versions() would read them all.
+    when = dataset.checkout_version(version).get_version()["timestamp"]
+    return when.astimezone(timezone.utc).isoformat(timespec="seconds")

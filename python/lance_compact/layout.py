@@ -4,7 +4,8 @@ from __future__ import annotations
 from collections import defaultdict
 
 from .history import committed_at, last_compaction
-from .options import CompactionRequest, effective, result_columns
+from .options import effective, result_columns
+from .request import CompactionRequest
 from .tables import open_dataset
 
 

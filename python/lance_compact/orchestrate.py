@@ -17,13 +17,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import lance
 from lance.optimize import Compaction, RewriteResult
 
 from . import hooks
 from .commit import CommitOutcome, commit_results, remove_new_files
 from .errors import CompactionError
 from .execute import TaskOutcome
-from .options import CompactionRequest, result_columns
+from .options import result_columns
+from .request import CompactionRequest
 from .planners import Plan, as_plan, get_planner
 from .tables import open_dataset
 
@@ -80,8 +82,8 @@ def _batches(plan: Plan, groups: int, first_id: int = 0) -> list[Batch]:
             for a, b in zip(bounds, bounds[1:])]
 
 
-def make_plan(request: CompactionRequest) -> Plan:
-    """The strategy's plan at the table's latest version."""
+def make_plan(request: CompactionRequest) -> tuple[Plan, lance.LanceDataset]:
+    """The strategy's plan at the table's latest version, and the table it was made on."""
     planner = get_planner(request.strategy, request.table, request.settings)
     dataset = open_dataset(request.table, request.uri, request.storage_options)
     if dataset.count_rows() == 0:
@@ -89,19 +91,21 @@ def make_plan(request: CompactionRequest) -> Plan:
         raise CompactionError(
             f"table {request.table}: the table is empty at version {dataset.version} "
             f"({len(dataset.get_fragments())} fragments, no live rows); nothing to compact")
-    return as_plan(planner.plan(dataset, request.options), dataset, request.options)
+    return as_plan(planner.plan(dataset, request.options), dataset, request.options), dataset
 
 
 def dry_run(request_json: str) -> list[tuple]:
     """``plan_compaction``: a row per task, selected or left for later; writes nothing."""
-    return [tuple(r) for r in plan_rows(make_plan(CompactionRequest.from_json(request_json)))]
+    return [tuple(r) for r in plan_rows(make_plan(CompactionRequest.from_json(request_json))[0])]
 
 
 class Run:
     """One compaction run: its batches and its measured totals."""
 
-    def __init__(self, request: CompactionRequest, plan: Plan, started: float) -> None:
+    def __init__(self, request: CompactionRequest, plan: Plan, dataset: lance.LanceDataset,
+                 started: float) -> None:
         self.request = request
+        self.dataset = dataset  # the table as this run last saw it, reused by its commits
         self.started = started
         self.ended: float | None = None
         self.read_version = plan.read_version
@@ -165,7 +169,8 @@ class Run:
         done = sorted([o for o in outcomes if o.error is None] + batch.carried, key=lambda o: o.task_id)
         results = [RewriteResult.from_json(o.result_json) for o in done]
         self.counts["tasks_failed"] += sum(1 for o in outcomes if o.error is not None)
-        outcome = commit_results(request, batch.read_version, results) if results else CommitOutcome()
+        outcome = (commit_results(request, batch.read_version, results, self.dataset)
+                   if results else CommitOutcome())
         if outcome.metrics:
             self.counts["commits"] += 1
             for k, v in outcome.metrics.items():
@@ -214,7 +219,7 @@ def compact(request_json: str, runner: BatchRunner) -> tuple:
     """``compact``: plan, run every batch, commit; the result row."""
     started = time.time()
     request = CompactionRequest.from_json(request_json)
-    run = Run(request, make_plan(request), started)
+    run = Run(request, *make_plan(request), started)
     log.info("table %s: planned %d tasks in %d ms", request.table,
              sum(len(b.ids) for b in run.pending), (time.time() - started) * 1000)
     run.execute(runner)

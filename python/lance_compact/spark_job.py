@@ -8,6 +8,7 @@ progress, or to remove their files).
 """
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
 from typing import Any, Iterator
@@ -19,8 +20,10 @@ from pyspark.accumulators import AccumulatorParam, _accumulatorRegistry
 from . import hooks
 from .errors import MARKER
 from .execute import TaskOutcome, check_same_pylance, execute_task
-from .options import CompactionRequest
+from .request import CompactionRequest
 from .orchestrate import Batch, BatchFailure
+
+log = logging.getLogger(__name__)
 
 
 class _Outcomes(AccumulatorParam):
@@ -141,4 +144,7 @@ class SparkBatchRunner:
         finally:
             sc.setJobDescription(None)
             _accumulatorRegistry.pop(outcomes.aid, None)
-        return list(outcomes.value), failure
+        done = list(outcomes.value)
+        log.info("table %s: batch %d: task times %s ms", request.table, number,
+                 [o.elapsed_ms for o in sorted(done, key=lambda o: o.task_id)])
+        return done, failure

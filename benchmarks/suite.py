@@ -1,0 +1,620 @@
+"""The benchmark suite: every path of a compaction against pylance's in-process
+``compact_files`` on the same data, in one run.
+
+    .venv/bin/python benchmarks/suite.py              # the full suite (about 15 minutes)
+    .venv/bin/python benchmarks/suite.py --quick      # tiny tables, to check it works (CI)
+    .venv/bin/python benchmarks/suite.py --only streaming big
+
+Prints one table (each path's median time, its ratio to its anchor, the figures behind it)
+and the targets of issue 9, met or not; writes ``results.json`` and ``results.svg`` (a
+chart of the same figures) to ``--out``. Each timed path runs on a fresh copy of its table
+(synced to disk first), and each result is checked: the content equals the source's live
+rows in order, and the layout equals pylance's. Absolute times on a shared machine drift;
+ratios within one run hold.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import tables  # noqa: E402
+
+# name -> (builder, keyword arguments), full size and quick.
+TABLES = {
+    "full": {
+        "streaming": ("streaming", dict(appends=600, rows_per_append=500, dim=64)),
+        "big": ("big", dict(fragments=2000, rows_per_fragment=2000, dim=128)),
+        "big4x": ("big", dict(fragments=8000, rows_per_fragment=2000, dim=128)),
+        "binary": ("big", dict(fragments=200, rows_per_fragment=10000, dim=64, deleted_quarter=False)),
+        "frags1k": ("many_fragments", dict(fragments=1000, rows_per_fragment=100, small=10, small_rows=10)),
+        "frags50k": ("many_fragments", dict(fragments=50000, rows_per_fragment=100, small=10, small_rows=10)),
+        "frags100k": ("many_fragments", dict(fragments=100000, rows_per_fragment=10)),
+    },
+    "quick": {
+        "streaming": ("streaming", dict(appends=30, rows_per_append=100, dim=8)),
+        "big": ("big", dict(fragments=40, rows_per_fragment=500, dim=16, per_write=20)),
+        "big4x": ("big", dict(fragments=160, rows_per_fragment=500, dim=16, per_write=40)),
+        "binary": ("big", dict(fragments=20, rows_per_fragment=2000, dim=16, deleted_quarter=False)),
+        "frags1k": ("many_fragments", dict(fragments=100, rows_per_fragment=100, small=10, small_rows=10)),
+        "frags50k": ("many_fragments", dict(fragments=1000, rows_per_fragment=100, small=10, small_rows=10)),
+        "frags100k": ("many_fragments", dict(fragments=2000, rows_per_fragment=10)),
+    },
+}
+TARGETS = {"streaming": 100_000, "big": 1_048_576, "big4x": 1_048_576, "binary": 1_048_576,
+           "frags1k": 100, "frags50k": 100, "frags100k": 100_000}
+
+
+# ---------------------------------------------------------------- helpers (any process)
+
+def copy(src: Path, dst: Path) -> Path:
+    """A fresh copy, written to disk before anything is timed on it."""
+    shutil.rmtree(dst, ignore_errors=True)
+    shutil.copytree(src, dst)
+    os.sync()
+    return dst
+
+
+def same_rows(a: Any, b: Any, window: int = 250_000) -> bool:
+    """Whether two datasets hold the same rows in the same order (windowed, memory-bound)."""
+    n = a.count_rows()
+    if n != b.count_rows():
+        return False
+    return all(a.to_table(offset=o, limit=window).equals(b.to_table(offset=o, limit=window))
+               for o in range(0, n, window))
+
+
+def fragment_rows(ds: Any) -> list[int]:
+    return [f.count_rows() for f in ds.get_fragments()]
+
+
+def peak_rss_kb(pid: int) -> int:
+    """The process's peak resident set (VmHWM), in KiB."""
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
+
+
+def descendants(pid: int) -> list[tuple[int, str]]:
+    """(pid, command line) of every process below ``pid``."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                children.setdefault(ppid, []).append(int(entry))
+            except (OSError, ValueError, IndexError):
+                pass
+    out, todo = [], list(children.get(pid, []))
+    while todo:
+        p = todo.pop()
+        try:
+            with open(f"/proc/{p}/cmdline", "rb") as f:
+                out.append((p, f.read().replace(b"\0", b" ").decode(errors="replace")))
+        except OSError:
+            continue
+        todo.extend(children.get(p, []))
+    return out
+
+
+# ---------------------------------------------------------------- probes (own processes)
+
+def probe_pylance(work: Path, table: str, options: dict, repeat: int, cores: int | None) -> dict:
+    """pylance's compact_files in this process (pinned to ``cores`` CPUs when given)."""
+    if cores:
+        os.sched_setaffinity(0, set(sorted(os.sched_getaffinity(0))[:cores]))
+    import lance
+
+    src = work / "tables" / f"{table}.lance"
+    source = lance.dataset(str(src))
+    times, layout, metrics = [], None, None
+    for i in range(repeat):
+        dst = copy(src, work / "runs" / f"pylance-{table}.lance")
+        ds = lance.dataset(str(dst))
+        t = time.perf_counter()
+        m = ds.optimize.compact_files(**options)
+        times.append(time.perf_counter() - t)
+        after = lance.dataset(str(dst))
+        assert same_rows(after, source), f"pylance changed the rows of {table}"
+        layout = fragment_rows(after)
+        metrics = {"fragments_removed": m.fragments_removed, "fragments_added": m.fragments_added}
+    return {"times": times, "layout": layout, "metrics": metrics}
+
+
+def _session(master: str, warehouse: Path, plugin: bool = True) -> Any:
+    from pyspark.sql import SparkSession
+    from lance_compact import configure_spark_with_lance_compact
+
+    builder = (SparkSession.builder.master(master).appName("lance-compact-benchmark")
+               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false"))
+    spark = configure_spark_with_lance_compact(builder, warehouse=str(warehouse),
+                                               start_engine=plugin).getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def _call(table: str, target: int, extra: str = "", ns: str = "b") -> str:
+    return f"CALL lance.compact(table => '{ns}.{table}', target_rows_per_fragment => {target}{extra})"
+
+
+def probe_session(work: Path, master: str, runs: list[dict]) -> dict:
+    """A warm PySpark session: each run compacts fresh copies through SQL or the PySpark API
+    (``api``), or times plan_compaction (``plan``) or a no-op CALL (``noop``)."""
+    import lance
+    from lance_compact import compact
+
+    wh = work / f"wh_{os.getpid()}"
+    (wh / "b").mkdir(parents=True, exist_ok=True)
+    spark = _session(master, work)  # the warehouse: tables/ and the copies in b/
+    # Warm: engine started, Python workers started with pylance imported.
+    first = runs[0]["table"]
+    copy(work / "tables" / f"{first}.lance", wh / "b" / "warmup.lance")
+    spark.sql(_call("warmup", TARGETS[first], ns=wh.name + ".b")).collect()
+    out = []
+    for r in runs:
+        table, target = r["table"], TARGETS[r["table"]]
+        src = work / "tables" / f"{table}.lance"
+        source = lance.dataset(str(src))
+        times, rows, layout = [], [], None
+        for i in range(r.get("repeat", 3)):
+            if r["kind"] == "noop":
+                dst = wh / "b" / "noop.lance"
+                if i == 0:
+                    copy(src, dst)
+                    spark.sql(_call("noop", target, ns=wh.name + ".b")).collect()
+                t = time.perf_counter()
+                row = spark.sql(_call("noop", target, ns=wh.name + ".b")).collect()[0]
+                times.append(time.perf_counter() - t)
+                assert row.tasks == 0, "the no-op CALL did work"
+                continue
+            if r["kind"] == "plan":  # writes nothing: the table itself, by its path
+                t = time.perf_counter()
+                planned = spark.sql(f"CALL lance.plan_compaction(table => '{src}', "
+                                    f"target_rows_per_fragment => {target})").collect()
+                times.append(time.perf_counter() - t)
+                rows.append({"tasks": len(planned), "fragments": sum(p.fragments for p in planned)})
+                continue
+            dst = copy(src, wh / "b" / f"{table}.lance")
+            t = time.perf_counter()
+            if r["kind"] == "api":
+                row = compact(spark, f"{wh.name}.b.{table}", target_rows_per_fragment=target,
+                              **r.get("options", {})).collect()[0]
+            else:
+                opts = "".join(f", {k} => '{v}'" if isinstance(v, str) else f", {k} => {v}"
+                               for k, v in r.get("options", {}).items())
+                row = spark.sql(_call(table, target, opts, ns=wh.name + ".b")).collect()[0]
+            times.append(time.perf_counter() - t)
+            after = lance.dataset(str(dst))
+            assert same_rows(after, source), f"CALL changed the rows of {table}"
+            layout = fragment_rows(after)
+            rows.append(row.asDict())
+        out.append({**r, "times": times, "rows": rows, "layout": layout})
+    spark.stop()
+    shutil.rmtree(wh, ignore_errors=True)
+    return {"runs": out}
+
+
+def probe_memory(work: Path, table: str) -> dict:
+    """A fresh session compacts ``table`` once; the peak memory of each process after."""
+    import lance
+
+    wh = work / f"wh_{os.getpid()}"
+    (wh / "b").mkdir(parents=True, exist_ok=True)
+    spark = _session("local[2]", wh)
+    src = work / "tables" / f"{table}.lance"
+    dst = copy(src, wh / "b" / f"{table}.lance")
+    t = time.perf_counter()
+    row = spark.sql(_call(table, TARGETS[table])).collect()[0]
+    seconds = time.perf_counter() - t
+    procs = descendants(os.getpid())
+    jvm = [p for p, c in procs if "java" in c.split(" ")[0]]
+    engine = [p for p, c in procs if "lance_compact.engine" in c]
+    workers = [p for p, c in procs if "pyspark.daemon" in c or "pyspark.worker" in c]
+    peaks = {"driver_jvm_mb": max((peak_rss_kb(p) for p in jvm), default=0) // 1024,
+             "engine_mb": max((peak_rss_kb(p) for p in engine), default=0) // 1024,
+             "python_worker_mb": max((peak_rss_kb(p) for p in workers), default=0) // 1024,
+             "python_workers": len(workers)}
+    assert same_rows(lance.dataset(str(dst)), lance.dataset(str(src))), f"CALL changed the rows of {table}"
+    spark.stop()
+    shutil.rmtree(wh, ignore_errors=True)
+    return {**peaks, "seconds": seconds, "tasks": row.tasks,
+            "bytes": (row.bytes_read or 0) + (row.bytes_written or 0)}
+
+
+def probe_scaling(work: Path, table: str, repeat: int) -> dict:
+    """One task of 10 small fragments at the end of a table of many fragments: the same
+    task through a warm CALL and through pylance, the table restored between runs."""
+    import lance
+
+    wh = work / f"wh_{os.getpid()}"
+    (wh / "b").mkdir(parents=True, exist_ok=True)
+    dst = copy(work / "tables" / f"{table}.lance", wh / "b" / f"{table}.lance")
+    spark = _session("local[2]", wh)
+    base = lance.dataset(str(dst)).version
+    call, pylance_times = [], []
+    for i in range(repeat + 1):  # the first CALL warms the session
+        lance.dataset(str(dst), version=base).restore()
+        t = time.perf_counter()
+        row = spark.sql(_call(table, TARGETS[table])).collect()[0]
+        if i:
+            call.append(time.perf_counter() - t)
+        assert row.tasks == 1, f"expected one task on {table}, got {row.tasks}"
+        lance.dataset(str(dst), version=base).restore()
+        ds = lance.dataset(str(dst))
+        t = time.perf_counter()
+        ds.optimize.compact_files(target_rows_per_fragment=TARGETS[table])
+        if i:
+            pylance_times.append(time.perf_counter() - t)
+    fragments = len(lance.dataset(str(dst), version=base).get_fragments())
+    spark.stop()
+    shutil.rmtree(wh, ignore_errors=True)
+    return {"call": call, "pylance": pylance_times, "fragments": fragments}
+
+
+def probe_bandwidth(work: Path, mb: int) -> dict:
+    """Sequential write (with fsync) and read (pages dropped first) of one file."""
+    path = work / "bandwidth.bin"
+    chunk = os.urandom(8 << 20)
+    t = time.perf_counter()
+    with open(path, "wb") as f:
+        for _ in range(mb // 8):
+            f.write(chunk)
+        f.flush()
+        os.fsync(f.fileno())
+    write = time.perf_counter() - t
+    fd = os.open(path, os.O_RDONLY)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    t = time.perf_counter()
+    while os.read(fd, 8 << 20):
+        pass
+    read = time.perf_counter() - t
+    os.close(fd)
+    path.unlink()
+    return {"write_mb_s": mb / write, "read_mb_s": mb / read}
+
+
+PROBES = {"pylance": probe_pylance, "session": probe_session, "memory": probe_memory,
+          "scaling": probe_scaling, "bandwidth": probe_bandwidth}
+
+
+def run_probe(work: Path, name: str, **kwargs: Any) -> dict:
+    """A probe in a process of its own (a fresh Spark session, its own peak memory)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(Path(__file__).resolve().parent), os.environ.get("PYTHONPATH", "")])}
+    p = subprocess.run([sys.executable, __file__, "--probe", name, "--work", str(work),
+                        "--args", json.dumps(kwargs)], capture_output=True, text=True, env=env)
+    lines = [line for line in p.stdout.splitlines() if line.startswith("PROBE ")]
+    if p.returncode != 0 or not lines:
+        raise RuntimeError(f"probe {name} failed:\n{p.stderr[-4000:]}")
+    return json.loads(lines[-1][len("PROBE "):])
+
+
+def spark_sql(work: Path, table: str, plugin: bool, warm: int) -> dict:
+    """bin/lance-spark-sql, a fresh process: the first statement CALLs a fresh copy, then
+    ``warm`` more copies, then a no-op; spark-sql's own 'Time taken' for each."""
+    import lance
+
+    wh = work / f"wh-sql-{int(plugin)}"
+    shutil.rmtree(wh, ignore_errors=True)
+    src = work / "tables" / f"{table}.lance"
+    for i in range(warm + 1):
+        copy(src, wh / "b" / f"c{i}.lance")
+    target = TARGETS[table]
+    statements = [_call(f"c{i}", target) for i in range(warm + 1)] + [_call(f"c{warm}", target)]
+    env = {**os.environ, "LANCE_COMPACT_START_ENGINE": "true" if plugin else "false"}
+    t = time.perf_counter()
+    p = subprocess.run([str(ROOT / "bin" / "lance-spark-sql"), "--warehouse", str(wh), "--master", "local[2]",
+                        "-e", ";\n".join(statements)], capture_output=True, text=True, env=env)
+    whole = time.perf_counter() - t
+    taken = [float(x) for x in re.findall(r"Time taken: ([\d.]+) seconds", p.stderr + p.stdout)]
+    if p.returncode != 0 or len(taken) != len(statements):
+        raise RuntimeError(f"spark-sql failed:\n{p.stderr[-4000:]}")
+    source = lance.dataset(str(src))
+    for i in range(warm + 1):
+        assert same_rows(lance.dataset(str(wh / "b" / f"c{i}.lance")), source), "spark-sql CALL changed rows"
+    layout = fragment_rows(lance.dataset(str(wh / "b" / "c0.lance")))
+    shutil.rmtree(wh, ignore_errors=True)
+    return {"first": taken[0], "warm": taken[1:-1], "noop": taken[-1], "whole": whole, "layout": layout}
+
+
+# ---------------------------------------------------------------- the suite
+
+@dataclass
+class Row:
+    section: str
+    path: str
+    seconds: float                  # median
+    anchor: str | None = None       # the row this one is compared with
+    ratio: float | None = None
+    runs: list[float] = field(default_factory=list)
+    note: str = ""
+
+
+@dataclass
+class Target:
+    name: str
+    goal: str
+    measured: str
+    met: bool
+
+
+def med(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else float("nan")
+
+
+def build_tables(work: Path, size: str, names: list[str]) -> dict:
+    import lance
+
+    info = {}
+    (work / "tables").mkdir(parents=True, exist_ok=True)
+    for name in names:
+        builder, kwargs = TABLES[size][name]
+        uri = work / "tables" / f"{name}.lance"
+        stamp = work / "tables" / f"{name}.json"
+        spec = json.dumps([builder, kwargs], sort_keys=True)
+        if not (uri.exists() and stamp.exists() and stamp.read_text() == spec):
+            print(f"  making table {name}: {builder} {kwargs}", flush=True)
+            getattr(tables, builder)(str(uri), **kwargs)
+            stamp.write_text(spec)
+            os.sync()  # nothing timed may share the disk with this table's write-back
+        ds = lance.dataset(str(uri))
+        frags = ds.get_fragments()
+        size_bytes = sum(d.file_size_bytes or 0 for f in frags for d in f.metadata.files)
+        info[name] = {"fragments": len(frags), "rows": ds.count_rows(), "bytes": size_bytes,
+                      "deleted": sum(f.metadata.deletion_file.num_deleted_rows
+                                     for f in frags if f.metadata.deletion_file)}
+    return info
+
+
+SECTIONS = ["streaming", "big", "binary", "memory", "scaling", "planning"]
+NEEDS = {"streaming": ["streaming"], "big": ["big"], "binary": ["binary"],
+         "memory": ["big", "big4x"], "scaling": ["frags1k", "frags50k"], "planning": ["frags100k"]}
+
+
+def run_suite(a: argparse.Namespace) -> tuple[list[Row], list[Target], dict]:
+    work = Path(a.work)
+    size = "quick" if a.quick else "full"
+    repeat = a.repeat or (1 if a.quick else 3)
+    sections = a.only or SECTIONS
+    info = build_tables(work, size, sorted({t for s in sections for t in NEEDS[s]}))
+    rows: list[Row] = []
+    targets: list[Target] = []
+    extra: dict[str, Any] = {"tables": info, "cpus": len(os.sched_getaffinity(0)), "size": size}
+
+    def add(section: str, path: str, runs: list[float], anchor: Row | None = None, note: str = "") -> Row:
+        r = Row(section, path, med(runs), anchor.path if anchor else None,
+                med(runs) / anchor.seconds if anchor else None, runs, note)
+        rows.append(r)
+        print(f"  {section:10} {path:58} {r.seconds:8.3f} s" +
+              (f"  {r.ratio:5.2f}x" if r.ratio is not None else ""), flush=True)
+        return r
+
+    def check_layout(ours: list[int] | None, theirs: list[int] | None, what: str) -> None:
+        assert ours == theirs, f"{what}: layout differs from pylance's"
+
+    if "streaming" in sections:
+        t = TARGETS["streaming"]
+        py = run_probe(work, "pylance", table="streaming", options={"target_rows_per_fragment": t},
+                       repeat=max(repeat, 3), cores=None)
+        anchor = add("streaming", "pylance compact_files, in-process (2 cores)", py["times"])
+        py1 = run_probe(work, "pylance", table="streaming", options={"target_rows_per_fragment": t},
+                        repeat=max(repeat, 3), cores=1)
+        anchor1 = add("streaming", "pylance compact_files, in-process, 1 core", py1["times"])
+        warm = run_probe(work, "session", master="local[2]", runs=[
+            {"table": "streaming", "kind": "sql", "repeat": max(repeat, 3)},
+            {"table": "streaming", "kind": "api", "repeat": max(repeat, 3)},
+            {"table": "streaming", "kind": "noop", "repeat": max(repeat, 3)}])["runs"]
+        sql_warm = add("streaming", "CALL (PySpark spark.sql), warm, local[2]", warm[0]["times"], anchor)
+        add("streaming", "PySpark compact(), warm, local[2]", warm[1]["times"], anchor)
+        noop = add("streaming", "CALL, warm no-op", warm[2]["times"])
+        check_layout(warm[0]["layout"], py["layout"], "CALL")
+        one = run_probe(work, "session", master="local[1]", runs=[
+            {"table": "streaming", "kind": "sql", "repeat": max(repeat, 3)}])["runs"]
+        add("streaming", "CALL, warm, local[1]", one[0]["times"], anchor1)
+        cli = spark_sql(work, "streaming", plugin=True, warm=max(repeat, 3))
+        check_layout(cli["layout"], py["layout"], "spark-sql CALL")
+        first = add("streaming", "spark-sql: first statement of a fresh session", [cli["first"]], anchor,
+                    note=f"whole spark-sql process {cli['whole']:.1f} s")
+        cli_warm = add("streaming", "spark-sql: CALL, warm", cli["warm"], anchor)
+        add("streaming", "spark-sql: CALL, warm no-op", [cli["noop"]])
+        cold = spark_sql(work, "streaming", plugin=False, warm=1)
+        add("streaming", "spark-sql: first statement, no EnginePlugin", [cold["first"]], anchor,
+            note=f"whole spark-sql process {cold['whole']:.1f} s")
+        best_warm = min(sql_warm.ratio, cli_warm.ratio)
+        targets += [
+            Target("warm CALL, streaming table", "<= 1.5x pylance",
+                   f"{cli_warm.ratio:.2f}x (spark-sql), {sql_warm.ratio:.2f}x (PySpark)", best_warm <= 1.5),
+            Target("first CALL of a fresh session", "<= 3 s", f"{first.seconds:.2f} s with EnginePlugin, "
+                   f"{cold['first']:.2f} s without", first.seconds <= 3),
+            Target("warm no-op CALL", "< 0.25 s", f"{noop.seconds:.3f} s (PySpark), {cli['noop']:.3f} s (spark-sql)",
+                   max(noop.seconds, cli["noop"]) < 0.25),
+        ]
+
+    if "big" in sections:
+        t = TARGETS["big"]
+        py = run_probe(work, "pylance", table="big", options={"target_rows_per_fragment": t},
+                       repeat=repeat, cores=None)
+        anchor = add("big", "pylance compact_files, in-process (2 cores)", py["times"])
+        warm = run_probe(work, "session", master="local[2]", runs=[
+            {"table": "big", "kind": "sql", "repeat": repeat}])["runs"][0]
+        call = add("big", "CALL, warm, local[2]", warm["times"], anchor)
+        check_layout(warm["layout"], py["layout"], "CALL on the big table")
+        moved = (warm["rows"][0]["bytes_read"] or 0) + (warm["rows"][0]["bytes_written"] or 0)
+        bw = run_probe(work, "bandwidth", mb=256 if a.quick else 2048)
+        ideal = ((warm["rows"][0]["bytes_read"] or 0) / (bw["read_mb_s"] * 2**20)
+                 + (warm["rows"][0]["bytes_written"] or 0) / (bw["write_mb_s"] * 2**20))
+        extra["bandwidth"] = {**bw, "bytes_moved": moved, "call_mb_s": moved / 2**20 / call.seconds,
+                              "share_of_sequential": ideal / call.seconds}
+        print(f"  big        bytes moved {moved / 2**20:,.0f} MiB: {moved / 2**20 / call.seconds:,.0f} MiB/s; "
+              f"sequential read {bw['read_mb_s']:,.0f} MiB/s, write {bw['write_mb_s']:,.0f} MiB/s: "
+              f"the CALL runs at {100 * ideal / call.seconds:.0f}% of the disk's sequential speed", flush=True)
+        targets.append(Target("warm CALL, big table", "<= 1.15x pylance", f"{call.ratio:.2f}x", call.ratio <= 1.15))
+
+    if "binary" in sections:
+        t = TARGETS["binary"]
+        re_py = run_probe(work, "pylance", table="binary", options={"target_rows_per_fragment": t},
+                          repeat=repeat, cores=None)
+        bc_py = run_probe(work, "pylance", table="binary", options={
+            "target_rows_per_fragment": t, "compaction_mode": "try_binary_copy"}, repeat=repeat, cores=None)
+        anchor = add("binary", "pylance compact_files, reencode", re_py["times"])
+        add("binary", "pylance compact_files, try_binary_copy", bc_py["times"], anchor)
+        warm = run_probe(work, "session", master="local[2]", runs=[
+            {"table": "binary", "kind": "sql", "repeat": repeat},
+            {"table": "binary", "kind": "sql", "repeat": repeat,
+             "options": {"compaction_mode": "try_binary_copy"}}])["runs"]
+        reenc = add("binary", "CALL, reencode", warm[0]["times"], anchor)
+        binary = add("binary", "CALL, try_binary_copy", warm[1]["times"], anchor)
+        check_layout(warm[1]["layout"], bc_py["layout"], "CALL try_binary_copy")
+        speedup = reenc.seconds / binary.seconds
+        targets.append(Target("binary copy vs reencode (CALL)", ">= 2x faster", f"{speedup:.2f}x", speedup >= 2))
+
+    if "memory" in sections:
+        m1 = run_probe(work, "memory", table="big")
+        m4 = run_probe(work, "memory", table="big4x")
+        extra["memory"] = {"big": m1, "big4x": m4}
+        for name, m in (("big", m1), ("big4x", m4)):
+            add("memory", f"CALL on {name} (fresh session): {m['tasks']} tasks", [m["seconds"]],
+                note=f"peak RSS: driver JVM {m['driver_jvm_mb']} MB, engine {m['engine_mb']} MB, "
+                     f"Python worker {m['python_worker_mb']} MB")
+        growth = m4["python_worker_mb"] / max(1, m1["python_worker_mb"]) - 1
+        print(f"  memory     peak Python worker: {m1['python_worker_mb']} MB -> {m4['python_worker_mb']} MB "
+              f"({100 * growth:+.0f}%); driver JVM {m1['driver_jvm_mb']} -> {m4['driver_jvm_mb']} MB; "
+              f"engine {m1['engine_mb']} -> {m4['engine_mb']} MB", flush=True)
+        targets.append(Target("executor memory, big -> 4x table", "within 20%",
+                              f"Python worker {m1['python_worker_mb']} -> {m4['python_worker_mb']} MB "
+                              f"({100 * growth:+.0f}%)", abs(growth) <= 0.2))
+
+    if "scaling" in sections:
+        s1 = run_probe(work, "scaling", table="frags1k", repeat=repeat)
+        s50 = run_probe(work, "scaling", table="frags50k", repeat=repeat)
+        a1 = add("scaling", f"pylance, one task, table of {s1['fragments']:,} fragments", s1["pylance"])
+        c1 = add("scaling", f"CALL, one task, table of {s1['fragments']:,} fragments", s1["call"], a1)
+        a50 = add("scaling", f"pylance, one task, table of {s50['fragments']:,} fragments", s50["pylance"])
+        c50 = add("scaling", f"CALL, one task, table of {s50['fragments']:,} fragments", s50["call"], a50)
+        growth = c50.seconds / c1.seconds - 1
+        targets.append(Target("per-task cost, 1,000 -> 50,000 fragments", "within 20%",
+                              f"{c1.seconds:.3f} -> {c50.seconds:.3f} s ({100 * growth:+.0f}%; pylance "
+                              f"{100 * (a50.seconds / a1.seconds - 1):+.0f}%)", growth <= 0.2))
+
+    if "planning" in sections:
+        import lance
+        from lance.optimize import Compaction
+
+        ds = lance.dataset(str(work / "tables" / "frags100k.lance"))
+        times = []
+        for _ in range(max(repeat, 3)):
+            t0 = time.perf_counter()
+            Compaction.plan(ds, {"target_rows_per_fragment": TARGETS["frags100k"]})
+            times.append(time.perf_counter() - t0)
+        anchor = add("planning", f"pylance Compaction.plan, {len(ds.get_fragments()):,} fragments", times)
+        warm = run_probe(work, "session", master="local[2]", runs=[
+            {"table": "frags100k", "kind": "plan", "repeat": max(repeat, 3)}])["runs"][0]
+        plan = add("planning", f"CALL plan_compaction, {len(ds.get_fragments()):,} fragments", warm["times"],
+                   anchor, note=f"{warm['rows'][0]['tasks']} tasks over {warm['rows'][0]['fragments']:,} fragments")
+        targets.append(Target("planning 100,000 fragments in CALL", "< 5 s", f"{plan.seconds:.2f} s",
+                              plan.seconds < 5))
+    return rows, targets, extra
+
+
+def svg(rows: list[Row], targets: list[Target]) -> str:
+    """A bar per row: its median time (log scale), its ratio to its anchor written beside."""
+    timed = [r for r in rows if r.seconds == r.seconds and r.seconds > 0]
+    left, width, bar, gap = 430, 360, 16, 6
+    top = 40
+    height = top + len(timed) * (bar + gap) + 40 + 18 * len(targets) + 20
+    import math
+    lo = math.floor(math.log10(min(r.seconds for r in timed))) if timed else -2
+    hi = math.ceil(math.log10(max(r.seconds for r in timed))) if timed else 2
+    hi = max(hi, lo + 1)
+
+    def x(s: float) -> float:
+        return left + width * (math.log10(s) - lo) / (hi - lo)
+
+    def esc(s: str) -> str:
+        return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{left + width + 120}" height="{height}" '
+           'font-family="sans-serif" font-size="11">',
+           f'<text x="10" y="18" font-size="14" font-weight="bold">lance-spark-compact benchmark: '
+           f'median seconds (log scale), ratio to the anchor of each section</text>']
+    for d in range(lo, hi + 1):
+        xx = x(10 ** d)
+        out.append(f'<line x1="{xx:.1f}" y1="{top - 8}" x2="{xx:.1f}" y2="{top + len(timed) * (bar + gap)}" '
+                   'stroke="#ddd"/>')
+        out.append(f'<text x="{xx:.1f}" y="{top - 10}" text-anchor="middle" fill="#666">{10 ** d:g} s</text>')
+    for i, r in enumerate(timed):
+        y = top + i * (bar + gap)
+        colour = "#888" if r.anchor is None else ("#2a7" if (r.ratio or 0) <= 1.5 else "#d73")
+        out.append(f'<text x="{left - 6}" y="{y + 12}" text-anchor="end">{esc(r.section)}: {esc(r.path)}</text>')
+        out.append(f'<rect x="{left}" y="{y}" width="{max(1.0, x(r.seconds) - left):.1f}" height="{bar}" '
+                   f'fill="{colour}"/>')
+        label = f"{r.seconds:.3f} s" + (f"  {r.ratio:.2f}x" if r.ratio is not None else "")
+        out.append(f'<text x="{x(r.seconds) + 4:.1f}" y="{y + 12}">{label}</text>')
+    y = top + len(timed) * (bar + gap) + 30
+    out.append(f'<text x="10" y="{y}" font-weight="bold">Targets</text>')
+    for i, t in enumerate(targets):
+        out.append(f'<text x="10" y="{y + 18 * (i + 1)}" fill="{"#2a7" if t.met else "#d73"}">'
+                   f'{"met" if t.met else "NOT met"}: {esc(t.name)} ({esc(t.goal)}): {esc(t.measured)}</text>')
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="tiny tables: checks the suite works (CI)")
+    p.add_argument("--only", nargs="+", choices=SECTIONS)
+    p.add_argument("--repeat", type=int, help="runs per timed path (default 3; quick: 1)")
+    p.add_argument("--work", default=str(Path(tempfile.gettempdir()) / "lance-compact-bench"),
+                   help="tables (kept between runs) and copies")
+    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    p.add_argument("--probe", help=argparse.SUPPRESS)
+    p.add_argument("--args", help=argparse.SUPPRESS)
+    a = p.parse_args()
+    if a.probe:
+        print("PROBE " + json.dumps(PROBES[a.probe](Path(a.work), **json.loads(a.args))), flush=True)
+        return 0
+    if a.quick:
+        a.work = str(Path(a.work) / "quick")
+    started = time.time()
+    print(f"lance-spark-compact benchmark ({'quick' if a.quick else 'full'}), "
+          f"{len(os.sched_getaffinity(0))} CPUs, work folder {a.work}", flush=True)
+    rows, targets, extra = run_suite(a)
+    if a.quick:
+        print("\nquick mode: tiny tables; the figures show the suite works, the targets are for the full run")
+    print()
+    print(f"{'section':10} {'path':58} {'median s':>9} {'ratio':>7}  runs / note")
+    for r in rows:
+        ratio = f"{r.ratio:6.2f}x" if r.ratio is not None else "       "
+        runs = ", ".join(f"{x:.3f}" for x in r.runs)
+        print(f"{r.section:10} {r.path:58} {r.seconds:9.3f} {ratio}  [{runs}] {r.note}")
+    print("\nratio: median / the median of the section's pylance path on the same data at equal cores "
+          "(local[1] against pylance pinned to 1 core)")
+    print("\ntargets (issue 9):")
+    for t in targets:
+        print(f"  {'met    ' if t.met else 'NOT met'}  {t.name}: {t.goal}; measured {t.measured}")
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    name = "results-quick" if a.quick else "results"
+    (out / f"{name}.json").write_text(json.dumps(
+        {"rows": [asdict(r) for r in rows], "targets": [asdict(t) for t in targets], **extra,
+         "seconds": time.time() - started}, indent=1))
+    (out / f"{name}.svg").write_text(svg(rows, targets))
+    print(f"\nwrote {out / (name + '.json')} and {out / (name + '.svg')} in {time.time() - started:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

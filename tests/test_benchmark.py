@@ -1,0 +1,37 @@
+"""The benchmark suite keeps working: its quick mode (tiny tables) runs every section, checks
+every result's content and layout, and writes its table, JSON and chart. Its figures are not
+asserted: timing belongs to the benchmark, not to tests."""
+import json
+import subprocess
+import sys
+
+from conftest import ROOT
+
+
+def test_the_quick_benchmark_runs_every_path_and_writes_its_report(tmp_path):
+    out = tmp_path / "out"
+    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "suite.py"), "--quick",
+                        "--work", str(tmp_path / "work"), "--out", str(out)],
+                       capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    report = json.loads((out / "results-quick.json").read_text())
+    rows = {(r["section"], r["path"]) for r in report["rows"]}
+    sections = {s for s, _ in rows}
+    assert sections == {"streaming", "big", "binary", "memory", "scaling", "planning"}
+    for path in ["pylance compact_files, in-process (2 cores)", "spark-sql: first statement of a fresh session",
+                 "spark-sql: CALL, warm", "PySpark compact(), warm, local[2]", "CALL, warm, local[1]",
+                 "spark-sql: first statement, no EnginePlugin", "CALL, warm no-op"]:
+        assert ("streaming", path) in rows, path
+    # Every compared path has its ratio to an anchor that is in the report.
+    anchors = {r["path"] for r in report["rows"]}
+    for r in report["rows"]:
+        assert r["seconds"] > 0 and r["runs"]
+        if r["anchor"]:
+            assert r["anchor"] in anchors and r["ratio"] == r["seconds"] / next(
+                a["seconds"] for a in report["rows"] if a["path"] == r["anchor"] and a["section"] == r["section"])
+    assert len(report["targets"]) == 8
+    assert report["memory"]["big"]["python_worker_mb"] > 0 and report["memory"]["big"]["driver_jvm_mb"] > 0
+    assert report["bandwidth"]["read_mb_s"] > 0
+    svg = (out / "results-quick.svg").read_text()
+    assert svg.startswith("<svg") and svg.count("<rect") == len(report["rows"])
+    assert "targets (issue 9):" in p.stdout
