@@ -1,9 +1,9 @@
-// The Spark version we compile against is the pyspark version pinned in pyproject.toml,
-// so the jar is always built against the Spark the tests run.
+// The Spark version we compile against is the pyspark version pinned in constraints.txt (the
+// exact versions the tests run), so the jar is always built against the Spark the tests run.
 val sparkVersion = {
-  val pin = """"pyspark==([0-9.]+)"""".r
-  pin.findFirstMatchIn(IO.read(file("pyproject.toml"))).map(_.group(1))
-    .getOrElse(sys.error("pyproject.toml must pin pyspark==X.Y.Z"))
+  val pin = """(?m)^\s*pyspark\s*==\s*([0-9][0-9A-Za-z.]*)\s*(#.*)?$""".r
+  pin.findFirstMatchIn(IO.read(file("constraints.txt"))).map(_.group(1))
+    .getOrElse(sys.error("constraints.txt must pin pyspark==X.Y.Z"))
 }
 
 ThisBuild / organization := "io.github.lancecompact"

@@ -558,8 +558,8 @@ def svg(rows: list[Row], targets: list[Target]) -> str:
 
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{left + width + 120}" height="{height}" '
            'font-family="sans-serif" font-size="11">',
-           f'<text x="10" y="18" font-size="14" font-weight="bold">lance-spark-compact benchmark: '
-           f'median seconds (log scale), ratio to the anchor of each section</text>']
+           '<text x="10" y="18" font-size="14" font-weight="bold">lance-spark-compact benchmark: '
+           'median seconds (log scale), ratio to the anchor of each section</text>']
     for d in range(lo, hi + 1):
         xx = x(10 ** d)
         out.append(f'<line x1="{xx:.1f}" y1="{top - 8}" x2="{xx:.1f}" y2="{top + len(timed) * (bar + gap)}" '

@@ -17,5 +17,7 @@ if [ ! -f "$jar" ]; then
   echo "no catalog jar at $jar: run bin/setup (or bin/sbt package) first" >&2
   exit 1
 fi
+# The jar lance-spark-sql and configure_spark_with_lance_compact use (the source build).
+export LANCE_COMPACT_JAR="$jar"
 catalog_class="io.github.lancecompact.spark.catalog.LanceCatalog"
 plugin_class="io.github.lancecompact.spark.engine.EnginePlugin"

@@ -21,7 +21,7 @@ def batch(start: int, n: int, dim: int = 8, seed: int = 0) -> pa.Table:
 
 def degraded_table(uri: str, fragments: int = 60, rows_per_fragment: int = 40,
                    delete_every: int = 5, appends: int = 1, dim: int = 8,
-                   seed: int = 0) -> lance.LanceDataset:
+                   seed: int = 0, storage_options: dict[str, str] | None = None) -> lance.LanceDataset:
     """Write ``fragments`` small fragments (in ``appends`` commits), then delete rows.
 
     Rows whose id % 13 == 0 are deleted in every ``delete_every``-th fragment, plus half the
@@ -35,12 +35,12 @@ def degraded_table(uri: str, fragments: int = 60, rows_per_fragment: int = 40,
         n = per_append if a < appends - 1 else total - start
         ds = lance.write_dataset(batch(start, n, dim, seed), uri,
                                  mode="create" if a == 0 else "append",
-                                 max_rows_per_file=rows_per_fragment)
+                                 max_rows_per_file=rows_per_fragment, storage_options=storage_options)
     if delete_every:
         frag_of = f"(id / {rows_per_fragment})"
         ds.delete(f"{frag_of} % {delete_every} = 0 AND id % 13 = 0")
         ds.delete(f"{frag_of} % 10 = 3 AND id % 2 = 0")
-    return lance.dataset(uri)
+    return lance.dataset(uri, storage_options=storage_options)
 
 
 def layout(ds: lance.LanceDataset) -> dict:

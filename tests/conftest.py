@@ -13,6 +13,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def writer_state(tmp_path_factory):
+    """Where the concurrent-writer hooks (tests/writers.py) keep their state during this run;
+    the engine processes inherit it."""
+    os.environ["LANCE_COMPACT_TEST_STATE"] = str(tmp_path_factory.mktemp("writers"))
+
+
 @pytest.fixture(scope="module")
 def warehouse(tmp_path_factory) -> Path:
     wh = tmp_path_factory.mktemp("warehouse")
@@ -32,13 +39,23 @@ def spark(warehouse, request):
     # and the tests' concurrent-writer hooks (tests/writers.py).
     os.environ["PYTHONPATH"] = os.pathsep.join(
         p for p in [str(ROOT / "examples"), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")] if p)
-    builder = (SparkSession.builder.master(getattr(request.module, "SPARK_MASTER", "local[2]")).appName(f"lance-compact-tests")
+    builder = (SparkSession.builder.master(getattr(request.module, "SPARK_MASTER", "local[2]")).appName("lance-compact-tests")
                .config("spark.ui.enabled", "false")
                .config("spark.sql.shuffle.partitions", "2"))
     session = configure_spark_with_lance_compact(builder, warehouse=str(warehouse)).getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def s3(tmp_path_factory):
+    """A real S3-compatible server (moto's) on 127.0.0.1 for the whole run."""
+    from s3_server import S3Server
+
+    server = S3Server(log=tmp_path_factory.mktemp("s3") / "moto.log").start()
+    yield server
+    server.stop()
 
 
 @pytest.fixture
@@ -51,3 +68,25 @@ def fresh_table(warehouse, request):
     shutil.rmtree(path, ignore_errors=True)
     degraded_table(str(path))
     return f"db.{name}", path
+
+
+def degraded_table_for(warehouse, request, fragments: int, rows_per_fragment: int = 40):
+    """A fresh degraded table db.<name> for this test (name unique per test and parameter:
+    the writer hooks keep state per table); returns (identifier, path)."""
+    import hashlib
+    import re
+
+    from degraded_table import degraded_table
+
+    digest = hashlib.sha1(request.node.name.encode()).hexdigest()[:8]
+    name = re.sub(r"\W+", "_", request.node.name)[:40] + "_" + digest
+    path = warehouse / "db" / f"{name}.lance"
+    shutil.rmtree(path, ignore_errors=True)
+    degraded_table(str(path), fragments=fragments, rows_per_fragment=rows_per_fragment)
+    return f"db.{name}", path
+
+
+def compact_call(spark, table: str, args: str = ""):
+    """``CALL lance.compact(table, target 300, args)``: its result row."""
+    return spark.sql(f"CALL lance.compact(table => '{table}', target_rows_per_fragment => 300"
+                     + (f", {args}" if args else "") + ")").collect()[0]

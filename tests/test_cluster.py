@@ -1,86 +1,129 @@
-"""A real standalone cluster (master and worker from the pip-installed Spark, on loopback):
-CALL runs its tasks on executors, and an executor killed mid-task is replaced and the task
-retried, the job completing."""
+"""A real standalone cluster whose executors share nothing but the object store: a master and
+two one-core workers from the pip-installed Spark, each with its own work directory, on
+127.0.0.1; the warehouse on the S3-compatible server; CALL from spark-sql in client mode.
+Tasks run on both executors; an executor killed mid-task is replaced and the CALL succeeds;
+no credential appears in any log of the driver, the engine, the executors or the event log."""
+import json
 import os
-import shutil
-import socket
 import subprocess
 import sys
 import time
+import urllib.request
+from pathlib import Path
 
 import lance
 import pytest
 
 from conftest import ROOT
 from degraded_table import content, degraded_table
+from ports import free_port
+from s3_server import ACCESS_KEY_ID, SECRET_ACCESS_KEY
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _stop(p: subprocess.Popen) -> None:
+    p.terminate()
+    try:
+        p.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait(timeout=20)
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
+    """spark://127.0.0.1:<port> with two one-core workers; yields (url, logs folder)."""
     import pyspark
     spark_home = os.path.dirname(pyspark.__file__)
     env = {**os.environ, "SPARK_HOME": spark_home, "SPARK_LOCAL_IP": "127.0.0.1",
            "PYSPARK_PYTHON": sys.executable}
-    port = free_port()
-    url = f"spark://127.0.0.1:{port}"
     logs = tmp_path_factory.mktemp("cluster")
+    port, ui = free_port(), free_port()
+    url = f"spark://127.0.0.1:{port}"
     cls = os.path.join(spark_home, "bin", "spark-class")
-    master = subprocess.Popen(
+    procs = [subprocess.Popen(
         [cls, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1", "--port", str(port),
-         "--webui-port", str(free_port())], env=env, stdout=open(logs / "master.log", "w"),
-        stderr=subprocess.STDOUT)
-    time.sleep(4)
-    worker = subprocess.Popen(
-        [cls, "org.apache.spark.deploy.worker.Worker", url, "--cores", "2", "--memory", "2g",
-         "--host", "127.0.0.1", "--webui-port", str(free_port()), "--work-dir", str(logs / "work")],
-        env=env, stdout=open(logs / "worker.log", "w"), stderr=subprocess.STDOUT)
-    yield url, logs / "work"
-    for p in (worker, master):
-        p.terminate()
-        try:
-            p.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            p.kill()
+         "--webui-port", str(ui)], env=env, stdout=open(logs / "master.log", "w"), stderr=subprocess.STDOUT)]
+    try:
+        for i in (1, 2):
+            procs.append(subprocess.Popen(
+                [cls, "org.apache.spark.deploy.worker.Worker", url, "--cores", "1", "--memory", "2g",
+                 "--host", "127.0.0.1", "--webui-port", str(free_port()), "--work-dir", str(logs / f"work{i}")],
+                env=env, stdout=open(logs / f"worker{i}.log", "w"), stderr=subprocess.STDOUT))
+        deadline = time.monotonic() + 90  # both workers registered with the master
+        while True:
+            try:
+                state = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{ui}/json/", timeout=2).read())
+                if sum(1 for w in state.get("workers", []) if w.get("state") == "ALIVE") == 2:
+                    break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, (logs / "master.log").read_text()[-3000:]
+            time.sleep(0.5)
+        yield url, logs
+    finally:
+        for p in reversed(procs):
+            _stop(p)
 
 
-@pytest.fixture(scope="module")
-def spark(cluster, warehouse):
-    url, _ = cluster
-    from pyspark.sql import SparkSession
-    from lance_compact import configure_spark_with_lance_compact
-
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    builder = (SparkSession.builder.master(url).appName("lance-compact-cluster-tests")
-               .config("spark.ui.enabled", "false")
-               .config("spark.executor.memory", "1g")
-               .config("spark.task.maxFailures", "3"))
-    session = configure_spark_with_lance_compact(builder, warehouse=str(warehouse)).getOrCreate()
-    session.sparkContext.setLogLevel("ERROR")
-    deadline = time.time() + 60  # wait for the executor to register
-    while not session.sparkContext._jsc.sc().getExecutorMemoryStatus().size() > 1:
-        assert time.time() < deadline, "no executor registered with the standalone master"
-        time.sleep(0.5)
-    yield session
-    session.stop()
+def rewrite_executors(events: Path) -> set[str]:
+    """Executor ids of successful tasks of the rewrite jobs, from Spark's event log."""
+    stages: set[int] = set()
+    executors: set[str] = set()
+    for f in events.rglob("*"):
+        if not f.is_file() or f.name.endswith(".crc"):
+            continue
+        for line in f.read_text(errors="replace").splitlines():
+            e = json.loads(line)
+            if e["Event"] == "SparkListenerJobStart" and \
+                    "rewriting" in (e.get("Properties") or {}).get("spark.job.description", ""):
+                stages.update(e["Stage IDs"])
+            elif e["Event"] == "SparkListenerTaskEnd" and e["Stage ID"] in stages and \
+                    e["Task End Reason"]["Reason"] == "Success":
+                executors.add(e["Task Info"]["Executor ID"])
+    return executors
 
 
-def test_call_on_a_cluster_and_an_executor_killed_mid_task(spark, warehouse, cluster):
-    path = warehouse / "db" / "clustered.lance"
-    shutil.rmtree(path, ignore_errors=True)
-    degraded_table(str(path), fragments=60, rows_per_fragment=40)
-    before = lance.dataset(str(path))
-    r = spark.sql("CALL lance.compact(table => 'db.clustered', target_rows_per_fragment => 300, "
-                  "options => map('test_fail_task', '0:0:kill_executor'))").collect()[0]
-    after = lance.dataset(str(path))
-    assert r.tasks >= 2 and r.tasks_failed == 0 and r.commits == 1
-    assert content(after) == content(before)
-    # the killed executor was replaced (the worker started a second one), and the next CALL runs
-    executors = [d for app in (cluster[1]).iterdir() for d in app.iterdir() if d.is_dir()]
-    assert len(executors) >= 2, executors
-    assert spark.sql("CALL lance.compact(table => 'db.clustered')").collect()[0].read_version == after.version
+def test_spark_sql_on_a_cluster_over_the_object_store(cluster, s3, tmp_path):
+    url, logs = cluster
+    wh = s3.create_bucket(f"cluster-{os.getpid()}") + "/wh"
+    uris = {t: f"{wh}/db/{t}.lance" for t in ("spread", "killed")}
+    before = {t: degraded_table(u, fragments=60, rows_per_fragment=40, storage_options=s3.storage_options)
+              for t, u in uris.items()}
+    expected = {t: content(ds) for t, ds in before.items()}
+    events = tmp_path / "events"
+    events.mkdir()
+    storage = [a for k, v in s3.storage_options.items()
+               for a in ("--conf", f"spark.sql.catalog.lance.storage.{k}={v}")]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK_GATEWAY")}
+    p = subprocess.run(
+        [str(ROOT / "bin" / "lance-spark-sql"), "--warehouse", wh, "--master", url, *storage,
+         "--conf", "spark.executor.memory=1g", "--conf", "spark.task.maxFailures=3",
+         "--conf", "spark.eventLog.enabled=true", "--conf", f"spark.eventLog.dir={events}",
+         "--conf", "spark.eventLog.compress=false",
+         "--conf", f"spark.lance.compact.engine.log={tmp_path / 'engine.log'}",
+         "--hiveconf", "hive.cli.print.header=true", "-e",
+         "CALL lance.compact(table => 'db.spread', target_rows_per_fragment => 300); "
+         "CALL lance.compact(table => 'db.killed', target_rows_per_fragment => 300, "
+         "options => map('test_fail_task', '0:0:kill_executor'));"],
+        capture_output=True, text=True, timeout=900, env=env)
+    assert p.returncode == 0, p.stderr[-4000:]
+    header, *rows = [line.split("\t") for line in p.stdout.strip().splitlines() if line.strip()]
+    results = [dict(zip(header, r)) for r in rows if r != header]
+    assert len(results) == 2 and all(r["tasks_failed"] == "0" and r["commits"] == "1" for r in results)
+    for t, uri in uris.items():
+        after = lance.dataset(uri, storage_options=s3.storage_options)
+        assert content(after) == expected[t], t
+        assert len(after.get_fragments()) < len(before[t].get_fragments())
+    # tasks ran on both executors, and the killed one was replaced by a third
+    assert len(rewrite_executors(events)) >= 2, rewrite_executors(events)
+    executor_dirs = [d for w in ("work1", "work2") for app in (logs / w).iterdir() for d in app.iterdir()]
+    assert len(executor_dirs) >= 3, executor_dirs
+    # no credential anywhere: driver output, engine log, event log, master/worker/executor logs
+    texts = {"spark-sql output": p.stdout + p.stderr}
+    for f in list(tmp_path.rglob("*")) + list(logs.rglob("*")):
+        if f.is_file() and f.suffix != ".jar":
+            texts[str(f)] = f.read_text(errors="replace")
+    assert any("stderr" in k for k in texts) and "served compact" in texts[str(tmp_path / "engine.log")]
+    for where, text in texts.items():
+        for planted in (ACCESS_KEY_ID, SECRET_ACCESS_KEY):
+            assert planted not in text, f"a planted credential appeared in {where}"

@@ -1,7 +1,6 @@
 """Safety: partial progress, conflicts with concurrent writers, faults, cleanup.
 Tasks get 3 attempts here (local[2,3]) so that killed workers can be retried."""
 import os
-import re
 import shutil
 import subprocess
 import time
@@ -9,7 +8,7 @@ import time
 import lance
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, compact_call, degraded_table_for
 from degraded_table import content, degraded_table
 
 SPARK_MASTER = "local[2,3]"
@@ -17,16 +16,10 @@ SPARK_MASTER = "local[2,3]"
 
 @pytest.fixture
 def table(warehouse, request):
-    name = re.sub(r"\W+", "_", request.node.name)[:50]
-    path = warehouse / "db" / f"{name}.lance"
-    shutil.rmtree(path, ignore_errors=True)
-    degraded_table(str(path), fragments=60, rows_per_fragment=40)
-    return f"db.{name}", path
+    return degraded_table_for(warehouse, request, fragments=60)
 
 
-def call(spark, table, args=""):
-    return spark.sql(f"CALL lance.compact(table => '{table}', target_rows_per_fragment => 300"
-                     + (f", {args}" if args else "") + ")").collect()[0]
+call = compact_call
 
 
 def planned(spark, table):
@@ -98,17 +91,28 @@ def test_a_task_failing_every_attempt_fails_the_call_and_changes_nothing(spark, 
     assert call(spark, t).tasks == n  # and the next CALL succeeds
 
 
-def test_a_concurrent_delete_is_respected_and_the_rest_replanned(spark, table):
+def test_a_concurrent_delete_is_carried_over_onto_the_new_fragments(spark, table):
     t, path = table
     before = lance.dataset(str(path))
+    n = planned(spark, t)
     r = call(spark, t, "options => map('test_before_commit', 'writers.delete_in_first_fragment')")
     after = lance.dataset(str(path))
-    assert r.retries == 1 and r.tasks_conflicted == 0 and r.commits == 2
-    expected = before.to_table().sort_by("id")
-    gone = set(expected["id"].to_pylist()) - set(after.to_table(columns=["id"])["id"].to_pylist())
+    # the untouched tasks commit as planned, the touched one with the delete carried over
+    assert r.tasks == n and r.tasks_rebased == 1 and r.retries == 0 and r.commits == 2
+    gone = set(before.to_table(columns=["id"])["id"].to_pylist()) - set(after.to_table(columns=["id"])["id"].to_pylist())
     assert len(gone) == 5  # the concurrent delete, not undone, nothing else lost
     assert after.count_rows() == before.count_rows() - 5
-    assert len(after.get_fragments()) == len(lance.dataset(str(path)).get_fragments())
+    assert call(spark, t).tasks == 0  # fully compacted
+
+
+def test_without_carrying_over_the_touched_task_is_replanned(spark, table):
+    t, path = table
+    before = lance.dataset(str(path))
+    r = call(spark, t, "options => map('test_before_commit', 'writers.delete_in_first_fragment', "
+                       "'carry_over_deletes', 'false')")
+    after = lance.dataset(str(path))
+    assert r.retries == 1 and r.tasks_conflicted == 0 and r.tasks_rebased == 0 and r.commits == 2
+    assert after.count_rows() == before.count_rows() - 5
     assert call(spark, t).tasks == 0  # fully compacted after the retry
 
 
@@ -117,8 +121,8 @@ def test_without_retries_conflicted_tasks_are_dropped_not_forced(spark, table):
     before = lance.dataset(str(path))
     files = len(data_files(path))
     n = planned(spark, t)
-    r = call(spark, t, "max_retries => 0, "
-                       "options => map('test_before_commit', 'writers.delete_in_first_fragment')")
+    r = call(spark, t, "max_retries => 0, options => map('carry_over_deletes', 'false', "
+                       "'test_before_commit', 'writers.delete_in_first_fragment')")
     after = lance.dataset(str(path))
     assert r.retries == 0 and r.tasks_conflicted == 1 and r.tasks == n - 1 and r.commits == 1
     assert after.count_rows() == before.count_rows() - 5
@@ -126,10 +130,24 @@ def test_without_retries_conflicted_tasks_are_dropped_not_forced(spark, table):
     assert len(data_files(path)) == files + n - 1
 
 
+def test_a_delete_touching_every_fragment_before_every_commit_still_lands(spark, table):
+    t, path = table
+    before = lance.dataset(str(path))
+    n = planned(spark, t)
+    r = call(spark, t, "options => map('test_before_commit', 'writers.delete_everywhere')")
+    after = lance.dataset(str(path))
+    assert r.tasks == n and r.tasks_rebased == n and r.retries == 0 and r.tasks_conflicted == 0
+    assert len(after.get_fragments()) < len(before.get_fragments())
+    deleted = set(x for x in before.to_table(columns=["id"])["id"].to_pylist() if x % 97 == 0)
+    assert set(after.to_table(columns=["id"])["id"].to_pylist()) == \
+        set(before.to_table(columns=["id"])["id"].to_pylist()) - deleted
+
+
 def test_retries_are_bounded_under_endless_conflicts(spark, table):
     t, path = table
     before = lance.dataset(str(path))
-    r = call(spark, t, "max_retries => 2, options => map('test_before_commit', 'writers.delete_everywhere')")
+    r = call(spark, t, "max_retries => 2, options => map('test_before_commit', 'writers.delete_everywhere', "
+                       "'carry_over_deletes', 'false')")
     after = lance.dataset(str(path))
     assert r.retries == 2 and r.tasks_conflicted >= 1 and r.tasks == 0
     deleted = set(x for x in before.to_table(columns=["id"])["id"].to_pylist() if x % 97 in (0, 1, 2))

@@ -3,7 +3,6 @@ import random
 import shutil
 
 import lance
-import pyarrow as pa
 import pytest
 from lance.optimize import Compaction
 

@@ -1,45 +1,107 @@
 """Concurrent writers the tests inject right before a compaction's commit (the documented
-test-only hook ``test_before_commit``). Each acts once per table (a marker file says so)."""
+test-only hook ``test_before_commit``). Each acts once per table (a local marker file says
+so, also for tables on an object store); they write with the CALL's storage options."""
+import hashlib
 import os
+import tempfile
 
 import lance
+import pyarrow as pa
+import pyarrow.compute  # noqa: F401  (pa.compute)
 
 from degraded_table import batch
 
 
+def _state(uri: str, name: str) -> str:
+    folder = os.environ.get("LANCE_COMPACT_TEST_STATE") or os.path.join(
+        tempfile.gettempdir(), "lance-compact-test-writers")
+    os.makedirs(folder, exist_ok=True)
+    return os.path.join(folder, f"{hashlib.sha1(uri.encode()).hexdigest()}.{name}")
+
+
 def _once(uri: str, name: str) -> bool:
-    marker = f"{uri}.{name}.done"
+    marker = _state(uri, name)
     if os.path.exists(marker):
         return False
     open(marker, "w").close()
     return True
 
 
+def _delete_from_first_fragment(uri, storage_options, rows: int | None) -> None:
+    """Delete the first ``rows`` rows (all when None) of the table's first fragment."""
+    ds = lance.dataset(uri, storage_options=storage_options)
+    first = min(f.fragment_id for f in ds.get_fragments())
+    ids = ds.get_fragment(first).to_table(columns=["id"])["id"].to_pylist()
+    ds.delete(f"id IN ({', '.join(map(str, ids[:rows]))})")
+
+
 def delete_in_first_fragment(uri, storage_options):
     """A streaming delete touching only the table's first fragment."""
     if _once(uri, "delete_first"):
-        ds = lance.dataset(uri)
-        first = min(f.fragment_id for f in ds.get_fragments())
-        ids = lance.dataset(uri).get_fragment(first).to_table(columns=["id"])["id"].to_pylist()
-        ds.delete(f"id IN ({', '.join(map(str, ids[:5]))})")
+        _delete_from_first_fragment(uri, storage_options, 5)
 
 
 def delete_everywhere(uri, storage_options):
     """A delete touching every fragment, before every commit: always conflicting."""
-    ds = lance.dataset(uri)
-    n = int(open(f"{uri}.everywhere.count").read()) if os.path.exists(f"{uri}.everywhere.count") else 0
+    ds = lance.dataset(uri, storage_options=storage_options)
+    count = _state(uri, "everywhere.count")
+    n = int(open(count).read()) if os.path.exists(count) else 0
     ds.delete(f"id % 97 = {n}")
-    with open(f"{uri}.everywhere.count", "w") as f:
+    with open(count, "w") as f:
         f.write(str(n + 1))
 
 
 def append_rows(uri, storage_options):
     """A streaming append: compatible with compaction."""
     if _once(uri, "append"):
-        lance.write_dataset(batch(900_000, 25), uri, mode="append")
+        lance.write_dataset(batch(900_000, 25), uri, mode="append", storage_options=storage_options)
 
 
 def overwrite(uri, storage_options):
     """Someone overwrites the table: incompatible with compaction."""
     if _once(uri, "overwrite"):
-        lance.write_dataset(batch(700_000, 10), uri, mode="overwrite")
+        lance.write_dataset(batch(700_000, 10), uri, mode="overwrite", storage_options=storage_options)
+
+
+def update_some(uri, storage_options):
+    """A streaming update: deletes the old rows, appends them with the new value."""
+    if _once(uri, "update"):
+        lance.dataset(uri, storage_options=storage_options).update(
+            {"payload": "'updated'"}, where="id % 50 = 1")
+
+
+def upsert_some(uri, storage_options):
+    """A CDC upsert (merge_insert): changes 20 rows, inserts 10 new ones."""
+    if _once(uri, "upsert"):
+        rows = batch(0, 400).filter(pa.compute.equal(pa.compute.bit_wise_and(
+            batch(0, 400)["id"], 15), 7)).slice(0, 20)
+        rows = pa.concat_tables([rows.set_column(2, "payload", pa.array(["upserted"] * rows.num_rows)),
+                                 batch(800_000, 10)])
+        ds = lance.dataset(uri, storage_options=storage_options)
+        ds.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(rows)
+
+
+def remove_first_fragment(uri, storage_options):
+    """Deletes every row of the first fragment: Lance removes the fragment outright."""
+    if _once(uri, "remove_first"):
+        _delete_from_first_fragment(uri, storage_options, None)
+
+
+def add_column(uri, storage_options):
+    """Adds a computed column: every fragment's data files change (a Merge)."""
+    if _once(uri, "add_column"):
+        lance.dataset(uri, storage_options=storage_options).add_columns({"doubled": "id * 2"})
+
+
+def compact_concurrently(uri, storage_options):
+    """Another compaction rewrites the table first."""
+    if _once(uri, "compact"):
+        lance.dataset(uri, storage_options=storage_options).optimize.compact_files(
+            target_rows_per_fragment=1000)
+
+
+def restore_previous(uri, storage_options):
+    """Someone restores the previous version: incompatible with compaction."""
+    if _once(uri, "restore"):
+        ds = lance.dataset(uri, storage_options=storage_options)
+        lance.dataset(uri, version=ds.version - 1, storage_options=storage_options).restore()

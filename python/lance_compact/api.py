@@ -23,15 +23,52 @@ JAR_NAME = "lance-spark-compact.jar"
 
 
 def jar_path() -> str:
-    """The catalog jar: $LANCE_COMPACT_JAR, one shipped in this package, or the source build."""
+    """The catalog jar: $LANCE_COMPACT_JAR, else the source build (spark-ext/target, when this
+    module runs from a source checkout), else the one shipped in this package (the wheel)."""
+    source_root = Path(__file__).resolve().parents[2]
     candidates = [os.environ.get("LANCE_COMPACT_JAR"),
-                  Path(__file__).parent / "jars" / JAR_NAME,
-                  Path(__file__).resolve().parents[2] / "spark-ext" / "target" / JAR_NAME]
+                  source_root / "spark-ext" / "target" / JAR_NAME,
+                  Path(__file__).parent / "jars" / JAR_NAME]
     for c in candidates:
         if c and Path(c).is_file():
             return str(Path(c).resolve())
     raise FileNotFoundError(
         f"{JAR_NAME} not found: build it with `bin/sbt package` or set LANCE_COMPACT_JAR")
+
+
+def _merged(existing: str | None, value: str) -> str:
+    """A comma-separated Spark list (spark.jars, spark.plugins) with ``value`` appended once."""
+    items = [i.strip() for i in (existing or "").split(",") if i.strip()]
+    return ",".join(items if value in items else items + [value])
+
+
+def spark_conf(warehouse: str | None = None, catalog: str = "lance",
+               storage_options: Mapping[str, str] | None = None, start_engine: bool = True,
+               python: str | None = None, jars: str | None = None,
+               plugins: str | None = None) -> dict[str, str]:
+    """The Spark settings compaction needs, key -> value in the order they are applied.
+
+    The one place they are made: :func:`configure_spark_with_lance_compact` sets them on a
+    ``SparkSession.Builder`` and the ``lance-spark-sql`` command passes them to spark-sql.
+    ``python`` (default: this interpreter) runs the driver's engine and the executors' Python
+    workers: it must have the same pylance as the driver. ``jars`` and ``plugins`` are values
+    already set for ``spark.jars`` and ``spark.plugins``: ours are added to them, not put in
+    their place.
+    """
+    conf = {"spark.jars": _merged(jars, jar_path()),
+            f"spark.sql.catalog.{catalog}": CATALOG_CLASS}
+    if warehouse:
+        conf[f"spark.sql.catalog.{catalog}.warehouse"] = str(warehouse)
+    for k, v in (storage_options or {}).items():
+        conf[f"spark.sql.catalog.{catalog}.storage.{k}"] = str(v)
+    conf["spark.sql.execution.pyspark.python"] = python or sys.executable
+    # The engine and the executors' Python workers start with the session rather than on
+    # the first statement that names the catalog.
+    if start_engine:
+        conf["spark.plugins"] = _merged(plugins, PLUGIN_CLASS)
+    elif plugins:
+        conf["spark.plugins"] = plugins
+    return conf
 
 
 def configure_spark_with_lance_compact(builder: Any, warehouse: str | None = None,
@@ -43,19 +80,15 @@ def configure_spark_with_lance_compact(builder: Any, warehouse: str | None = Non
     Adds the jar, registers the catalog ``catalog`` over ``warehouse`` and makes the driver's
     engine and the executors run this Python (they must run the same pylance). With
     ``start_engine`` the engine and the executors' Python workers start with the session
-    (Spark plugin ``EnginePlugin``), so the first CALL does not wait for them.
+    (Spark plugin ``EnginePlugin``), so the first CALL does not wait for them. Jars and
+    plugins already set on the builder are kept. The settings are :func:`spark_conf`'s.
     """
-    builder = (builder.config("spark.jars", jar_path())
-               .config(f"spark.sql.catalog.{catalog}", CATALOG_CLASS)
-               .config("spark.sql.execution.pyspark.python", sys.executable))
-    if start_engine:
-        plugins = [p for p in (getattr(builder, "_options", {}).get("spark.plugins") or "").split(",") if p]
-        if PLUGIN_CLASS not in plugins:
-            builder = builder.config("spark.plugins", ",".join(plugins + [PLUGIN_CLASS]))
-    if warehouse:
-        builder = builder.config(f"spark.sql.catalog.{catalog}.warehouse", warehouse)
-    for k, v in (storage_options or {}).items():
-        builder = builder.config(f"spark.sql.catalog.{catalog}.storage.{k}", v)
+    options = getattr(builder, "_options", {}) or {}
+    conf = spark_conf(warehouse=warehouse, catalog=catalog, storage_options=storage_options,
+                      start_engine=start_engine, jars=options.get("spark.jars"),
+                      plugins=options.get("spark.plugins"))
+    for k, v in conf.items():
+        builder = builder.config(k, v)
     return builder
 
 
@@ -141,6 +174,23 @@ def cleanup(spark: Any, table: str, catalog: str = "lance", **params: Any) -> An
     """Lance's cleanup of old versions and orphaned files (``CALL lance.cleanup``):
     ``older_than='7 days'``, ``retain_versions``, ``delete_unverified``, ``dry_run``."""
     return call_procedure(spark, "cleanup", table, catalog, params)
+
+
+def optimize_indices(spark: Any, table: str, catalog: str = "lance", **params: Any) -> Any:
+    """Lance's index optimization (``CALL lance.optimize_indices``): ``indices='a,b'``,
+    ``num_indices_to_merge``, ``retrain``, ``dry_run``; a one-row DataFrame."""
+    return call_procedure(spark, "optimize_indices", table, catalog, params)
+
+
+def maintain(spark: Any, table: str, catalog: str = "lance", **params: Any) -> Any:
+    """Everyday maintenance (``CALL lance.maintain``): compaction, index optimization and
+    cleanup, each when due (``min_small_fragments``, ``min_unindexed_fragments``,
+    ``older_than``, ``retain_versions``, ``target_rows_per_fragment``, ``dry_run``);
+    a DataFrame with a row per step.
+
+    >>> maintain(spark, "db.events", older_than="1 day").show()
+    """
+    return call_procedure(spark, "maintain", table, catalog, params)
 
 
 def plan_compaction(spark: Any, table: str, *, catalog: str = "lance", strategy: str | None = None,

@@ -1,10 +1,18 @@
 """``CALL lance.cleanup``: old versions and orphaned files, removed by Lance's own cleanup
-(``cleanup_old_versions``), with a dry run (``explain_cleanup_old_versions``)."""
+(``cleanup_old_versions``), with a dry run (``explain_cleanup_old_versions``).
+
+Lance's cleanup leaves deletion files that no version ever referenced. Carrying concurrent
+deletions over (``rebase.py``) writes such files before its commit; if the driver dies in
+between they stay behind. With ``delete_unverified`` (which tells Lance too that nothing is
+in progress), deletion files no remaining version references are removed as well.
+"""
 from __future__ import annotations
 
 import json
 import re
 from datetime import datetime, timedelta, timezone
+
+from lance.file import LanceFileSession
 
 from .errors import CompactionError
 from .options import _convert, cleanup_specs, result_columns
@@ -27,6 +35,26 @@ def parse_older_than(text: str, table: str) -> timedelta:
     if when.tzinfo is None:
         when = when.replace(tzinfo=timezone.utc)
     return max(timedelta(0), datetime.now(timezone.utc) - when)
+
+
+def unreferenced_deletion_files(ds, uri: str, storage_options: dict | None) -> list[str]:
+    """Paths (relative to the table) of deletion files no version of the table references."""
+    session = LanceFileSession(uri.rstrip("/"), storage_options or None)
+    names = [n if n.startswith("_deletions") else f"_deletions/{n}" for n in session.list("_deletions")]
+    if not names:
+        return []
+    used = set()
+    for v in ds.versions():
+        for f in ds.checkout_version(v["version"]).get_fragments():
+            d = f.metadata.deletion_file
+            if d is not None:
+                used.add((f.fragment_id, d.read_version, d.id))
+    orphans = []
+    for name in names:
+        parts = name.rsplit("/", 1)[-1].split(".")[0].split("-")
+        if len(parts) == 3 and all(p.isdigit() for p in parts) and tuple(map(int, parts)) not in used:
+            orphans.append(name)
+    return orphans
 
 
 def cleanup_row(request_json: str) -> tuple:
@@ -53,9 +81,17 @@ def cleanup_row(request_json: str) -> tuple:
     ds = open_dataset(table, uri, raw.get("storage_options"))
     stats = (ds.explain_cleanup_old_versions(**kwargs).stats if dry_run
              else ds.cleanup_old_versions(**kwargs))
+    orphans = []
+    if kwargs["delete_unverified"]:
+        ds = open_dataset(table, uri, raw.get("storage_options"))
+        orphans = unreferenced_deletion_files(ds, uri, raw.get("storage_options"))
+        if not dry_run:
+            session = LanceFileSession(uri.rstrip("/"), raw.get("storage_options") or None)
+            for name in orphans:
+                session.delete_file(name)
     row = {"table": table, "version": ds.version, "dry_run": dry_run,
            "old_versions": stats.old_versions, "data_files_removed": stats.data_files_removed,
-           "deletion_files_removed": stats.deletion_files_removed,
+           "deletion_files_removed": stats.deletion_files_removed + len(orphans),
            "index_files_removed": stats.index_files_removed,
            "transaction_files_removed": stats.transaction_files_removed,
            "bytes_removed": stats.bytes_removed}

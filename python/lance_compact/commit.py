@@ -15,8 +15,10 @@ from typing import Any, Iterable
 import lance
 from lance.optimize import Compaction, RewriteResult
 
+from . import hooks
 from .errors import CompactionError
 from .fragments import changed_fragments, data_bytes, deleted_rows
+from .rebase import carry_over, commit_carried, describe, is_id_collision
 from .request import CompactionRequest
 from .tables import open_dataset
 
@@ -54,20 +56,33 @@ def remove_new_files(request: CompactionRequest, results: Iterable[RewriteResult
 
 @dataclass
 class CommitOutcome:
-    """What a commit made of a batch of results."""
+    """What committing a batch of results made of it."""
 
     metrics: dict[str, Any] = field(default_factory=dict)  # empty: nothing committed
     committed: list[RewriteResult] = field(default_factory=list)
     conflicted: list[RewriteResult] = field(default_factory=list)
+    commits: int = 0
+    rebased: int = 0  # tasks committed with concurrent deletions carried over
+    refusals: list[str] = field(default_factory=list)  # why a conflicted task was not carried over
+
+    def add(self, metrics: dict[str, Any], committed: list[RewriteResult]) -> None:
+        for k, v in metrics.items():
+            if k == "new_version":
+                self.metrics[k] = v
+            else:
+                prev = self.metrics.get(k, 0)
+                self.metrics[k] = None if v is None or prev is None else prev + v
+        self.committed += committed
+        self.commits += 1
 
 
-def _commit(dataset: lance.LanceDataset, request: CompactionRequest, read_version: int,
+def _commit(dataset: lance.LanceDataset, request: CompactionRequest,
             results: list[RewriteResult]) -> dict[str, Any]:
     # The same options as the plan: without them Lance silently drops defer_index_remap.
     metrics = Compaction.commit(dataset, results, request.options)
     originals = [f for r in results for f in r.original_fragments]
     news = [f for r in results for f in r.new_fragments]
-    out = {
+    return {
         "new_version": dataset.version,
         "tasks": len(results),
         "fragments_removed": metrics.fragments_removed,
@@ -79,13 +94,60 @@ def _commit(dataset: lance.LanceDataset, request: CompactionRequest, read_versio
         "bytes_read": data_bytes(originals),
         "bytes_written": data_bytes(news),
     }
-    return out
+
+
+def _incompatible(request: CompactionRequest, error: Exception) -> CompactionError:
+    return CompactionError(
+        f"table {request.table}: a concurrent change is incompatible with compaction "
+        f"({str(error).split(',')[0]}); nothing was committed and the table is as the other "
+        "writer left it")
+
+
+# Tries to carry deletions over when yet another change lands between carrying and committing.
+CARRY_ATTEMPTS = 5
+
+
+def _carry(request: CompactionRequest, read_version: int, results: list[RewriteResult],
+           outcome: CommitOutcome) -> list[RewriteResult]:
+    """Commit ``results`` with the deletions made since ``read_version`` carried over onto
+    their new fragments; returns those that could not be (to plan again)."""
+    pending = list(results)
+    refused: list[RewriteResult] = []
+    base = open_dataset(request.table, request.uri, request.storage_options, version=read_version)
+    for _ in range(CARRY_ATTEMPTS):
+        latest = open_dataset(request.table, request.uri, request.storage_options)
+        try:
+            carried = carry_over(request.uri, request.storage_options, pending, base, latest)
+            for i in sorted(carried.refused):
+                refused.append(pending[i])
+                outcome.refusals.append(carried.refused[i])
+            if not carried.carried:
+                return refused
+            hooks.before_carried_commit(request)
+            committed = commit_carried(request.uri, request.storage_options, carried.carried, latest.version)
+        except OSError as e:
+            # Another writer landed meanwhile (a delete, or an append that took the ids): again.
+            if not (is_retryable_conflict(e) or is_id_collision(e)):
+                raise _incompatible(request, e) from None
+            log.info("table %s: carrying deletions over met another change (%s); again",
+                     request.table, str(e).split(",")[0])
+            pending = [r for r in pending if r not in refused]
+            continue
+        outcome.add({**describe(carried.carried), "new_version": committed.version},
+                    [c.result for c in carried.carried])
+        outcome.rebased += len(carried.carried)
+        log.info("table %s: %d tasks committed with %d concurrently deleted rows carried over",
+                 request.table, len(carried.carried), sum(c.deleted for c in carried.carried))
+        return refused
+    outcome.refusals.append(f"other changes kept landing ({CARRY_ATTEMPTS} tries)")
+    return refused + pending
 
 
 def commit_results(request: CompactionRequest, read_version: int, results: list[RewriteResult],
                    dataset: lance.LanceDataset | None = None) -> CommitOutcome:
-    """Commit ``results`` atomically; on a conflicting concurrent change, commit those whose
-    fragments it left unchanged and return the others as conflicted.
+    """Commit ``results`` atomically. On a conflicting concurrent change: commit those whose
+    fragments it left unchanged, commit those it only deleted rows from with the deletions
+    carried over (``rebase.py``), and return the others as conflicted (to plan again).
 
     ``dataset`` is the table as the run last saw it (its plan or its previous commit), which
     saves reopening a large manifest; Lance checks every newer version at commit all the
@@ -93,26 +155,27 @@ def commit_results(request: CompactionRequest, read_version: int, results: list[
     """
     if dataset is None:
         dataset = open_dataset(request.table, request.uri, request.storage_options)
+    outcome = CommitOutcome()
     try:
-        return CommitOutcome(_commit(dataset, request, read_version, results), list(results))
+        outcome.add(_commit(dataset, request, results), list(results))
+        return outcome
     except OSError as e:
         if not is_retryable_conflict(e):
-            raise CompactionError(
-                f"table {request.table}: a concurrent change is incompatible with compaction "
-                f"({str(e).split(',')[0]}); nothing was committed and the table is as the other "
-                "writer left it") from None
+            raise _incompatible(request, e) from None
         log.info("table %s: commit conflict: %s", request.table, str(e).split(",")[0])
     latest = open_dataset(request.table, request.uri, request.storage_options)
     base = open_dataset(request.table, request.uri, request.storage_options, version=read_version)
     changed = changed_fragments(base, latest)
     safe = [r for r in results if not {f.id for f in r.original_fragments} & changed]
-    conflicted = [r for r in results if r not in safe]
+    touched = [r for r in results if r not in safe]
     if safe:
         try:
-            return CommitOutcome(_commit(latest, request, read_version, safe), safe, conflicted)
+            outcome.add(_commit(latest, request, safe), safe)
         except OSError as e:
             if not is_retryable_conflict(e):
-                raise CompactionError(
-                    f"table {request.table}: a concurrent change is incompatible with compaction "
-                    f"({str(e).split(',')[0]}); nothing was committed") from None
-    return CommitOutcome({}, [], list(results))
+                raise _incompatible(request, e) from None
+            touched = list(results)  # everything changed again: carry over what can be
+    if touched and request.run.get("carry_over_deletes", True):
+        touched = _carry(request, read_version, touched, outcome)
+    outcome.conflicted = touched
+    return outcome

@@ -35,6 +35,10 @@ def _handlers(sc: Any) -> dict[str, Callable[[str], tuple[str, list[tuple]]]]:
     from .layout import layout_row
     from .options import result_columns
     from .spark_job import SparkBatchRunner
+    from .warehouse import warehouse_rows
+    from . import metadata
+    from .indices import optimize_indices_row
+    from .maintain import maintain_rows
 
     runner = SparkBatchRunner(sc)
     return {
@@ -42,6 +46,13 @@ def _handlers(sc: Any) -> dict[str, Callable[[str], tuple[str, list[tuple]]]]:
         "plan": lambda r: (_ddl(result_columns("plan_columns")), orchestrate.dry_run(r)),
         "layout": lambda r: (_ddl(result_columns("layout_columns")), [layout_row(r)]),
         "cleanup": lambda r: (_ddl(result_columns("cleanup_columns")), [cleanup_row(r)]),
+        "warehouse": lambda r: ("`name` STRING, `kind` STRING", warehouse_rows(r)),
+        "describe": metadata.describe,
+        "read": metadata.read,
+        "metadata": metadata.metadata_table,
+        "maintain": lambda r: (_ddl(result_columns("maintain_columns")), maintain_rows(r, runner)),
+        "optimize_indices": lambda r: (_ddl(result_columns("optimize_indices_columns")),
+                                       [optimize_indices_row(r)]),
     }
 
 
@@ -49,17 +60,23 @@ def handle(handlers: dict[str, Callable[[str], tuple[str, list[tuple]]]], action
            request: str) -> dict[str, Any]:
     """Serve one request; errors become ``{"ok": false, "error": ...}``."""
     from .errors import CompactionError
+    from .secrets import redact
 
+    try:
+        storage = json.loads(request).get("storage_options")
+    except (ValueError, AttributeError):
+        storage = None
     try:
         if action not in handlers:
             raise CompactionError(f"engine: unknown action {action!r}")
         schema, rows = handlers[action](request)
         return {"ok": True, "schema": schema, "rows": [list(r) for r in rows]}
     except CompactionError as e:
-        return {"ok": False, "error": e.message}
+        return {"ok": False, "error": redact(e.message, storage)}
     except Exception as e:  # a bug or an unexpected Lance error: say what, keep serving
-        log.error("engine: %s failed: %s", action, traceback.format_exc())
-        return {"ok": False, "error": f"lance_compact engine: {action} failed: {type(e).__name__}: {e}"}
+        log.error("engine: %s failed: %s", action, redact(traceback.format_exc(), storage))
+        return {"ok": False, "error": redact(
+            f"lance_compact engine: {action} failed: {type(e).__name__}: {e}", storage)}
 
 
 def _exit_with_parent() -> None:

@@ -51,5 +51,15 @@ def before_commit(request: Any) -> None:
         module, _, func = name.rpartition(".")
         getattr(importlib.import_module(module), func)(request.uri, request.storage_options)
     if request.hooks.get("test_kill_driver_before_commit"):
-        os.kill(_jvm_pid(), signal.SIGKILL)
-        os._exit(137)  # and this worker, which would otherwise go on to commit
+        _kill_driver()
+
+
+def before_carried_commit(request: Any) -> None:
+    """On the driver, after deletions were carried over and before that commit."""
+    if request.hooks.get("test_kill_driver_before_carried_commit"):
+        _kill_driver()
+
+
+def _kill_driver() -> None:
+    os.kill(_jvm_pid(), signal.SIGKILL)
+    os._exit(137)  # and this process, which would otherwise go on to commit

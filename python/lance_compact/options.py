@@ -140,6 +140,11 @@ def cleanup_specs() -> dict[str, OptionSpec]:
     return _specs("cleanup_parameters")
 
 
+def specs_of(section: str) -> dict[str, OptionSpec]:
+    """Parameters of another procedure (``optimize_indices_parameters``)."""
+    return _specs(section)
+
+
 def run_defaults() -> dict[str, Any]:
     return {o["name"]: o["default"] for o in spec()["run_settings"]}
 

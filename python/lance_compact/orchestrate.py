@@ -82,8 +82,34 @@ def _batches(plan: Plan, groups: int, first_id: int = 0) -> list[Batch]:
             for a, b in zip(bounds, bounds[1:])]
 
 
+def fragments_matching(dataset: lance.LanceDataset, where: str, table: str) -> set[int]:
+    """Ids of the fragments holding at least one live row matching the Lance predicate."""
+    try:
+        addresses = dataset.scanner(filter=where, columns=[], with_row_address=True).to_table()["_rowaddr"]
+    except (ValueError, OSError) as e:
+        raise CompactionError(f"table {table}: where {where!r} is not a predicate Lance can evaluate on "
+                              f"this table ({str(e).splitlines()[0][:200]})") from None
+    return {a >> 32 for a in addresses.unique().to_pylist()}
+
+
+def shape(plan: Plan, run: dict[str, Any]) -> Plan:
+    """``min_input_fragments`` leaves small merges for later; ``task_order`` orders the tasks
+    (which run first and, with partial progress, which commit first)."""
+    n = run.get("min_input_fragments") or 1
+    for t in plan.tasks:
+        if t.selected and len(t.fragment_ids) < n:
+            t.selected = False
+            t.reason = f"{t.reason}; left: fewer than {n} input fragments (min_input_fragments)"
+    key = {"bytes_desc": lambda t: -(t.bytes or 0), "bytes_asc": lambda t: t.bytes or 0,
+           "fragments_desc": lambda t: -len(t.fragment_ids)}.get(run.get("task_order") or "plan")
+    if key is not None:
+        plan.tasks.sort(key=key)  # stable: Lance's order among equals
+    return plan
+
+
 def make_plan(request: CompactionRequest) -> tuple[Plan, lance.LanceDataset]:
-    """The strategy's plan at the table's latest version, and the table it was made on."""
+    """The strategy's plan at the table's latest version, and the table it was made on:
+    ``where`` narrows the candidates for every strategy, then :func:`shape`."""
     planner = get_planner(request.strategy, request.table, request.settings)
     dataset = open_dataset(request.table, request.uri, request.storage_options)
     if dataset.count_rows() == 0:
@@ -91,7 +117,14 @@ def make_plan(request: CompactionRequest) -> tuple[Plan, lance.LanceDataset]:
         raise CompactionError(
             f"table {request.table}: the table is empty at version {dataset.version} "
             f"({len(dataset.get_fragments())} fragments, no live rows); nothing to compact")
-    return as_plan(planner.plan(dataset, request.options), dataset, request.options), dataset
+    options = dict(request.options)
+    where = request.run.get("where")
+    if where:
+        matching = fragments_matching(dataset, where, request.table)
+        others = {f.fragment_id for f in dataset.get_fragments()} - matching
+        options["excluded_fragment_ids"] = sorted(others | set(options.get("excluded_fragment_ids", [])))
+    plan = as_plan(planner.plan(dataset, options), dataset, request.options)
+    return shape(plan, request.run), dataset
 
 
 def dry_run(request_json: str) -> list[tuple]:
@@ -114,8 +147,10 @@ class Run:
         self.next_id = len(plan.tasks)
         self.tasks_left = len(plan.left)
         self.fragments_left = sum(len(t.fragment_ids) for t in plan.left)
-        self.counts = {"commits": 0, "retries": 0, "tasks_conflicted": 0, "tasks_failed": 0}
+        self.counts = {"commits": 0, "retries": 0, "tasks_conflicted": 0, "tasks_rebased": 0,
+                       "tasks_failed": 0}
         self.totals: dict[str, Any] = {}
+        self.refusals: list[str] = []  # why conflicted tasks were not carried over
 
     def execute(self, runner: BatchRunner) -> None:
         number = 0
@@ -171,11 +206,12 @@ class Run:
         self.counts["tasks_failed"] += sum(1 for o in outcomes if o.error is not None)
         outcome = (commit_results(request, batch.read_version, results, self.dataset)
                    if results else CommitOutcome())
-        if outcome.metrics:
-            self.counts["commits"] += 1
-            for k, v in outcome.metrics.items():
-                self.totals[k] = v if k == "new_version" else (
-                    None if v is None or self.totals.get(k, 0) is None else self.totals.get(k, 0) + v)
+        self.counts["commits"] += outcome.commits
+        self.counts["tasks_rebased"] += outcome.rebased
+        self.refusals += outcome.refusals
+        for k, v in outcome.metrics.items():
+            self.totals[k] = v if k == "new_version" else (
+                None if v is None or self.totals.get(k, 0) is None else self.totals.get(k, 0) + v)
         if outcome.conflicted:
             remove_new_files(request, outcome.conflicted)
             replanned = (_replan(request, outcome.conflicted)
@@ -187,6 +223,21 @@ class Run:
                 self.pending[:0] = _batches(replanned, 1, self.next_id)
                 self.next_id += len(replanned.tasks)
 
+    def _conflicts(self) -> str | None:
+        c = self.counts
+        parts = []
+        if c["tasks_rebased"]:
+            parts.append(f"{c['tasks_rebased']} tasks committed with concurrent deletes carried over")
+        if self.refusals:
+            reasons = sorted(set(self.refusals))
+            parts.append(f"{len(self.refusals)} planned again ({'; '.join(reasons[:5])}"
+                         + (f"; {len(reasons) - 5} more" if len(reasons) > 5 else "") + ")")
+        if c["retries"] and not self.refusals:
+            parts.append(f"{c['retries']} re-plans")
+        if c["tasks_conflicted"]:
+            parts.append(f"{c['tasks_conflicted']} tasks dropped after {c['retries']} re-plans")
+        return "; ".join(parts) or None
+
     def result_row(self) -> tuple:
         """The run's result in parameters.json's ``result_columns``; every figure measured."""
         row = {
@@ -197,6 +248,7 @@ class Run:
             "tasks_left": self.tasks_left,
             "fragments_left": self.fragments_left,
             "elapsed_ms": int(((self.ended or time.time()) - self.started) * 1000),
+            "conflicts": self._conflicts(),
             **self.counts,
         }
         for name, _ in result_columns():
@@ -212,7 +264,7 @@ def _replan(request: CompactionRequest, conflicted: list[RewriteResult]) -> Plan
     excluded = {f.fragment_id for f in dataset.get_fragments()} - wanted
     options = dict(request.options)
     options["excluded_fragment_ids"] = sorted(excluded | set(options.get("excluded_fragment_ids", [])))
-    return as_plan(Compaction.plan(dataset, options), dataset, request.options)
+    return shape(as_plan(Compaction.plan(dataset, options), dataset, request.options), request.run)
 
 
 def compact(request_json: str, runner: BatchRunner) -> tuple:

@@ -18,9 +18,10 @@ from pyspark import SparkContext, TaskContext
 from pyspark.accumulators import AccumulatorParam, _accumulatorRegistry
 
 from . import hooks
-from .errors import MARKER
+from .errors import MARKER, CompactionError
 from .execute import TaskOutcome, check_same_pylance, execute_task
 from .request import CompactionRequest
+from .secrets import redact
 from .orchestrate import Batch, BatchFailure
 
 log = logging.getLogger(__name__)
@@ -56,9 +57,13 @@ class _Executor:
                 hooks.task_fault(self.hooks, task_id, attempt)
                 outcome = execute_task(self.table, self.uri, self.storage_options, task_id, task_json)
             except Exception as e:
+                # Spark logs a failed task's error on the executor and the driver: never a credential.
+                text = redact(f"{type(e).__name__}: {e}", self.storage_options)
                 if not (self.partial_progress and attempt + 1 >= self.max_attempts):
-                    raise
-                outcome = TaskOutcome(task_id, None, 0, f"{type(e).__name__}: {e}")
+                    if text == f"{type(e).__name__}: {e}":
+                        raise
+                    raise CompactionError(text) from None
+                outcome = TaskOutcome(task_id, None, 0, text)
             outcomes.add([outcome])
         return iter(())
 

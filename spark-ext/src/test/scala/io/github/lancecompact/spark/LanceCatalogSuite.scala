@@ -70,7 +70,7 @@ class LanceCatalogSuite extends AnyFunSuite with BeforeAndAfterAll {
 
   test("procedures are listed and described") {
     val procedures = spark.sql("SHOW PROCEDURES IN lance").collect().map(_.getString(3)).toSeq
-    assert(procedures == Seq("cleanup", "compact", "describe_layout", "plan_compaction"))
+    assert(procedures == Seq("cleanup", "compact", "describe_layout", "maintain", "optimize_indices", "plan_compaction"))
     val described = strings("DESCRIBE PROCEDURE lance.compact").mkString("\n")
     assert(described.contains("target_rows_per_fragment"))
     assert(described.contains("materialize_deletions_threshold"))
@@ -103,5 +103,28 @@ class LanceCatalogSuite extends AnyFunSuite with BeforeAndAfterAll {
     val e = intercept[Exception](spark.sql(
       "CALL lance.compact(table => 'db.events', options => map('bogus', '1'))").collect())
     assert(e.getMessage.startsWith("table db.events: unknown options map key 'bogus'"), e.getMessage)
+  }
+
+  test("a streaming query maintains a table from its foreachBatch every N batches") {
+    import org.apache.spark.sql.execution.streaming.runtime.MemoryStream
+    import io.github.lancecompact.spark.streaming.LanceMaintenance
+    createTable("db", "streamed")
+    val session = spark
+    implicit val ctx: org.apache.spark.sql.SQLContext = session.sqlContext
+    import session.implicits._
+    val input = MemoryStream[Int]
+    val seen = mutable.ArrayBuffer.empty[(Long, Seq[String])]
+    val sink = LanceMaintenance.withMaintenance("db.streamed", every = 2,
+      params = Map("target_rows_per_fragment" -> 300L, "older_than" -> "30 days"),
+      onResult = (id, rows) => seen.synchronized(seen += id -> rows.map(r => s"${r.getAs[String]("step")}:${r.getAs[Boolean]("ran")}"))) {
+      (_, _) => () // the query's own write goes here
+    }
+    val query = input.toDF().writeStream.foreachBatch(sink).start()
+    try {
+      (1 to 3).foreach { i => input.addData(i); query.processAllAvailable() }
+    } finally query.stop()
+    // batches 1 and 3 ran maintenance; the first compacted the degraded table, the second found nothing due
+    assert(seen.map(_._2) == Seq(Seq("compact:true", "optimize_indices:false", "cleanup:false"),
+      Seq("compact:false", "optimize_indices:false", "cleanup:false")), seen)
   }
 }

@@ -1,12 +1,12 @@
 package io.github.lancecompact.spark.catalog
 
-import java.nio.file.Files
 import java.util
 
 import scala.jdk.CollectionConverters._
 
+import org.apache.spark.internal.Logging
 import org.apache.spark.sql.SparkSession
-import org.apache.spark.sql.catalyst.analysis.{NamespaceAlreadyExistsException, NoSuchNamespaceException, NoSuchTableException, NonEmptyNamespaceException}
+import org.apache.spark.sql.catalyst.analysis.{NoSuchNamespaceException, NoSuchTableException}
 import org.apache.spark.sql.catalyst.parser.{CatalystSqlParser, ParseException}
 import org.apache.spark.sql.connector.catalog._
 import org.apache.spark.sql.connector.catalog.procedures.UnboundProcedure
@@ -14,7 +14,7 @@ import org.apache.spark.sql.connector.expressions.Transform
 import org.apache.spark.sql.types.StructType
 import org.apache.spark.sql.util.CaseInsensitiveStringMap
 
-import io.github.lancecompact.spark.engine.EngineProcess
+import io.github.lancecompact.spark.engine.{EnginePlugin, EngineProcess, LanceCompactException}
 import io.github.lancecompact.spark.procedures.Procedures
 
 /** The `lance` catalog: a warehouse of Lance datasets with maintenance procedures.
@@ -25,18 +25,26 @@ import io.github.lancecompact.spark.procedures.Procedures
  * spark.sql.catalog.lance.storage.<key>=<value>         (Lance storage options, sent to every executor)
  * }}}
  */
-class LanceCatalog extends TableCatalog with SupportsNamespaces with ProcedureCatalog {
+class LanceCatalog extends TableCatalog with SupportsNamespaces with ProcedureCatalog with Logging {
   private var catalogName: String = "lance"
   private var warehouseRef: Warehouse = _
   private var storage: Map[String, String] = Map.empty
+  private var readMaxRows: Long = 1000000L
 
   override def initialize(name: String, options: CaseInsensitiveStringMap): Unit = {
     catalogName = name
     val root = Option(options.get("warehouse")).map(_.trim).filter(_.nonEmpty)
-    warehouseRef = new Warehouse(name, root)
     storage = options.asCaseSensitiveMap().asScala.collect {
       case (k, v) if k.toLowerCase.startsWith("storage.") => k.substring("storage.".length) -> v
     }.toMap
+    warehouseRef = new Warehouse(name, root, new ObjectStore(storage))
+    readMaxRows = Option(options.get("read_max_rows")).map(_.trim.toLong).getOrElse(readMaxRows)
+    SparkSession.getActiveSession.foreach { spark =>
+      val shown = storage.keys.filterNot(k => EnginePlugin.redacts(spark.sparkContext.getConf, name, k))
+      if (shown.nonEmpty) logWarning(s"catalog $name: Spark does not redact storage options " +
+        s"${shown.toSeq.sorted.mkString(", ")} in its event log and UI; set spark.plugins=${classOf[EnginePlugin].getName} " +
+        s"or add ${EnginePlugin.StorageOptions} to ${EnginePlugin.RedactionKey}")
+    }
     // The catalog is initialized when a statement first names it: start the engine now,
     // in the background, so the statement's procedure call finds it (nearly) ready.
     SparkSession.getActiveSession.foreach(EngineProcess.warmUp)
@@ -69,69 +77,55 @@ class LanceCatalog extends TableCatalog with SupportsNamespaces with ProcedureCa
 
   // ---- namespaces: folders of the warehouse ----
 
-  private def localOrFail(namespace: Array[String]) = warehouseRef.localNamespace(namespace).getOrElse(
-    throw new UnsupportedOperationException(
-      s"catalog $catalogName: listing needs a local warehouse, not ${warehouseRef.location.getOrElse("none")}"))
+  override def listNamespaces(): Array[Array[String]] = warehouseRef.listNamespaces(Array.empty)
 
-  private def namespacesIn(namespace: Array[String]): Array[Array[String]] =
-    warehouseRef.children(localOrFail(namespace))
-      .map(_.getFileName.toString)
-      .filterNot(n => n.endsWith(Warehouse.TableSuffix) || n.startsWith(".") || n.startsWith("_"))
-      .map(n => namespace :+ n).toArray
-
-  override def listNamespaces(): Array[Array[String]] = namespacesIn(Array.empty)
-
-  override def listNamespaces(namespace: Array[String]): Array[Array[String]] = {
-    if (!warehouseRef.namespaceExists(namespace)) throw new NoSuchNamespaceException(namespace)
-    namespacesIn(namespace)
-  }
+  override def listNamespaces(namespace: Array[String]): Array[Array[String]] =
+    warehouseRef.listNamespaces(namespace)
 
   override def loadNamespaceMetadata(namespace: Array[String]): util.Map[String, String] = {
     if (namespace.isEmpty || !warehouseRef.namespaceExists(namespace)) throw new NoSuchNamespaceException(namespace)
     util.Map.of("location", warehouseRef.namespaceLocation(namespace))
   }
 
-  override def createNamespace(namespace: Array[String], metadata: util.Map[String, String]): Unit = {
-    val dir = localOrFail(namespace)
-    if (Files.isDirectory(dir)) throw new NamespaceAlreadyExistsException(namespace)
-    Files.createDirectories(dir)
-  }
+  override def createNamespace(namespace: Array[String], metadata: util.Map[String, String]): Unit =
+    warehouseRef.createNamespace(namespace)
 
   override def alterNamespace(namespace: Array[String], changes: NamespaceChange*): Unit =
     throw new UnsupportedOperationException(s"catalog $catalogName: namespaces have no properties to alter")
 
-  override def dropNamespace(namespace: Array[String], cascade: Boolean): Boolean = {
-    val dir = localOrFail(namespace)
-    if (!Files.isDirectory(dir)) throw new NoSuchNamespaceException(namespace)
-    val stream = Files.list(dir)
-    val empty = try !stream.iterator().hasNext finally stream.close()
-    if (!empty) {
-      if (!cascade) throw new NonEmptyNamespaceException(namespace)
-      throw new UnsupportedOperationException(
-        s"catalog $catalogName: will not drop namespace ${namespace.mkString(".")} with its tables; remove them with Lance first")
-    }
-    Files.delete(dir)
-    true
-  }
+  override def dropNamespace(namespace: Array[String], cascade: Boolean): Boolean =
+    warehouseRef.dropNamespace(namespace, cascade)
 
   // ---- tables: <name>.lance datasets ----
 
-  override def listTables(namespace: Array[String]): Array[Identifier] = {
-    if (!warehouseRef.namespaceExists(namespace)) throw new NoSuchNamespaceException(namespace)
-    warehouseRef.children(localOrFail(namespace))
-      .map(_.getFileName.toString)
-      .filter(_.endsWith(Warehouse.TableSuffix))
-      .map(n => Identifier.of(namespace, n.stripSuffix(Warehouse.TableSuffix))).toArray
+  override def listTables(namespace: Array[String]): Array[Identifier] = warehouseRef.listTables(namespace)
+
+  private def ref(ident: Identifier, location: String, version: Option[Long] = None) =
+    TableRef(s"$catalogName.${(ident.namespace :+ ident.name).mkString(".")}", location, storage, version, readMaxRows)
+
+  /** A table `ns.t`, or a metadata table `ns.t.fragments` (`versions`, `indices`) of table `ns.t`. */
+  override def loadTable(ident: Identifier): Table = LanceCompactException.userErrors {
+    if (ident.namespace.isEmpty) throw new NoSuchTableException(ident)
+    metadataOf(ident).getOrElse(new LanceTable(ref(ident, warehouseRef.requireTable(ident))))
   }
 
-  override def loadTable(ident: Identifier): Table = {
+  /** `SELECT ... FROM lance.db.t VERSION AS OF 12`: the table at that Lance version. */
+  override def loadTable(ident: Identifier, version: String): Table = LanceCompactException.userErrors {
+    val v = scala.util.Try(version.toLong).getOrElse(throw new IllegalArgumentException(
+      s"table ${ident.name}: VERSION AS OF takes a Lance version number, got '$version'"))
     if (ident.namespace.isEmpty) throw new NoSuchTableException(ident)
-    val location = warehouseRef.requireTable(ident)
-    new LanceTable(s"$catalogName.${(ident.namespace :+ ident.name).mkString(".")}", location)
+    new LanceTable(ref(ident, warehouseRef.requireTable(ident), Some(v)))
+  }
+
+  private def metadataOf(ident: Identifier): Option[Table] = {
+    if (ident.namespace.length < 2 || !MetadataTable.Kinds.contains(ident.name)) return None
+    val table = Identifier.of(ident.namespace.init, ident.namespace.last)
+    if (warehouseRef.namespaceExists(ident.namespace) || !warehouseRef.tableExists(table)) None
+    else Some(new MetadataTable(ref(table, warehouseRef.tableLocation(table)), ident.name))
   }
 
   private def writesElsewhere(what: String): Nothing = throw new UnsupportedOperationException(
-    s"catalog $catalogName does not $what tables: write Lance datasets with Lance; this catalog maintains them")
+    s"catalog $catalogName does not $what tables: write Lance datasets with Lance (pylance) or lance-spark; this catalog maintains and reads them")
 
   override def createTable(ident: Identifier, schema: StructType, partitions: Array[Transform],
                            properties: util.Map[String, String]): Table = writesElsewhere("create")

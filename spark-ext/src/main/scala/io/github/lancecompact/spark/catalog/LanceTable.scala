@@ -2,16 +2,129 @@ package io.github.lancecompact.spark.catalog
 
 import java.util
 
-import org.apache.spark.sql.connector.catalog.{Table, TableCapability}
+import com.fasterxml.jackson.databind.ObjectMapper
+import com.fasterxml.jackson.databind.node.ObjectNode
+import org.apache.spark.sql.connector.catalog._
+import org.apache.spark.sql.connector.expressions.filter.Predicate
+import org.apache.spark.sql.connector.read.{ScanBuilder, SupportsPushDownAggregates, SupportsPushDownRequiredColumns, SupportsPushDownV2Filters, Scan}
+import org.apache.spark.sql.connector.expressions.aggregate.{Aggregation, CountStar}
+import org.apache.spark.sql.connector.write.{LogicalWriteInfo, RowLevelOperationBuilder, RowLevelOperationInfo, WriteBuilder}
 import org.apache.spark.sql.types.StructType
+import org.apache.spark.sql.util.CaseInsensitiveStringMap
 
-/** A Lance dataset seen through the catalog: named and located, for maintenance
- * procedures. Reading its rows through the catalog is not offered yet.
+import io.github.lancecompact.spark.engine.{PythonEngine, ResultScan}
+
+/** Where a table is and how to reach it: what every engine request about it carries. */
+final case class TableRef(name: String, location: String, storage: Map[String, String],
+                          version: Option[Long] = None, readMaxRows: Long = 1000000L) {
+  private val mapper = new ObjectMapper()
+
+  def request(fill: ObjectNode => Unit = _ => ()): String = {
+    val r = mapper.createObjectNode()
+    r.put("table", name).put("uri", location)
+    version.foreach(v => r.put("version", v))
+    val s = r.putObject("storage_options")
+    storage.foreach { case (k, v) => s.put(k, v) }
+    fill(r)
+    mapper.writeValueAsString(r)
+  }
+}
+
+/** Writes go to Lance or lance-spark: this catalog maintains tables, it does not write them. */
+object ReadOnly {
+  def refuse(table: String, what: String): Nothing = throw new UnsupportedOperationException(
+    s"catalog table $table is read-only: this catalog does not $what tables; write them with Lance " +
+      "(pylance) or lance-spark, and compact them here")
+}
+
+/** A Lance dataset seen through the catalog: its schema in Spark types, its rows (read on the
+ * driver through the engine, for checks: count(*) is answered from Lance's own count), and
+ * nothing written. Metadata tables hang under it ([[MetadataTable]]).
  */
-final class LanceTable(tableName: String, location: String) extends Table {
-  override def name(): String = tableName
-  override def schema(): StructType = new StructType()
-  override def capabilities(): util.Set[TableCapability] = util.Collections.emptySet()
+final class LanceTable(ref: TableRef) extends Table with SupportsRead with SupportsWrite
+  with SupportsDeleteV2 with SupportsRowLevelOperations {
+
+  private lazy val described = {
+    val row = PythonEngine.query("describe", ref.request()).rows().head
+    (StructType.fromDDL(row.getUTF8String(0).toString), row.getLong(1), row.getLong(2))
+  }
+
+  override def name(): String = ref.name
+  override def schema(): StructType = described._1
+  override def capabilities(): util.Set[TableCapability] =
+    util.EnumSet.of(TableCapability.BATCH_READ, TableCapability.BATCH_WRITE)
   override def properties(): util.Map[String, String] =
-    util.Map.of("location", location, "provider", "lance")
+    util.Map.of("location", ref.location, "provider", "lance", "version", described._3.toString)
+
+  override def newScanBuilder(options: CaseInsensitiveStringMap): ScanBuilder =
+    new LanceScanBuilder(ref, schema())
+
+  override def newWriteBuilder(info: LogicalWriteInfo): WriteBuilder = ReadOnly.refuse(ref.name, "insert into")
+  override def canDeleteWhere(predicates: Array[Predicate]): Boolean = ReadOnly.refuse(ref.name, "delete from")
+  override def deleteWhere(predicates: Array[Predicate]): Unit = ReadOnly.refuse(ref.name, "delete from")
+  override def newRowLevelOperationBuilder(info: RowLevelOperationInfo): RowLevelOperationBuilder =
+    ReadOnly.refuse(ref.name, "update, delete from or merge into")
+}
+
+/** Pushes column pruning, the filters Lance can evaluate (Spark re-checks them all), and a
+ * plain count(*) (answered by Lance without reading rows) to the engine's read. */
+final class LanceScanBuilder(ref: TableRef, full: StructType) extends ScanBuilder
+  with SupportsPushDownRequiredColumns with SupportsPushDownV2Filters with SupportsPushDownAggregates {
+  private var required = full
+  private var lanceFilter: Option[String] = None
+  private var pushed: Array[Predicate] = Array.empty
+  private var countOnly = false
+
+  override def pruneColumns(requiredSchema: StructType): Unit = required = requiredSchema
+
+  override def pushPredicates(predicates: Array[Predicate]): Array[Predicate] = {
+    val translated = predicates.flatMap(p => LanceFilters.sql(p).map(p -> _))
+    pushed = translated.map(_._1)
+    if (translated.nonEmpty) lanceFilter = Some(translated.map(t => s"(${t._2})").mkString(" AND "))
+    predicates // Spark evaluates all of them again after the read
+  }
+
+  override def pushedPredicates(): Array[Predicate] = pushed
+
+  override def supportCompletePushDown(aggregation: Aggregation): Boolean = countable(aggregation)
+
+  override def pushAggregation(aggregation: Aggregation): Boolean = {
+    countOnly = countable(aggregation) && lanceFilter.isEmpty
+    countOnly
+  }
+
+  private def countable(a: Aggregation): Boolean =
+    a.groupByExpressions().isEmpty && a.aggregateExpressions().length == 1 &&
+      a.aggregateExpressions()(0).isInstanceOf[CountStar]
+
+  override def build(): Scan = {
+    val request = ref.request { r =>
+      r.put("max_rows", ref.readMaxRows)
+      if (countOnly) r.put("count_only", true)
+      else {
+        val cols = r.putArray("columns")
+        required.fieldNames.foreach(cols.add)
+      }
+      lanceFilter.foreach(f => r.put("filter", f))
+    }
+    val scan = PythonEngine.query("read", request)
+    // The rows carry the engine's types; Spark expects the schema it asked for.
+    new ResultScan(if (countOnly) scan.readSchema() else required, scan.rows())
+  }
+}
+
+/** `lance.db.t.fragments`, `lance.db.t.versions`, `lance.db.t.indices`: what Lance's manifests
+ * say of the table, as read-only tables. */
+final class MetadataTable(ref: TableRef, kind: String) extends Table with SupportsRead {
+  private lazy val result = PythonEngine.query("metadata", ref.request(_.put("kind", kind)))
+  override def name(): String = s"${ref.name}.$kind"
+  override def schema(): StructType = result.readSchema()
+  override def capabilities(): util.Set[TableCapability] = util.EnumSet.of(TableCapability.BATCH_READ)
+  override def newScanBuilder(options: CaseInsensitiveStringMap): ScanBuilder = new ScanBuilder {
+    override def build(): Scan = result
+  }
+}
+
+object MetadataTable {
+  val Kinds: Set[String] = Set("fragments", "versions", "indices")
 }

@@ -3,20 +3,22 @@ package io.github.lancecompact.spark.catalog
 import java.net.URI
 import java.nio.file.{Files, Path, Paths}
 
-import scala.jdk.CollectionConverters._
-
-import org.apache.spark.sql.catalyst.analysis.{NoSuchNamespaceException, NoSuchTableException}
+import org.apache.spark.sql.catalyst.analysis.{NamespaceAlreadyExistsException, NoSuchNamespaceException, NoSuchTableException, NonEmptyNamespaceException}
 import org.apache.spark.sql.connector.catalog.Identifier
 
 /** Where the catalog's namespaces and tables live: namespaces are folders, a table `t` is
  * the Lance dataset `t.lance` in its namespace's folder. Every identifier and path a user
- * gives is checked to stay inside the warehouse.
+ * gives is checked to stay inside the warehouse. A local warehouse is read with java.nio,
+ * any other (s3://, gs://, az://, ...) through `objectStore`.
  */
-final class Warehouse(catalogName: String, root: Option[String]) {
+final class Warehouse(catalogName: String, root: Option[String],
+                      objectStore: => WarehouseStore = Warehouse.noObjectStore) {
   import Warehouse._
 
   /** The warehouse as a local path, when it is one (no scheme, or file:). */
   private val localRoot: Option[Path] = root.flatMap(localPath).map(p => p.toAbsolutePath.normalize())
+
+  private lazy val store: WarehouseStore = if (localRoot.isDefined) LocalStore else objectStore
 
   def location: Option[String] = root
 
@@ -32,7 +34,7 @@ final class Warehouse(catalogName: String, root: Option[String]) {
   }
 
   def namespaceLocation(namespace: Array[String]): String = {
-    val base = requireRoot(s"namespace ${namespace.mkString(".")}")
+    val base = localRoot.map(_.toString).getOrElse(requireRoot(s"namespace ${namespace.mkString(".")}"))
     namespace.foreach(checkPart(_, "namespace"))
     (base.stripSuffix("/") +: namespace.toSeq).mkString("/")
   }
@@ -42,22 +44,50 @@ final class Warehouse(catalogName: String, root: Option[String]) {
     namespaceLocation(ident.namespace) + "/" + ident.name + TableSuffix
   }
 
-  /** Local folder of a namespace, when the warehouse is local. */
-  def localNamespace(namespace: Array[String]): Option[Path] =
-    localRoot.map(r => namespace.foldLeft(r) { (p, n) => checkPart(n, "namespace"); p.resolve(n) })
-
   def namespaceExists(namespace: Array[String]): Boolean =
-    localNamespace(namespace).forall(p => Files.isDirectory(p))
+    namespace.isEmpty || store.exists(namespaceLocation(namespace))
 
-  def tableExists(ident: Identifier): Boolean =
-    localNamespace(ident.namespace).forall(p => Files.isDirectory(p.resolve(ident.name + TableSuffix)))
+  def tableExists(ident: Identifier): Boolean = store.exists(tableLocation(ident))
 
-  /** Fail with Spark's own errors when a local namespace or table does not exist. */
+  /** Fail with Spark's own errors when a namespace or table does not exist. */
   def requireTable(ident: Identifier): String = {
     val location = tableLocation(ident)
     if (!namespaceExists(ident.namespace)) throw new NoSuchNamespaceException(ident.namespace)
     if (!tableExists(ident)) throw new NoSuchTableException(ident)
     location
+  }
+
+  private def requireNamespace(namespace: Array[String]): Seq[String] = {
+    if (!namespaceExists(namespace)) throw new NoSuchNamespaceException(namespace)
+    store.folders(namespaceLocation(namespace))
+  }
+
+  /** Child namespaces: folders that are neither tables nor hidden (`.x`, `_x`). */
+  def listNamespaces(namespace: Array[String]): Array[Array[String]] =
+    requireNamespace(namespace)
+      .filterNot(n => n.endsWith(TableSuffix) || n.startsWith(".") || n.startsWith("_"))
+      .map(n => namespace :+ n).toArray
+
+  /** Tables: `<name>.lance` folders. */
+  def listTables(namespace: Array[String]): Array[Identifier] =
+    requireNamespace(namespace).filter(_.endsWith(TableSuffix))
+      .map(n => Identifier.of(namespace, n.stripSuffix(TableSuffix))).toArray
+
+  def createNamespace(namespace: Array[String]): Unit = {
+    if (namespace.isEmpty) throw new NamespaceAlreadyExistsException(namespace)
+    if (namespaceExists(namespace)) throw new NamespaceAlreadyExistsException(namespace)
+    store.create(namespaceLocation(namespace))
+  }
+
+  /** Drops an empty namespace; one holding tables or namespaces is kept (Lance writes tables). */
+  def dropNamespace(namespace: Array[String], cascade: Boolean): Boolean = {
+    if (namespace.isEmpty || !namespaceExists(namespace)) throw new NoSuchNamespaceException(namespace)
+    if (!store.dropEmpty(namespaceLocation(namespace))) {
+      if (!cascade) throw new NonEmptyNamespaceException(namespace)
+      throw new UnsupportedOperationException(
+        s"catalog $catalogName: will not drop namespace ${namespace.mkString(".")} with its tables; remove them with Lance first")
+    }
+    true
   }
 
   /** A path or URI a user gave as a table: checked to lie inside the warehouse, if one is set. */
@@ -88,19 +118,13 @@ final class Warehouse(catalogName: String, root: Option[String]) {
 
   private def outside(path: String, r: String): Nothing = throw new IllegalArgumentException(
     s"table path '$path' is outside the warehouse $r of catalog $catalogName")
-
-  /** Child folders of a local folder, sorted by name. */
-  def children(dir: Path): Seq[Path] =
-    if (!Files.isDirectory(dir)) Nil
-    else {
-      val stream = Files.list(dir)
-      try stream.iterator().asScala.filter(p => Files.isDirectory(p)).toSeq.sortBy(_.getFileName.toString)
-      finally stream.close()
-    }
 }
 
 object Warehouse {
   val TableSuffix = ".lance"
+
+  private def noObjectStore: WarehouseStore =
+    throw new UnsupportedOperationException("this warehouse has no object store access configured")
 
   /** A local path for a plain path or file: URI; None for other schemes (s3://, gs://, ...). */
   def localPath(location: String): Option[Path] = {

@@ -2,7 +2,7 @@ package io.github.lancecompact.spark.engine
 
 import java.util
 
-import org.apache.spark.SparkContext
+import org.apache.spark.{SparkConf, SparkContext, SparkEnv}
 import org.apache.spark.api.plugin.{DriverPlugin, ExecutorPlugin, PluginContext, SparkPlugin}
 import org.apache.spark.internal.Logging
 import org.apache.spark.sql.SparkSession
@@ -12,10 +12,16 @@ import org.apache.spark.sql.SparkSession
  * the executors' Python workers while the session starts, rather than on the first
  * statement that names the catalog. Without it everything works the same, the first CALL
  * of a session only waits longer.
+ *
+ * It also makes Spark redact every catalog storage option (`spark.sql.catalog.<name>.storage.*`:
+ * keys, key ids, tokens) in the event log and the UI, whose default pattern misses names such
+ * as `aws_access_key_id`; it extends `spark.redaction.regex` before Spark records its settings.
  */
 class EnginePlugin extends SparkPlugin {
   override def driverPlugin(): DriverPlugin = new DriverPlugin with Logging {
     override def init(sc: SparkContext, ctx: PluginContext): util.Map[String, String] = {
+      // The context's own conf (SparkEnv shares it): Spark reads the pattern when it redacts.
+      Option(SparkEnv.get).foreach(env => EnginePlugin.redactStorageOptions(env.conf))
       val t = new Thread(() => {
         // The engine needs the session (its Python setting); it exists once start-up ends.
         val deadline = System.nanoTime() + 120L * 1000000000L
@@ -33,4 +39,24 @@ class EnginePlugin extends SparkPlugin {
   }
 
   override def executorPlugin(): ExecutorPlugin = null
+}
+
+object EnginePlugin {
+  val RedactionKey = "spark.redaction.regex"
+  /** Catalog storage options, whatever the store calls its keys. */
+  val StorageOptions = """catalog\.[^.]+\.storage\."""
+  private val SparkDefault = "(?i)secret|password|token|access[.]?key"
+
+  /** `spark.redaction.regex` extended to cover catalog storage options (kept if it already does). */
+  def redactionRegex(current: Option[String]): String = {
+    val base = current.getOrElse(SparkDefault)
+    if (base.contains(StorageOptions)) base else s"$base|$StorageOptions"
+  }
+
+  /** Whether Spark redacts a catalog's storage option `key` (e.g. storage.aws_access_key_id). */
+  def redacts(conf: SparkConf, catalog: String, key: String): Boolean =
+    conf.getOption(RedactionKey).getOrElse(SparkDefault).r.findFirstIn(s"spark.sql.catalog.$catalog.storage.$key").isDefined
+
+  def redactStorageOptions(conf: SparkConf): Unit =
+    conf.set(RedactionKey, redactionRegex(conf.getOption(RedactionKey)))
 }

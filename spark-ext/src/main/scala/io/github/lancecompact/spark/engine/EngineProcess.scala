@@ -22,7 +22,8 @@ import org.apache.spark.sql.SparkSession
  * commits and reports happen there, with pylance imported once. It ends with the
  * SparkContext or the JVM (it also exits when its stdin, held by this JVM, closes).
  */
-final class EngineProcess private (val sc: SparkContext, python: String) extends Logging {
+final class EngineProcess private (val sc: SparkContext, python: String, logPath: Option[String])
+  extends Logging {
   val bridge = new EngineBridge(sc)
   private val secret = {
     val bytes = new Array[Byte](32)
@@ -32,8 +33,13 @@ final class EngineProcess private (val sc: SparkContext, python: String) extends
   private val server = new py4j.ClientServer.ClientServerBuilder()
     .javaPort(0).javaAddress(InetAddress.getLoopbackAddress)
     .authToken(secret).entryPoint(bridge).autoStartJavaServer(false).build()
-  val logFile: File = Files.createTempFile("lance-compact-engine-", ".log").toFile
-  logFile.deleteOnExit()
+  /** The engine's own log: `spark.lance.compact.engine.log` if set (kept, appended to), else a
+   * temporary file removed when the JVM exits. */
+  val logFile: File = logPath.map(new File(_)).getOrElse {
+    val f = Files.createTempFile("lance-compact-engine-", ".log").toFile
+    f.deleteOnExit()
+    f
+  }
   private var process: Process = _
 
   private def start(): Unit = {
@@ -89,6 +95,7 @@ final class EngineProcess private (val sc: SparkContext, python: String) extends
 
 object EngineProcess extends Logging {
   val StartTimeoutMs = 120000L
+  val LogConf = "spark.lance.compact.engine.log"
   private var current: Option[EngineProcess] = None
 
   /** The engine of the active session's SparkContext, started on first use. */
@@ -98,7 +105,7 @@ object EngineProcess extends Logging {
       case Some(e) if (e.sc eq sc) && e.alive => e
       case previous =>
         previous.foreach(_.stop())
-        val e = new EngineProcess(sc, pythonExec(spark))
+        val e = new EngineProcess(sc, pythonExec(spark), sc.getConf.getOption(LogConf).filter(_.nonEmpty))
         e.start()
         sc.addSparkListener(new SparkListener {
           override def onApplicationEnd(end: SparkListenerApplicationEnd): Unit = e.stop()

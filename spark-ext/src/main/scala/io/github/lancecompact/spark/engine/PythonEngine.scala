@@ -60,6 +60,19 @@ object PythonEngine {
   /** Lance's cleanup of old versions and orphaned files (or what it would remove). */
   def cleanup(table: String, request: String): ResultScan = run("cleanup", request)
 
+  /** Compaction, index optimization and cleanup, each when due: a row per step. */
+  def maintain(table: String, request: String): ResultScan = run("maintain", request)
+
+  /** Lance's index optimization: one row of what changed. */
+  def optimizeIndices(table: String, request: String): ResultScan = run("optimize_indices", request)
+
+  /** A warehouse operation on an object store (list, create, drop): rows of (name, kind). */
+  def warehouse(request: String): Seq[(String, String)] =
+    run("warehouse", request).rows().toSeq.map(r => (r.getUTF8String(0).toString, r.getUTF8String(1).toString))
+
+  /** Any engine action answering with rows (describe, read, metadata tables). */
+  def query(action: String, request: String): ResultScan = run(action, request)
+
   private def run(action: String, request: String): ResultScan = {
     val engine = try EngineProcess.get(SparkSession.active) catch {
       case e: IllegalStateException => throw new LanceCompactException(e.getMessage, e)
@@ -85,9 +98,14 @@ object JsonRows {
   def value(v: JsonNode, t: DataType): Any =
     if (v == null || v.isNull) null
     else t match {
-      case LongType => v.asLong()
-      case IntegerType => v.asInt()
+      case LongType | TimestampType | TimestampNTZType => v.asLong()
+      case IntegerType | DateType => v.asInt()
+      case ShortType => v.asInt().toShort
+      case ByteType => v.asInt().toByte
       case DoubleType => v.asDouble()
+      case FloatType => v.asDouble().toFloat
+      case BinaryType => java.util.Base64.getDecoder.decode(v.asText())
+      case d: DecimalType => org.apache.spark.sql.types.Decimal(new java.math.BigDecimal(v.asText()), d.precision, d.scale)
       case BooleanType => v.asBoolean()
       case StringType => UTF8String.fromString(v.asText())
       case ArrayType(e, _) => new GenericArrayData(v.elements().asScala.map(value(_, e)).toArray)

@@ -36,10 +36,19 @@ object CompactionArguments {
   /** Every parameter of compact and plan_compaction, in positional order. */
   val compaction: Array[ProcedureParameter] = ((table +: named) :+ options :+ strategy).toArray
 
+  private def after(table: ProcedureParameter, specs: Seq[OptionSpec]): Array[ProcedureParameter] =
+    (table +: specs.map { o =>
+      ProcedureParameter.in(o.name, o.dataType).defaultValue("NULL").comment(o.doc).build()
+    }).toArray
+
   /** The parameters of cleanup. */
-  val cleanup: Array[ProcedureParameter] = (table +: OptionSpec.cleanupParameters.map { o =>
-    ProcedureParameter.in(o.name, o.dataType).defaultValue("NULL").comment(o.doc).build()
-  }).toArray
+  val cleanup: Array[ProcedureParameter] = after(table, OptionSpec.cleanupParameters)
+
+  /** The parameters of optimize_indices. */
+  val optimizeIndices: Array[ProcedureParameter] = after(table, OptionSpec.optimizeIndicesParameters)
+
+  /** The parameters of maintain. */
+  val maintain: Array[ProcedureParameter] = after(table, OptionSpec.maintainParameters)
 
   /** Some of them, in the same relative order (for procedures that take fewer). */
   def subset(names: String*): Array[ProcedureParameter] = compaction.filter(p => names.contains(p.name))

@@ -59,3 +59,15 @@ final class DescribeLayoutProcedure(catalog: LanceCatalog) extends EngineProcedu
 final class CleanupProcedure(catalog: LanceCatalog) extends EngineProcedure(catalog, "cleanup",
   "Removes old versions and files of failed or uncommitted writes with Lance's cleanup; dry_run reports only.",
   CompactionArguments.cleanup, PythonEngine.cleanup)
+
+/** `CALL lance.optimize_indices(table => ..., [indices], [num_indices_to_merge], [retrain], [dry_run])`:
+ * Lance's index optimization; one row of what changed. */
+final class OptimizeIndicesProcedure(catalog: LanceCatalog) extends EngineProcedure(catalog, "optimize_indices",
+  "Adds the rows of fragments an index does not cover yet (appended, or compacted with concurrent deletes carried over) to the table's indices with Lance's optimize_indices; one row of what changed.",
+  CompactionArguments.optimizeIndices, PythonEngine.optimizeIndices)
+
+/** `CALL lance.maintain(table => ..., ...)`: compaction, index optimization and cleanup, each
+ * when the layout says it is due; a row per step. */
+final class MaintainProcedure(catalog: LanceCatalog) extends EngineProcedure(catalog, "maintain",
+  "Everyday maintenance: compacts, optimizes indices and cleans up old versions, each only when due; one row per step (ran or skipped, and why); dry_run reports only.",
+  CompactionArguments.maintain, PythonEngine.maintain)

@@ -47,6 +47,12 @@ object OptionSpec {
   /** The cleanup procedure's parameters (after `table`). */
   lazy val cleanupParameters: Seq[OptionSpec] = section("cleanup_parameters", setting = true)
 
+  /** The optimize_indices procedure's parameters (after `table`). */
+  lazy val optimizeIndicesParameters: Seq[OptionSpec] = section("optimize_indices_parameters", setting = true)
+
+  /** The maintain procedure's parameters (after `table`). */
+  lazy val maintainParameters: Seq[OptionSpec] = section("maintain_parameters", setting = true)
+
   /** The options and settings that are also named CALL parameters, in declaration order. */
   lazy val sqlParameters: Seq[OptionSpec] = all.filter(_.sql)
 }

@@ -12,7 +12,9 @@ object Procedures {
     "cleanup" -> (c => new CleanupProcedure(c)),
     "compact" -> (c => new CompactProcedure(c)),
     "plan_compaction" -> (c => new PlanCompactionProcedure(c)),
-    "describe_layout" -> (c => new DescribeLayoutProcedure(c))
+    "describe_layout" -> (c => new DescribeLayoutProcedure(c)),
+    "optimize_indices" -> (c => new OptimizeIndicesProcedure(c)),
+    "maintain" -> (c => new MaintainProcedure(c))
   )
 
   def names: Seq[String] = builders.keys.toSeq.sorted

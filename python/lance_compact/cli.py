@@ -1,0 +1,121 @@
+"""``lance-spark-sql``: spark-sql with the lance catalog, from the installed pyspark.
+
+    lance-spark-sql --warehouse DIR_OR_URI [spark-sql arguments...]
+    lance-spark-sql --warehouse /data/wh -e "CALL lance.compact(table => 'db.events')"
+
+``--warehouse`` (or ``$LANCE_WAREHOUSE``) is the catalog's warehouse; every other argument
+goes to spark-sql (``--master``, ``--conf``, ``-e``, ``-f``, ...). Spark is the pyspark
+package installed beside this one; the driver's engine and the executors run this Python.
+The Spark settings are :func:`lance_compact.api.spark_conf`'s, the ones
+``configure_spark_with_lance_compact`` gives a PySpark session. ``$LANCE_COMPACT_START_ENGINE=false``
+starts the engine on the first statement that names the catalog instead of with the session.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+from .api import spark_conf
+
+USAGE = "usage: lance-spark-sql [--warehouse DIR_OR_URI] [spark-sql arguments...]"
+
+# spark-sql's own (Hive) metastore is not used by the lance catalog: keep it in memory rather
+# than leave metastore_db/ and derby.log in the current folder.
+METASTORE_CONF = {
+    "spark.hadoop.javax.jdo.option.ConnectionURL": "jdbc:derby:memory:lance_compact_metastore;create=true",
+}
+DRIVER_JAVA_OPTIONS = "-Dderby.stream.error.file=/dev/null"
+
+# spark-sql options whose value is passed on as it is (so a value is never taken for one of ours).
+_VALUE_OPTIONS = {"-e", "-f", "-i", "-d", "--define", "--hiveconf", "--hivevar", "--database",
+                  "--master", "--deploy-mode", "--name", "--class", "--packages",
+                  "--exclude-packages", "--repositories", "--py-files", "--files", "--archives",
+                  "--properties-file", "--driver-memory", "--driver-java-options",
+                  "--driver-library-path", "--driver-class-path", "--executor-memory",
+                  "--proxy-user", "--driver-cores", "--total-executor-cores", "--executor-cores",
+                  "--num-executors", "--queue", "--principal", "--keytab"}
+
+
+def spark_home() -> str:
+    """The Spark of the installed pyspark package (found without importing pyspark)."""
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit("lance-spark-sql: pyspark is not installed in this Python")
+    return str(Path(list(spec.submodule_search_locations)[0]))
+
+
+def parse_args(argv: list[str]) -> tuple[str | None, str | None, str | None, list[str]]:
+    """(warehouse, jars, plugins, the arguments for spark-sql). ``--jars``, ``--conf
+    spark.jars=`` and ``--conf spark.plugins=`` given by the user are merged with ours."""
+    warehouse = os.environ.get("LANCE_WAREHOUSE") or None
+    jars: list[str] = []
+    plugins: list[str] = []
+    rest: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        value = argv[i + 1] if i + 1 < len(argv) else None
+        if arg == "--warehouse":
+            if value is None:
+                raise SystemExit(f"lance-spark-sql: --warehouse needs a value\n{USAGE}")
+            warehouse, i = value, i + 2
+        elif arg.startswith("--warehouse="):
+            warehouse, i = arg.split("=", 1)[1], i + 1
+        elif arg == "--jars" and value is not None:
+            jars.append(value)
+            i += 2
+        elif arg.startswith("--jars="):
+            jars.append(arg.split("=", 1)[1])
+            i += 1
+        elif arg in ("--conf", "-c") and value is not None and value.startswith(("spark.jars=", "spark.plugins=")):
+            key, v = value.split("=", 1)
+            (jars if key == "spark.jars" else plugins).append(v)
+            i += 2
+        elif arg in _VALUE_OPTIONS or arg in ("--conf", "-c"):
+            rest.extend(argv[i:i + 2])
+            i += 2
+        else:
+            if arg in ("-h", "--help"):
+                print(USAGE + "\n  --warehouse DIR_OR_URI  the lance catalog's warehouse "
+                      "(default $LANCE_WAREHOUSE)\nspark-sql's own options:", file=sys.stderr)
+            rest.append(arg)
+            i += 1
+    return warehouse, ",".join(jars) or None, ",".join(plugins) or None, rest
+
+
+def command(argv: list[str], environ: dict[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
+    """The spark-sql command line and its environment."""
+    env = dict(os.environ if environ is None else environ)
+    warehouse, jars, plugins, rest = parse_args(argv)
+    home = spark_home()
+    python = sys.executable  # not resolved: a venv's python is a link out of the venv
+    env["SPARK_HOME"] = home
+    env["PYSPARK_PYTHON"] = python
+    env["PYSPARK_DRIVER_PYTHON"] = python
+    env["PATH"] = os.pathsep.join(p for p in [os.path.dirname(python), env.get("PATH")] if p)
+    # Local mode talks to itself only.
+    env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    start_engine = env.get("LANCE_COMPACT_START_ENGINE", "true").lower() != "false"
+    conf = {**spark_conf(warehouse=warehouse, python=python, start_engine=start_engine,
+                         jars=jars, plugins=plugins),
+            **METASTORE_CONF}
+    spark_sql = os.path.join(home, "bin", "spark-sql")
+    args = [spark_sql, "--jars", conf.pop("spark.jars"),
+            "--driver-java-options", DRIVER_JAVA_OPTIONS]
+    for k, v in conf.items():
+        args += ["--conf", f"{k}={v}"]
+    return args + rest, env
+
+
+def main(argv: list[str] | None = None) -> None:
+    try:
+        args, env = command(list(sys.argv[1:] if argv is None else argv))
+    except FileNotFoundError as e:  # no jar
+        raise SystemExit(f"lance-spark-sql: {e}")
+    os.execve(args[0], args, env)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,211 @@
+"""What the catalog shows of a table without a procedure: its schema in Spark types, its rows
+(read on the driver, for checks), and its metadata tables ``fragments``, ``versions`` and
+``indices`` -- the facts Lance keeps in its manifests, as SQL tables.
+
+Every answer is ``(schema DDL, rows)`` with JSON-safe values (timestamps as microseconds).
+"""
+from __future__ import annotations
+
+import base64
+import decimal
+import json
+from typing import Any
+
+import pyarrow as pa
+
+from .errors import CompactionError
+from .tables import open_dataset
+
+
+def spark_type(t: pa.DataType) -> str:
+    """The Spark SQL type of an Arrow type (fixed-size-list vectors become arrays)."""
+    if pa.types.is_boolean(t):
+        return "BOOLEAN"
+    if pa.types.is_int8(t):
+        return "TINYINT"
+    if pa.types.is_int16(t) or pa.types.is_uint8(t):
+        return "SMALLINT"
+    if pa.types.is_int32(t) or pa.types.is_uint16(t):
+        return "INT"
+    if pa.types.is_int64(t) or pa.types.is_uint32(t):
+        return "BIGINT"
+    if pa.types.is_uint64(t):
+        return "DECIMAL(20,0)"
+    if pa.types.is_float16(t) or pa.types.is_float32(t):
+        return "FLOAT"
+    if pa.types.is_float64(t):
+        return "DOUBLE"
+    if pa.types.is_decimal(t):
+        return f"DECIMAL({t.precision},{t.scale})"
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
+        return "STRING"
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
+        return "BINARY"
+    if pa.types.is_date(t):
+        return "DATE"
+    if pa.types.is_timestamp(t):
+        return "TIMESTAMP" if t.tz else "TIMESTAMP_NTZ"
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return f"ARRAY<{spark_type(t.value_type)}>"
+    if pa.types.is_struct(t):
+        return "STRUCT<" + ", ".join(f"`{f.name}`: {spark_type(f.type)}" for f in t) + ">"
+    if pa.types.is_map(t):
+        return f"MAP<{spark_type(t.key_type)}, {spark_type(t.item_type)}>"
+    if pa.types.is_dictionary(t):
+        return spark_type(t.value_type)
+    raise CompactionError(f"Arrow type {t} has no Spark type here")
+
+
+def schema_ddl(schema: pa.Schema) -> str:
+    return ", ".join(f"`{f.name}` {spark_type(f.type)}" for f in schema)
+
+
+def _json_value(v: Any) -> Any:
+    if isinstance(v, decimal.Decimal):
+        return str(v)
+    if isinstance(v, (bytes, bytearray)):
+        return base64.b64encode(v).decode()
+    if isinstance(v, dict):
+        return [_json_value(x) for x in v.values()]
+    if isinstance(v, list):
+        return [_json_value(x) for x in v]
+    return v
+
+
+def _rows(table: pa.Table) -> list[list]:
+    """Rows of ``table`` in schema order; dates as days and timestamps as microseconds since
+    the epoch, binary as base64 (what the JVM side reads back)."""
+    columns = []
+    for f, col in zip(table.schema, table.columns):
+        if pa.types.is_timestamp(f.type):
+            col = col.cast(pa.timestamp("us", f.type.tz)).cast(pa.int64())
+        elif pa.types.is_date(f.type):
+            col = col.cast(pa.date32()).cast(pa.int32())
+        columns.append([_json_value(v) for v in col.to_pylist()])
+    return [list(r) for r in zip(*columns)] if columns else [[] for _ in range(table.num_rows)]
+
+
+def _open(raw: dict[str, Any]):
+    version = raw.get("version")
+    return open_dataset(raw.get("table") or raw["uri"], raw["uri"], raw.get("storage_options"),
+                        version=int(version) if version is not None else None)
+
+
+def describe(request_json: str) -> tuple[str, list[tuple]]:
+    """The table's schema as Spark DDL, its live rows and its version: one row."""
+    raw = json.loads(request_json)
+    ds = _open(raw)
+    return ("`schema` STRING, `rows` BIGINT, `version` BIGINT",
+            [(schema_ddl(ds.schema), ds.count_rows(), ds.version)])
+
+
+def read(request_json: str) -> tuple[str, list[list]]:
+    """Rows of the table (``columns``, Lance ``filter``, ``version``) read on the driver; a
+    read that would return more than ``max_rows`` rows is refused."""
+    raw = json.loads(request_json)
+    ds = _open(raw)
+    table_name = raw.get("table") or raw["uri"]
+    columns = raw.get("columns")
+    filt = raw.get("filter") or None
+    limit = int(raw.get("max_rows", 1_000_000))
+    if raw.get("count_only"):
+        return "`count` BIGINT", [[ds.count_rows(filter=filt)]]
+    n = ds.count_rows(filter=filt)
+    if n > limit:
+        raise CompactionError(
+            f"table {table_name}: this catalog reads tables on the driver, for checks; this read "
+            f"would return {n:,} rows, more than spark.sql.catalog.<name>.read_max_rows = {limit:,}. "
+            "Read large tables with lance-spark or pylance")
+    names = columns if columns is not None else ds.schema.names
+    table = ds.to_table(columns=names, filter=filt)
+    schema = pa.schema([ds.schema.field(c) for c in names])
+    return schema_ddl(schema), _rows(table)
+
+
+METADATA_TABLES = ("fragments", "versions", "indices")
+
+
+def _fragments(ds) -> tuple[str, list[list]]:
+    covering: dict[int, list[str]] = {}
+    for ix in ds.list_indices():
+        if ix["name"].startswith("__"):
+            continue
+        for fid in ix["fragment_ids"] or []:
+            covering.setdefault(fid, []).append(ix["name"])
+    rows = []
+    for f in ds.get_fragments():
+        m = f.metadata
+        d = m.deletion_file
+        deleted = (d.num_deleted_rows or 0) if d else 0
+        rows.append([f.fragment_id, m.physical_rows - deleted, deleted, m.physical_rows,
+                     [x.path for x in m.files],
+                     sum(x.file_size_bytes or 0 for x in m.files),
+                     d.path(f.fragment_id) if d else None,
+                     sorted(covering.get(f.fragment_id, []))])
+    return ("`id` BIGINT, `live_rows` BIGINT, `deleted_rows` BIGINT, `physical_rows` BIGINT, "
+            "`data_files` ARRAY<STRING>, `bytes` BIGINT, `deletion_file` STRING, "
+            "`indices` ARRAY<STRING>"), rows
+
+
+def _operation(ds, version: int) -> str | None:
+    try:
+        t = ds.read_transaction(version)
+    except TypeError as e:
+        # pylance 14.0.2 cannot build Rewrites that remapped indices (history.py): a Rewrite
+        return "Rewrite" if "RewrittenIndex" in str(e) else None
+    except (OSError, ValueError):
+        return None
+    return type(t.operation).__name__ if t is not None and t.operation is not None else None
+
+
+def _versions(ds) -> tuple[str, list[list]]:
+    """A row per version: when, which operation, fragments and live rows (from the
+    manifest's summary), and for compactions (Lance's Rewrite) what they removed and added."""
+    rows = []
+    versions = sorted(ds.versions(), key=lambda x: x["version"])
+    known = {x["version"] for x in versions}
+    ops = {x["version"]: _operation(ds, x["version"]) for x in versions}
+    for info in versions:
+        v = info["version"]
+        meta = info.get("metadata") or {}
+        op = ops[v]
+        if op == "BaseOperation" and ops.get(v + 1) == "Rewrite":
+            op = "ReserveFragments"  # a compaction's first commit (no Python class in pylance)
+        removed = added = None
+        if op == "Rewrite" and v - 1 in known:
+            now = {f.fragment_id for f in ds.checkout_version(v).get_fragments()}
+            then = {f.fragment_id for f in ds.checkout_version(v - 1).get_fragments()}
+            removed, added = len(then - now), len(now - then)
+        when = info.get("timestamp")
+        fragments = meta.get("total_fragments")
+        live = meta.get("total_rows")
+        rows.append([v, int(when.timestamp() * 1_000_000) if when else None, op,
+                     int(fragments) if fragments is not None else None,
+                     int(live) if live is not None else None, removed, added])
+    return ("`version` BIGINT, `timestamp` TIMESTAMP, `operation` STRING, `fragments` BIGINT, "
+            "`rows` BIGINT, `fragments_removed` BIGINT, `fragments_added` BIGINT"), rows
+
+
+def _indices(ds) -> tuple[str, list[list]]:
+    fragment_ids = {f.fragment_id for f in ds.get_fragments()}
+    by_name: dict[str, dict[str, Any]] = {}
+    for ix in ds.list_indices():
+        if ix["name"].startswith("__"):
+            continue
+        e = by_name.setdefault(ix["name"], {"type": ix["type"], "fields": list(ix["fields"]),
+                                            "covered": set()})
+        e["covered"] |= set(ix["fragment_ids"] or []) & fragment_ids
+    rows = [[name, e["type"], e["fields"], len(e["covered"]),
+             sorted(fragment_ids - e["covered"])] for name, e in sorted(by_name.items())]
+    return ("`name` STRING, `type` STRING, `columns` ARRAY<STRING>, `fragments_covered` BIGINT, "
+            "`unindexed_fragments` ARRAY<BIGINT>"), rows
+
+
+def metadata_table(request_json: str) -> tuple[str, list[list]]:
+    """One of the table's metadata tables (``kind``: fragments, versions, indices)."""
+    raw = json.loads(request_json)
+    kind = raw.get("kind")
+    if kind not in METADATA_TABLES:
+        raise CompactionError(f"no metadata table {kind!r}; there are {', '.join(METADATA_TABLES)}")
+    ds = _open(raw)
+    return {"fragments": _fragments, "versions": _versions, "indices": _indices}[kind](ds)

@@ -1,0 +1,58 @@
+"""Table maintenance from a Structured Streaming query, without a separate job.
+
+Wrap the function a query hands to ``foreachBatch``; every ``every`` micro-batches (and on
+the first one) it runs ``CALL lance.maintain`` on the same session, after the batch was
+written, with a byte budget so the stream is held up only briefly::
+
+    from lance_compact.streaming import with_maintenance
+
+    def write(batch, batch_id):                      # the query's own write
+        lance.write_dataset(batch.toArrow(), uri, mode="append")
+
+    query = (stream.writeStream
+             .foreachBatch(with_maintenance(spark, "db.events", write, every=20,
+                                            max_bytes=256 << 20, older_than="1 day"))
+             .start())
+
+Maintenance failures are logged and do not stop the stream (the next round tries again);
+``on_result`` receives each round's rows (for metrics).
+"""
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, Callable
+
+from .api import maintain
+
+log = logging.getLogger(__name__)
+
+
+def with_maintenance(spark: Any, table: str, write: Callable[[Any, int], None], every: int = 10,
+                     catalog: str = "lance", on_result: Callable[[int, list], None] | None = None,
+                     **params: Any) -> Callable[[Any, int], None]:
+    """``write`` followed, every ``every`` micro-batches, by ``maintain(spark, table,
+    **params)`` (``max_bytes`` bounds the compaction step; see ``CALL lance.maintain``)."""
+    if every < 1:
+        raise ValueError(f"every must be >= 1, got {every}")
+    batches = {"n": 0}
+
+    def run(batch: Any, batch_id: int) -> None:
+        write(batch, batch_id)
+        batches["n"] += 1
+        if (batches["n"] - 1) % every:
+            return
+        clock = time.monotonic()
+        try:
+            rows = maintain(spark, table, catalog, **params).collect()
+        except Exception as e:  # the stream goes on; the next round tries again
+            log.warning("maintenance of %s after batch %s failed: %s", table, batch_id,
+                        str(e).splitlines()[0])
+            return
+        log.info("maintenance of %s after batch %s: %s in %.1f s", table, batch_id,
+                 ", ".join(f"{r.step}={'ran' if r.ran else 'skipped'}" for r in rows),
+                 time.monotonic() - clock)
+        if on_result is not None:
+            on_result(batch_id, rows)
+
+    return run

@@ -1,0 +1,8 @@
+"""Free TCP ports on the loopback address, for the servers the tests start."""
+import socket
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -1,0 +1,201 @@
+"""One Spark version's check, run by bin/check-spark-versions with that version's venv Python
+and the one jar ($LANCE_COMPACT_JAR): the jar loads, and on a small degraded table
+plan_compaction, CALL lance.compact (content exact, fewer fragments), describe_layout,
+SHOW NAMESPACES and SHOW PROCEDURES (from 4.1) answer through PySpark; then CALL through
+that version's own spark-sql. Writes {"version", "checks": {name: [ok, seconds, detail]}} to
+--out after every step (ok is null for a check that does not apply to this version), so a
+run cut short still tells how far it got. Each step has a time limit."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "examples"))
+
+STEP_TIMEOUT = 240      # one PySpark step (the first one starts the JVM and the engine)
+SPARK_SQL_TIMEOUT = 300
+TABLE = "db.t"
+COMPACT = f"CALL lance.compact(table => '{TABLE}', target_rows_per_fragment => 300)"
+
+
+class StepTimeout(Exception):
+    pass
+
+
+def _alarm(signum, frame):
+    raise StepTimeout(f"no answer within {STEP_TIMEOUT}s")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args()
+
+    import lance
+    import pyspark
+    from pyspark.sql import SparkSession
+
+    from degraded_table import content, degraded_table
+    from lance_compact import configure_spark_with_lance_compact
+    from lance_compact.api import CATALOG_CLASS, PLUGIN_CLASS, jar_path
+
+    version = pyspark.__version__
+    minor = tuple(int(x) for x in version.split(".")[:2])
+    checks: dict[str, list] = {}
+    work = Path(tempfile.mkdtemp(prefix=f"spark-{version}-check-"))
+    wh = work / "wh"
+    (wh / "db").mkdir(parents=True)
+    path = wh / "db" / "t.lance"
+    jar = jar_path()
+    signal.signal(signal.SIGALRM, _alarm)
+
+    def record(name, ok, secs, detail) -> None:
+        checks[name] = [ok, round(secs, 1), detail]
+        args.out.write_text(json.dumps({"version": version, "checks": checks}))
+        print(f"[{version}] {name}: {'n/a' if ok is None else 'ok' if ok else 'FAIL'} "
+              f"{secs:.1f}s {detail}", file=sys.stderr, flush=True)
+
+    def check(name: str, fn, timeout: int = STEP_TIMEOUT) -> bool:
+        """Runs fn; it returns a detail string, or (None, detail) when the check does not apply."""
+        clock = time.monotonic()
+        signal.alarm(timeout)
+        try:
+            detail = fn()
+            ok = True
+            if isinstance(detail, tuple):
+                ok, detail = detail
+        except BaseException as e:  # reported in the matrix, with the exception's first line
+            ok, detail = False, f"{type(e).__name__}: " + (str(e).strip().splitlines() or [""])[0][:400]
+        finally:
+            signal.alarm(0)
+        record(name, ok, time.monotonic() - clock, detail or "")
+        return ok is not False
+
+    before = degraded_table(str(path), fragments=30, rows_per_fragment=20)
+    expected = content(before)
+    fragments_before = len(before.get_fragments())
+    spark = None
+
+    def jar_loads():
+        nonlocal spark
+        builder = (SparkSession.builder.master("local[2]").appName(f"spark-{version}-check")
+                   .config("spark.ui.enabled", "false")
+                   .config("spark.sql.shuffle.partitions", "2"))
+        # Also starts the engine plugin (a class of the jar) with the session.
+        spark = configure_spark_with_lance_compact(builder, warehouse=str(wh)).getOrCreate()
+        spark.sparkContext.setLogLevel("ERROR")
+        assert spark.version == version, f"session runs Spark {spark.version}, not {version}"
+        loader = spark._jvm.org.apache.spark.util.Utils.getContextOrSparkClassLoader()
+        for cls in (CATALOG_CLASS, PLUGIN_CLASS):
+            loader.loadClass(cls)
+        plugins = spark.sparkContext.getConf().get("spark.plugins", "")
+        assert PLUGIN_CLASS in plugins, plugins
+        return f"Spark {spark.version}, {Path(jar).name} ({os.path.getsize(jar)} bytes)"
+
+    def plan():
+        rows = spark.sql(f"CALL lance.plan_compaction(table => '{TABLE}', "
+                         "target_rows_per_fragment => 300)").collect()
+        assert rows, "no tasks planned on a degraded table"
+        assert lance.dataset(str(path)).version == before.version, "the dry run wrote"
+        return f"{len(rows)} tasks planned, nothing written"
+
+    def call():
+        r = spark.sql(COMPACT).collect()[0]
+        after = lance.dataset(str(path))
+        assert content(after) == expected, "the table's rows changed"
+        n = len(after.get_fragments())
+        assert n < fragments_before, f"still {n} fragments"
+        assert r.new_version == after.version, (r.new_version, after.version)
+        return f"{fragments_before} -> {n} fragments, rows exact, version {r.read_version} -> {r.new_version}"
+
+    def layout():
+        r = spark.sql(f"CALL lance.describe_layout(table => '{TABLE}')").collect()[0]
+        n = len(lance.dataset(str(path)).get_fragments())
+        assert r.fragments == n, (r.fragments, n)
+        return f"{r.fragments} fragments"
+
+    def namespaces():
+        names = [r[0] for r in spark.sql("SHOW NAMESPACES IN lance").collect()]
+        assert "db" in names, names
+        return ", ".join(names)
+
+    def procedures():
+        try:
+            rows = spark.sql("SHOW PROCEDURES IN lance").collect()
+        except Exception as e:
+            if minor < (4, 1):  # the statement came with Spark 4.1
+                first = (str(e).strip().splitlines() or [""])[0]
+                return None, f"Spark {version} has no SHOW PROCEDURES ({type(e).__name__}: {first[:160]})"
+            raise
+        names = {r.asDict().get("procedure_name", r[-1]) for r in rows}
+        for p in ("compact", "plan_compaction", "describe_layout"):
+            assert p in names, names
+        return f"{len(names)} procedures"
+
+    if check("jar loads", jar_loads):
+        check("plan_compaction", plan)
+        check("CALL via PySpark", call)
+        check("describe_layout", layout)
+        check("SHOW NAMESPACES", namespaces)
+        check("SHOW PROCEDURES", procedures)
+    if spark is not None:
+        signal.alarm(60)
+        try:
+            spark.stop()
+        except BaseException:
+            pass
+        signal.alarm(0)
+
+    def spark_sql():
+        """The version's own spark-sql with the jar and the catalog, as a plain Spark user runs
+        it (no plugin: the engine starts on the first statement naming the catalog)."""
+        shutil.rmtree(path)
+        fresh = degraded_table(str(path), fragments=30, rows_per_fragment=20)
+        home = Path(pyspark.__file__).parent
+        python = sys.executable
+        cmd = [str(home / "bin" / "spark-sql"), "--master", "local[2]", "--jars", jar,
+               "--conf", f"spark.sql.catalog.lance={CATALOG_CLASS}",
+               "--conf", f"spark.sql.catalog.lance.warehouse={wh}",
+               "--conf", f"spark.sql.execution.pyspark.python={python}",
+               "--conf", "spark.ui.enabled=false",
+               "-e", COMPACT]
+        env = {**os.environ, "SPARK_HOME": str(home), "PYSPARK_PYTHON": python,
+               "SPARK_LOCAL_IP": "127.0.0.1"}
+        # cwd: spark-sql's Hive metastore (metastore_db/, derby.log) lands in the scratch folder.
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=env, cwd=work, stdin=subprocess.DEVNULL, start_new_session=True)
+        try:
+            stdout, stderr = p.communicate(timeout=SPARK_SQL_TIMEOUT)
+        except BaseException:  # its timeout or ours: end spark-sql with its children
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+            raise
+        if p.returncode != 0:
+            lines = [l for l in stderr.splitlines() if "Exception" in l or "Error" in l]
+            raise RuntimeError(f"spark-sql exit {p.returncode}: "
+                               + ((lines or stderr.strip().splitlines() or ["no output"])[0])[:400])
+        row = [l for l in stdout.splitlines() if l.startswith(TABLE + "\t")]
+        assert row, f"no result row in spark-sql's output: {stdout[-300:]!r}"
+        after = lance.dataset(str(path))
+        assert content(after) == content(fresh), "the table's rows changed"
+        n = len(after.get_fragments())
+        assert n < len(fresh.get_fragments()), f"still {n} fragments"
+        return f"{len(fresh.get_fragments())} -> {n} fragments, rows exact"
+
+    # subprocess's own timeout bounds it (the alarm a little later, as a backstop).
+    check("CALL via spark-sql", spark_sql, timeout=SPARK_SQL_TIMEOUT + 30)
+    shutil.rmtree(work, ignore_errors=True)
+    return 0 if all(c[0] is not False for c in checks.values()) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

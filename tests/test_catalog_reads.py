@@ -1,0 +1,115 @@
+"""Tables through the catalog: DESCRIBE in Spark types, reads equal to pylance's for the same
+version (content, types, nulls, vectors), projections and filters, count(*) answered by Lance,
+VERSION AS OF, the metadata tables fragments / versions / indices, and writes refused."""
+import shutil
+
+import lance
+import pytest
+
+from degraded_table import batch, degraded_table
+
+
+@pytest.fixture(scope="module")
+def table(warehouse):
+    path = warehouse / "db" / "reads.lance"
+    shutil.rmtree(path, ignore_errors=True)
+    ds = degraded_table(str(path), fragments=12, rows_per_fragment=25)
+    # a column with nulls and a nested one, appended in a fragment of their own
+    extra = batch(10_000, 7)
+    lance.write_dataset(extra, str(path), mode="append")
+    ds = lance.dataset(str(path))
+    ds.create_scalar_index("id", index_type="BTREE")
+    return "lance.db.reads", path
+
+
+def spark_rows(df):
+    return sorted((tuple(r) for r in df.collect()), key=lambda r: r[0])
+
+
+def pylance_rows(ds, columns=None, filter=None):
+    t = ds.to_table(columns=columns, filter=filter)
+    return sorted((tuple(r.values()) for r in t.to_pylist()), key=lambda r: r[0])
+
+
+def test_describe_shows_spark_types(spark, table):
+    name, _ = table
+    types = {r.col_name: r.data_type for r in spark.sql(f"DESCRIBE TABLE {name}").collect()
+             if r.col_name and not r.col_name.startswith("#")}
+    assert types == {"id": "bigint", "category": "string", "payload": "string", "vector": "array<float>"}
+
+
+def test_reads_equal_pylance(spark, table):
+    name, path = table
+    ds = lance.dataset(str(path))
+    got = spark_rows(spark.table(name))
+    want = [tuple(list(v) if isinstance(v, list) else v for v in r) for r in pylance_rows(ds)]
+    assert len(got) == ds.count_rows() and [tuple(list(v) if isinstance(v, list) else v for v in r)
+                                            for r in got] == want
+    assert spark.sql(f"SELECT count(*) FROM {name}").collect()[0][0] == ds.count_rows()
+    assert "LocalTableScan [count" in spark.sql(f"SELECT count(*) FROM {name}")._jdf.queryExecution() \
+        .executedPlan().toString()  # answered by Lance's count, no rows read
+
+
+@pytest.mark.parametrize("where,lance_filter", [
+    ("id < 40", "id < 40"),
+    ("id >= 100 AND category = 'cat-3'", "id >= 100 AND category = 'cat-3'"),
+    ("id IN (1, 2, 3, 250) OR id > 10003", "id IN (1, 2, 3, 250) OR id > 10003"),
+    ("NOT (id < 290)", "NOT (id < 290)"),
+    ("payload LIKE 'event 1%'", "payload LIKE 'event 1%'"),  # not pushed: Spark filters
+])
+def test_projections_and_filters(spark, table, where, lance_filter):
+    name, path = table
+    got = spark_rows(spark.sql(f"SELECT id, payload FROM {name} WHERE {where}"))
+    assert got == pylance_rows(lance.dataset(str(path)), ["id", "payload"], lance_filter)
+    assert got
+
+
+def test_version_as_of_and_the_metadata_tables(spark, table):
+    name, path = table
+    before = lance.dataset(str(path))
+    r = spark.sql("CALL lance.compact(table => 'db.reads', target_rows_per_fragment => 1000)").collect()[0]
+    after = lance.dataset(str(path))
+    assert r.new_version == after.version and len(after.get_fragments()) < len(before.get_fragments())
+    old = spark_rows(spark.sql(f"SELECT id, payload FROM {name} VERSION AS OF {before.version}"))
+    assert old == pylance_rows(lance.dataset(str(path), version=before.version), ["id", "payload"])
+    assert spark_rows(spark.sql(f"SELECT id, payload FROM {name}")) == pylance_rows(after, ["id", "payload"])
+
+    frags = spark.sql(f"SELECT * FROM {name}.fragments ORDER BY id").collect()
+    assert [f.id for f in frags] == [f.fragment_id for f in after.get_fragments()]
+    for row, f in zip(frags, after.get_fragments()):
+        m = f.metadata
+        assert row.physical_rows == m.physical_rows and row.live_rows == f.count_rows()
+        assert row.data_files == [d.path for d in m.files]
+    versions = spark.sql(f"SELECT * FROM {name}.versions ORDER BY version").collect()
+    assert [v.version for v in versions] == [v["version"] for v in after.versions()]
+    last = versions[-1]
+    assert last.operation == "Rewrite" and last.version == r.new_version
+    assert (last.fragments_removed, last.fragments_added) == (r.fragments_removed, r.fragments_added)
+    assert last.rows == after.count_rows() and last.fragments == len(after.get_fragments())
+    assert versions[-2].operation == "ReserveFragments"
+    ix = spark.sql(f"SELECT * FROM {name}.indices").collect()
+    assert [(i.name, i.columns) for i in ix] == [("id_idx", ["id"])]
+    covered = {f for x in after.list_indices() if x["name"] == "id_idx" for f in x["fragment_ids"]}
+    assert ix[0].unindexed_fragments == sorted({f.fragment_id for f in after.get_fragments()} - covered)
+
+
+@pytest.mark.parametrize("statement,message", [
+    ("INSERT INTO {t} SELECT * FROM {t} LIMIT 1", "does not insert into tables"),
+    ("DELETE FROM {t} WHERE id = 1", "does not update, delete from or merge into tables"),
+    ("UPDATE {t} SET payload = 'x' WHERE id = 1", "does not update, delete from or merge into tables"),
+    ("CREATE TABLE lance.db.created (a INT)", "does not create tables"),
+])
+def test_writes_are_refused(spark, table, statement, message):
+    name, path = table
+    version = lance.dataset(str(path)).version
+    with pytest.raises(Exception, match=message) as e:
+        spark.sql(statement.format(t=name)).collect()
+    assert "lance-spark" in str(e.value)
+    assert lance.dataset(str(path)).version == version
+
+
+def test_unknown_things(spark, table):
+    with pytest.raises(Exception, match="TABLE_OR_VIEW_NOT_FOUND"):
+        spark.sql("SELECT * FROM lance.db.reads.nope").collect()
+    with pytest.raises(Exception, match="version 999 does not exist"):
+        spark.sql("SELECT * FROM lance.db.reads VERSION AS OF 999").collect()

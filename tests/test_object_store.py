@@ -1,0 +1,205 @@
+"""A warehouse on a real S3-compatible server (moto's, started by the tests on 127.0.0.1):
+everything a local warehouse does, with credentials only ever passed as storage options,
+and never shown: every log, error, plan row, result row and event log is grepped for them."""
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import lance
+import pytest
+from lance.file import LanceFileSession
+
+import stress
+from conftest import ROOT
+from degraded_table import content, degraded_table
+from s3_server import ACCESS_KEY_ID, SECRET_ACCESS_KEY
+
+SPARK_MASTER = "local[2,2]"
+PLANTED = (ACCESS_KEY_ID, SECRET_ACCESS_KEY)
+
+
+@pytest.fixture(scope="module")
+def wh(s3):
+    """A fresh bucket per module run: s3://<bucket>/wh."""
+    bucket = f"lance-{os.getpid()}-{int(time.time() * 1000) % 10**9}"
+    return s3.create_bucket(bucket) + "/wh"
+
+
+@pytest.fixture(scope="module")
+def spark(s3, wh, tmp_path_factory):
+    from pyspark.sql import SparkSession
+    from lance_compact import configure_spark_with_lance_compact
+
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in [str(ROOT / "examples"), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")] if p)
+    assert not any(k.startswith(("AWS_ACCESS", "AWS_SECRET", "AWS_SESSION", "AWS_ENDPOINT")) for k in os.environ), \
+        "credentials and the endpoint must come from storage options"
+    events = tmp_path_factory.mktemp("events")
+    builder = (SparkSession.builder.master(SPARK_MASTER).appName("lance-compact-s3-tests")
+               .config("spark.ui.enabled", "false")
+               .config("spark.eventLog.enabled", "true")
+               .config("spark.eventLog.dir", str(events))
+               .config("spark.eventLog.compress", "false"))
+    session = configure_spark_with_lance_compact(
+        builder, warehouse=wh, storage_options=s3.storage_options).getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    session.events = events
+    yield session
+    session.stop()
+
+
+def table(s3, wh, name, **kwargs):
+    uri = f"{wh}/db/{name}.lance"
+    degraded_table(uri, storage_options=s3.storage_options, **kwargs)
+    return f"db.{name}", uri
+
+
+def dataset(s3, uri, version=None):
+    return lance.dataset(uri, version=version, storage_options=s3.storage_options)
+
+
+def no_secrets(text: str, where: str) -> None:
+    for planted in PLANTED:
+        assert planted not in text, f"a planted credential appeared in {where}"
+
+
+def test_namespaces_and_tables_are_listed(spark, s3, wh):
+    table(s3, wh, "listed", fragments=4)
+    spark.sql("CREATE NAMESPACE lance.empty_ns")
+    assert {r[0] for r in spark.sql("SHOW NAMESPACES IN lance").collect()} >= {"db", "empty_ns"}
+    assert "listed" in {r.tableName for r in spark.sql("SHOW TABLES IN lance.db").collect()}
+    assert spark.sql("SHOW TABLES IN lance.empty_ns").collect() == []
+    with pytest.raises(Exception, match="already exists"):
+        spark.sql("CREATE NAMESPACE lance.empty_ns")
+    with pytest.raises(Exception, match="SCHEMA_NOT_EMPTY"):
+        spark.sql("DROP NAMESPACE lance.db")
+    spark.sql("DROP NAMESPACE lance.empty_ns")
+    assert "empty_ns" not in {r[0] for r in spark.sql("SHOW NAMESPACES IN lance").collect()}
+    with pytest.raises(Exception, match="SCHEMA_NOT_FOUND|NAMESPACE_NOT_FOUND|not found"):
+        spark.sql("SHOW TABLES IN lance.nope").collect()
+    desc = {r[0]: r[1] for r in spark.sql("DESCRIBE NAMESPACE lance.db").collect()}
+    assert desc.get("Location") == f"{wh}/db"
+
+
+def test_compact_plan_layout_and_cleanup(spark, s3, wh):
+    t, uri = table(s3, wh, "events")
+    before = dataset(s3, uri)
+    expected = content(before)
+    plan = spark.sql(f"CALL lance.plan_compaction(table => '{t}', target_rows_per_fragment => 300)").collect()
+    assert plan and dataset(s3, uri).version == before.version
+    r = spark.sql(f"CALL lance.compact(table => '{t}', target_rows_per_fragment => 300)").collect()[0]
+    after = dataset(s3, uri)
+    assert r.tasks == len(plan) and r.new_version == after.version
+    assert len(after.get_fragments()) < len(before.get_fragments())
+    assert content(after) == expected
+    layout = spark.sql(f"CALL lance.describe_layout(table => '{t}')").collect()[0]
+    assert layout.fragments == len(after.get_fragments()) and layout.last_compacted_version == after.version
+    dry = spark.sql(f"CALL lance.cleanup(table => '{t}', older_than => '0 seconds', dry_run => true)").collect()[0]
+    assert dry.dry_run and dry.old_versions >= 1 and dataset(s3, uri, before.version).count_rows()
+    done = spark.sql(f"CALL lance.cleanup(table => '{t}', older_than => '0 seconds')").collect()[0]
+    assert done.old_versions == dry.old_versions
+    with pytest.raises(Exception):
+        dataset(s3, uri, before.version)
+    assert content(dataset(s3, uri)) == expected
+    for rows, where in ((plan, "plan rows"), ([r, layout, dry, done], "result rows")):
+        no_secrets(json.dumps([x.asDict() for x in rows], default=str), where)
+
+
+def test_partial_progress(spark, s3, wh):
+    t, uri = table(s3, wh, "partial")
+    before = dataset(s3, uri)
+    r = spark.sql(f"CALL lance.compact(table => '{t}', target_rows_per_fragment => 300, "
+                  "partial_progress => true, max_commits => 2)").collect()[0]
+    assert r.tasks > 2 and r.commits == 2 and r.tasks_failed == 0
+    assert content(dataset(s3, uri)) == content(before)
+
+
+@pytest.mark.parametrize("carry", ["true", "false"])
+def test_a_concurrent_delete_is_carried_over_or_replanned(spark, s3, wh, carry):
+    t, uri = table(s3, wh, f"conflict_{carry}")
+    before = dataset(s3, uri)
+    r = spark.sql(f"CALL lance.compact(table => '{t}', target_rows_per_fragment => 300, "
+                  "options => map('test_before_commit', 'writers.delete_in_first_fragment', "
+                  f"'carry_over_deletes', '{carry}'))").collect()[0]
+    after = dataset(s3, uri)
+    if carry == "true":
+        assert r.tasks_rebased == 1 and r.retries == 0 and r.commits == 2
+        session = LanceFileSession(uri, s3.storage_options)  # no detached version left behind
+        assert not [v for v in session.list("_versions") if v.rsplit("/", 1)[-1].startswith("d")]
+    else:
+        assert r.tasks_rebased == 0 and r.retries == 1 and r.commits == 2
+    assert after.count_rows() == before.count_rows() - 5
+    assert set(after.to_table(columns=["id"])["id"].to_pylist()) < set(before.to_table(columns=["id"])["id"].to_pylist())
+
+
+def test_errors_are_clear_and_hold_no_secret(spark, s3, wh):
+    with pytest.raises(Exception) as e:
+        spark.sql("CALL lance.compact(table => 'db.nope')").collect()
+    assert "TABLE_OR_VIEW_NOT_FOUND" in str(e.value) or "not found" in str(e.value)
+    with pytest.raises(Exception) as e:  # a path escaping the warehouse
+        spark.sql("CALL lance.compact(table => 's3://elsewhere/t.lance')").collect()
+    assert "outside the warehouse" in str(e.value)
+    no_secrets(str(e.value), "an error")
+
+
+def test_stress_small_run(spark, s3, wh, tmp_path):
+    summary: dict = {}
+    stress.run(spark, f"{wh}/db/stress.lance", "db.stress", 0, 6, summary, tmp_path,
+               storage_options=s3.storage_options)
+    print(f"\nstress on S3: {summary}")
+    assert summary["compactions"] >= 3
+
+
+def test_spark_sql_on_the_object_store_shows_no_secret(s3, wh, tmp_path):
+    """spark-sql through bin/lance-spark-sql: listing, CALLs and an error; its whole output,
+    the engine's log and the event log hold no credential."""
+    t, uri = table(s3, wh, "cli")
+    before = dataset(s3, uri)
+    storage = [a for k, v in s3.storage_options.items()
+               for a in ("--conf", f"spark.sql.catalog.lance.storage.{k}={v}")]
+    sql = (f"SHOW TABLES IN lance.db; CALL lance.compact(table => '{t}', target_rows_per_fragment => 300); "
+           f"CALL lance.plan_compaction(table => '{t}'); CALL lance.describe_layout(table => '{t}'); "
+           f"CALL lance.cleanup(table => '{t}', dry_run => true); CALL lance.compact(table => 'db.missing');")
+    p = subprocess.run(
+        [str(ROOT / "bin" / "lance-spark-sql"), "--warehouse", wh, "--master", "local[2]", *storage,
+         "--conf", "spark.eventLog.enabled=true", "--conf", f"spark.eventLog.dir={tmp_path}",
+         "--conf", "spark.eventLog.compress=false",
+         "--conf", f"spark.lance.compact.engine.log={tmp_path / 'engine.log'}", "-e", sql],
+        capture_output=True, text=True, timeout=600)
+    assert "cli" in p.stdout and "TABLE_OR_VIEW_NOT_FOUND" in p.stderr, p.stderr[-3000:]
+    assert content(dataset(s3, uri)) == content(before)
+    assert len(dataset(s3, uri).get_fragments()) < len(before.get_fragments())
+    no_secrets(p.stdout + p.stderr, "spark-sql's output")
+    files = [f for f in tmp_path.rglob("*") if f.is_file()]
+    assert "served compact" in (tmp_path / "engine.log").read_text()
+    assert any("local-" in str(f.relative_to(tmp_path)) for f in files)  # the event log
+    for f in files:
+        no_secrets(f.read_text(errors="replace"), str(f))
+
+
+def test_reads_and_metadata_tables(spark, s3, wh):
+    t, uri = table(s3, wh, "readable", fragments=8)
+    ds = dataset(s3, uri)
+    assert spark.sql(f"SELECT count(*) FROM lance.{t}").collect()[0][0] == ds.count_rows()
+    got = sorted(r.id for r in spark.sql(f"SELECT id FROM lance.{t} WHERE id < 100").collect())
+    assert got == sorted(ds.to_table(columns=["id"], filter="id < 100")["id"].to_pylist())
+    assert [r.id for r in spark.sql(f"SELECT id FROM lance.{t}.fragments ORDER BY id").collect()] == \
+        [f.fragment_id for f in ds.get_fragments()]
+    assert [r.version for r in spark.sql(f"SELECT version FROM lance.{t}.versions ORDER BY version").collect()] == \
+        [v["version"] for v in ds.versions()]
+
+
+def test_event_log_and_engine_log_hold_no_secret(spark):
+    """Last in the module: everything above ran in this session."""
+    logs = [f for f in Path(spark.events).rglob("*") if f.is_file()]
+    assert logs, "no event log written"
+    text = "".join(p.read_text(errors="replace") for p in logs)
+    assert "spark.sql.catalog.lance.storage.aws_access_key_id" in text  # the setting is there...
+    no_secrets(text, "the event log")  # ...its value is not
+    engine = spark._jvm.io.github.lancecompact.spark.engine.EngineProcess.get(spark._jsparkSession)
+    no_secrets(Path(engine.logFile().getPath()).read_text(errors="replace"), "the engine log")

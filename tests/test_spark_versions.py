@@ -1,0 +1,14 @@
+"""The one jar on the oldest and the newest Spark 4 on PyPI (bin/check-spark-versions; the
+README's matrix runs every line). Each version's venv is cached in .venvs/."""
+import subprocess
+
+from conftest import ROOT
+
+
+def test_the_jar_works_on_the_oldest_and_the_newest_spark():
+    p = subprocess.run([str(ROOT / "bin" / "check-spark-versions"), "4.0.0", "4.3.0"],
+                       capture_output=True, text=True, timeout=1800)
+    print(p.stdout[-3000:])
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    rows = [line.split() for line in p.stdout.splitlines() if line.startswith(("4.0.0 ", "4.3.0 "))]
+    assert len(rows) == 2 and all(r.count("ok") == 7 and "FAIL" not in r for r in rows), rows

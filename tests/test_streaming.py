@@ -1,0 +1,12 @@
+"""Maintenance from a real streaming query (examples/streaming_maintenance.py): a rate source
+writes a Lance table through foreachBatch, which also runs CALL lance.maintain every few
+batches; the table compacts while written and keeps exactly the rows the stream wrote."""
+from streaming_maintenance import run
+
+
+def test_a_stream_maintains_its_own_table(spark, warehouse):
+    out = run(spark, str(warehouse), seconds=14, rows_per_second=50, every=3)
+    assert out["written"] > 0 and out["exact"] and out["distinct"], out
+    ran = [step for _, steps in out["rounds"] for step, did, _ in steps if did]
+    assert "compact" in ran, out["rounds"]
+    assert out["fragments"] < len({b for b, _ in out["rounds"]}) * 3  # fewer than one per batch

@@ -1,0 +1,183 @@
+"""pip install brings it all: the wheel from bin/build-wheel, installed into a fresh venv outside
+the source tree, runs compaction with nothing from the checkout: the `lance-spark-sql`
+command and a PySpark session from configure_spark_with_lance_compact, both on the jar
+inside the wheel."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import zipfile
+from pathlib import Path
+from urllib.parse import urlparse
+
+import lance
+import pytest
+
+from conftest import ROOT
+from degraded_table import content, degraded_table
+
+CONSTRAINTS = ROOT / "constraints.txt"
+
+
+def run(args, timeout, **kw):
+    """A subprocess with a bounded wait; its output comes back for the assertion messages."""
+    return subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=timeout, **kw)
+
+
+def clean_env(path_first: Path | None = None, **extra: str) -> dict[str, str]:
+    """This process's environment less anything pointing at the checkout, a venv or a Spark:
+    no PYTHONPATH, LANCE_*, SPARK_*, PYSPARK_*, VIRTUAL_ENV; PATH without the checkout's
+    folders (the machine's pip settings, PIP_*, stay)."""
+    drop = ("LANCE_", "SPARK_", "PYSPARK_", "PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "CONDA_")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
+    path = [p for p in os.environ.get("PATH", "").split(os.pathsep)
+            if p and not Path(p).resolve().is_relative_to(ROOT)]
+    env["PATH"] = os.pathsep.join(([str(path_first)] if path_first else []) + path)
+    env.update(extra)
+    return env
+
+
+def pins(lines) -> dict[str, str]:
+    """name -> version of the `name==version` lines (extras dropped, names normalized)."""
+    out = {}
+    for line in lines:
+        m = re.match(r"\s*([A-Za-z0-9_.-]+)(\[[^\]]*\])?\s*==\s*([^\s;#]+)", line)
+        if m:
+            out[re.sub(r"[-_.]+", "-", m.group(1)).lower()] = m.group(3)
+    return out
+
+
+def test_constraints_pin_what_pyproject_asks_for():
+    """constraints.txt pins every exact pin of pyproject.toml at the same version, and a
+    pyspark inside the wheel's range (the one build.sbt compiles against)."""
+    tomllib = pytest.importorskip("tomllib")
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    deps = project["dependencies"] + project["optional-dependencies"]["test"]
+    constrained = pins(CONSTRAINTS.read_text().splitlines())
+    for name, version in pins(deps).items():
+        assert constrained.get(name) == version, f"{name}=={version} in pyproject.toml, constraints.txt: {constrained.get(name)}"
+    for dep in map(Requirement, project["dependencies"]):
+        assert dep.name in constrained, f"constraints.txt does not pin {dep.name}"
+        assert dep.specifier.contains(constrained[dep.name]), f"{dep.name}=={constrained[dep.name]} not in {dep}"
+    assert str(Requirement(next(d for d in project["dependencies"] if d.startswith("pyspark"))).specifier) \
+        == "<4.4,>=4.0.0"
+
+
+@pytest.fixture(scope="module")
+def wheel() -> Path:
+    p = run([ROOT / "bin" / "build-wheel"], timeout=900, stdin=subprocess.DEVNULL)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    wheels = sorted((ROOT / "dist").glob("lance_spark_compact-*.whl"))
+    assert len(wheels) == 1, wheels
+    # The source checkout goes on using spark-ext/target: build-wheel leaves no copy behind.
+    assert not (ROOT / "python" / "lance_compact" / "jars").exists()
+    return wheels[0]
+
+
+@pytest.fixture(scope="module")
+def venv(wheel, tmp_path_factory) -> Path:
+    """A fresh venv outside the source tree with the wheel and its dependencies from the
+    package index, at the tested versions (-c constraints.txt; pip's cache makes it quick)."""
+    venv = tmp_path_factory.mktemp("wheel-venv") / "venv"
+    assert not venv.resolve().is_relative_to(ROOT)
+    p = run([sys.executable, "-m", "venv", venv], timeout=300, env=clean_env())
+    assert p.returncode == 0, p.stderr[-3000:]
+    p = run([venv / "bin" / "python", "-m", "pip", "install", "-q", "--disable-pip-version-check",
+             "-c", CONSTRAINTS, wheel], timeout=1200, env=clean_env(), cwd=venv.parent)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    return venv
+
+
+@pytest.fixture(scope="module")
+def outside(tmp_path_factory) -> Path:
+    """A folder outside the source tree holding a warehouse with two degraded tables."""
+    d = tmp_path_factory.mktemp("wheel-outside")
+    assert not d.resolve().is_relative_to(ROOT)
+    for name in ["t", "t2"]:
+        degraded_table(str(d / "wh" / "db" / f"{name}.lance"))
+    (d / "cwd").mkdir()
+    return d
+
+
+def packaged_jar(venv: Path) -> Path:
+    return next((venv / "lib").glob("python*/site-packages")) / "lance_compact" / "jars" / "lance-spark-compact.jar"
+
+
+def local_path(path_or_uri: str) -> Path:
+    return Path(urlparse(path_or_uri).path if path_or_uri.startswith("file:") else path_or_uri)
+
+
+def test_the_wheel_carries_the_jar_and_asks_for_a_spark_range(wheel):
+    z = zipfile.ZipFile(wheel)
+    names = set(z.namelist())
+    assert {"lance_compact/jars/lance-spark-compact.jar", "lance_compact/parameters.json",
+            "lance_compact/cli.py"} <= names
+    assert z.read("lance_compact/jars/lance-spark-compact.jar") \
+        == (ROOT / "spark-ext" / "target" / "lance-spark-compact.jar").read_bytes()
+    info = next(n for n in names if n.endswith(".dist-info/METADATA"))
+    requires = [l.split(":", 1)[1].strip() for l in z.read(info).decode().splitlines()
+                if l.startswith("Requires-Dist:") and "extra ==" not in l]
+    assert "pyspark<4.4,>=4.0.0" in requires and "pylance==14.0.2" in requires
+    entry_points = z.read(info.replace("METADATA", "entry_points.txt")).decode()
+    assert "lance-spark-sql = lance_compact.cli:main" in entry_points
+
+
+def rows_after_header(stdout: str, header_start: str) -> list[dict[str, str]]:
+    lines = stdout.strip().splitlines()
+    return [dict(zip(line.split("\t"), lines[i + 1].split("\t")))
+            for i, line in enumerate(lines[:-1]) if line.startswith(header_start)]
+
+
+def test_installed_lance_spark_sql_compacts(venv, outside):
+    """`lance-spark-sql` on PATH as in an activated venv, run from a folder outside the tree
+    with no Spark, jar or Python path in the environment."""
+    table = outside / "wh" / "db" / "t.lance"
+    before = lance.dataset(str(table))
+    p = run(["lance-spark-sql", "--warehouse", outside / "wh", "--master", "local[2]",
+             "--hiveconf", "hive.cli.print.header=true", "-e",
+             "SET spark.jars; CALL lance.compact(table => 'db.t', target_rows_per_fragment => 100000)"],
+            timeout=600, cwd=outside / "cwd", env=clean_env(path_first=venv / "bin"))
+    assert p.returncode == 0, p.stderr[-3000:]
+    jars = rows_after_header(p.stdout, "key\tvalue")[0]
+    assert jars["key"] == "spark.jars"
+    assert local_path(jars["value"]) == packaged_jar(venv)
+    row = rows_after_header(p.stdout, "table\tstrategy")[0]
+    after = lance.dataset(str(table))
+    assert row["table"] == "db.t" and int(row["new_version"]) == after.version > before.version
+    assert int(row["fragments_removed"]) == len(before.get_fragments()) > len(after.get_fragments()) == 1
+    assert content(after) == content(before)
+    assert sorted(os.listdir(outside / "cwd")) == []  # no metastore_db/ or derby.log left behind
+
+
+def test_pyspark_session_from_the_helper_compacts(venv, outside):
+    """A PySpark job in the venv: configure_spark_with_lance_compact and compact(), nothing
+    else set up (the venv's bin is not even on PATH, as in a notebook kernel)."""
+    table = outside / "wh" / "db" / "t2.lance"
+    before = lance.dataset(str(table))
+    script = outside / "job.py"
+    script.write_text(textwrap.dedent("""
+        import json, sys
+        from pyspark.sql import SparkSession
+        from lance_compact import compact, configure_spark_with_lance_compact
+
+        builder = SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
+        spark = configure_spark_with_lance_compact(builder, warehouse=sys.argv[1]).getOrCreate()
+        row = compact(spark, "db.t2", target_rows_per_fragment=100000).collect()[0]
+        print("RESULT " + json.dumps({"jars": spark.conf.get("spark.jars"), **row.asDict()}))
+        spark.stop()
+    """))
+    p = run([venv / "bin" / "python", script, outside / "wh"], timeout=600, cwd=outside / "cwd",
+            env=clean_env(SPARK_LOCAL_IP="127.0.0.1"))
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-3000:]
+    result = json.loads(next(l for l in p.stdout.splitlines() if l.startswith("RESULT "))[7:])
+    assert local_path(result["jars"]) == packaged_jar(venv)
+    after = lance.dataset(str(table))
+    assert result["table"] == "db.t2" and result["new_version"] == after.version > before.version
+    assert result["fragments_removed"] == len(before.get_fragments()) > len(after.get_fragments()) == 1
+    assert content(after) == content(before)
