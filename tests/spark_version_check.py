@@ -1,6 +1,7 @@
 """One Spark version's check, run by bin/check-spark-versions with that version's venv Python
 and the one jar ($LANCE_COMPACT_JAR): the jar loads, and on a small degraded table
-plan_compaction, CALL lance.compact (content exact, fewer fragments), describe_layout,
+plan_compaction, CALL lance.compact (content exact, fewer fragments), describe_layout, a
+SELECT read on the executors,
 SHOW NAMESPACES and SHOW PROCEDURES (from 4.1) answer through PySpark; then CALL through
 that version's own spark-sql. Writes {"version", "checks": {name: [ok, seconds, detail]}} to
 --out after every step (ok is null for a check that does not apply to this version), so a
@@ -123,6 +124,14 @@ def main() -> int:
         assert r.fragments == n, (r.fragments, n)
         return f"{r.fragments} fragments"
 
+    def select():
+        df = spark.sql(f"SELECT id FROM lance.{TABLE} WHERE id >= 0")
+        plan = df._jdf.queryExecution().executedPlan().toString()
+        assert "(Python)" in plan, f"not read on the executors: {plan[:300]}"
+        got = sorted(r.id for r in df.collect())
+        assert got == sorted(lance.dataset(str(path)).to_table(columns=["id"])["id"].to_pylist())
+        return f"{len(got)} rows in {df.rdd.getNumPartitions()} partitions"
+
     def namespaces():
         names = [r[0] for r in spark.sql("SHOW NAMESPACES IN lance").collect()]
         assert "db" in names, names
@@ -145,6 +154,7 @@ def main() -> int:
         check("plan_compaction", plan)
         check("CALL via PySpark", call)
         check("describe_layout", layout)
+        check("SELECT", select)
         check("SHOW NAMESPACES", namespaces)
         check("SHOW PROCEDURES", procedures)
     if spark is not None:

@@ -113,3 +113,88 @@ def test_unknown_things(spark, table):
         spark.sql("SELECT * FROM lance.db.reads.nope").collect()
     with pytest.raises(Exception, match="version 999 does not exist"):
         spark.sql("SELECT * FROM lance.db.reads VERSION AS OF 999").collect()
+
+
+def test_reads_run_on_executors_a_partition_per_group_of_fragments(spark, warehouse):
+    """Each group of fragments (up to spark.sql.files.maxPartitionBytes of data files) is one
+    partition read on an executor; all of them read the version the query loaded."""
+    path = warehouse / "db" / "spread.lance"
+    shutil.rmtree(path, ignore_errors=True)
+    ds = degraded_table(str(path), fragments=20, rows_per_fragment=30)
+    fragment_bytes = [sum(d.file_size_bytes for d in f.metadata.files) for f in ds.get_fragments()]
+    spark.conf.set("spark.sql.files.maxPartitionBytes", str(max(fragment_bytes) * 3))
+    try:
+        df = spark.table("lance.db.spread")
+        assert "(Python)" in df._jdf.queryExecution().executedPlan().toString()
+        groups = df.rdd.getNumPartitions()
+        assert len(fragment_bytes) // 3 <= groups <= len(fragment_bytes) // 2 + 1
+        # rows appended after the DataFrame was made are not in it: one snapshot per query
+        lance.write_dataset(batch(50_000, 40), str(path), mode="append")
+        assert sorted(r.id for r in df.select("id").collect()) == \
+            sorted(ds.to_table(columns=["id"])["id"].to_pylist())
+        assert spark.table("lance.db.spread").count() == ds.count_rows() + 40
+    finally:
+        spark.conf.unset("spark.sql.files.maxPartitionBytes")
+
+
+def test_lance_types_read_as_spark_types(spark, warehouse):
+    """Unsigned, large, view-less, dictionary, nested, fixed-size and timestamp columns arrive
+    with the values pylance reads, in the types DESCRIBE shows."""
+    import datetime
+    import decimal
+
+    import pyarrow as pa
+
+    path = warehouse / "db" / "typed.lance"
+    shutil.rmtree(path, ignore_errors=True)
+    n = 6
+    t = pa.table({
+        "id": pa.array(range(n), pa.int64()),
+        "u8": pa.array([0, 255, None, 7, 8, 9], pa.uint8()),
+        "u32": pa.array([0, 2**32 - 1, 5, None, 1, 2], pa.uint32()),
+        "u64": pa.array([0, 2**64 - 1, 5, 6, None, 1], pa.uint64()),
+        "f16": pa.array([0.5, None, 1.5, 2.0, 3.0, 4.0], pa.float16()),
+        "big_text": pa.array(["a", None, "ccc", "", "é", "f"], pa.large_string()),
+        "fixed_bin": pa.array([b"ab", b"cd", None, b"ef", b"gh", b"ij"], pa.binary(2)),
+        "day": pa.array([datetime.date(2026, 1, d + 1) for d in range(n)], pa.date32()),
+        "ts_ns": pa.array([datetime.datetime(2026, 1, 1, 0, 0, d) for d in range(n)], pa.timestamp("ns")),
+        "dict": pa.array(["x", "y", "x", None, "y", "x"]).dictionary_encode(),
+        "nested": pa.array([{"a": i, "b": [i, i + 1]} if i != 2 else None for i in range(n)]),
+        "vec": pa.FixedSizeListArray.from_arrays(pa.array([float(i) for i in range(n * 3)], pa.float32()), 3),
+        "ints": pa.array([[1, 2], [], None, [3], [4, None], [5]], pa.large_list(pa.int32())),
+    })
+    lance.write_dataset(t, str(path), max_rows_per_file=2)
+    types = {r.col_name: r.data_type for r in spark.sql("DESCRIBE TABLE lance.db.typed").collect()
+             if r.col_name and not r.col_name.startswith("#")}
+    assert types["u8"] == "smallint" and types["u64"] == "decimal(20,0)" and types["vec"] == "array<float>"
+    assert types["ts_ns"] == "timestamp_ntz" and types["nested"] == "struct<a:bigint,b:array<bigint>>"
+    df = spark.table("lance.db.typed")
+    assert df.rdd.getNumPartitions() >= 1 and "(Python)" in df._jdf.queryExecution().executedPlan().toString()
+    got = {r.id: r.asDict(recursive=True) for r in df.collect()}
+    want = lance.dataset(str(path)).to_table().to_pylist()
+    assert len(got) == n
+    for w in want:
+        g = got[w["id"]]
+        assert g["u8"] == w["u8"] and g["u32"] == w["u32"] and g["big_text"] == w["big_text"]
+        assert g["u64"] == (decimal.Decimal(w["u64"]) if w["u64"] is not None else None)
+        assert g["f16"] == (float(w["f16"]) if w["f16"] is not None else None)
+        assert g["fixed_bin"] == (bytearray(w["fixed_bin"]) if w["fixed_bin"] is not None else None)
+        assert g["day"] == w["day"] and g["ts_ns"] == w["ts_ns"] and g["dict"] == w["dict"]
+        assert g["nested"] == w["nested"] and g["vec"] == w["vec"] and g["ints"] == w["ints"]
+
+
+def test_driver_reads_when_asked_and_their_cap(spark, warehouse, table):
+    """spark.sql.catalog.<name>.distributed_reads=false reads on the driver through the
+    engine, refusing reads over read_max_rows."""
+    from lance_compact.api import CATALOG_CLASS
+
+    name, path = table
+    spark.conf.set("spark.sql.catalog.lance_driver", CATALOG_CLASS)
+    spark.conf.set("spark.sql.catalog.lance_driver.warehouse", str(warehouse))
+    spark.conf.set("spark.sql.catalog.lance_driver.distributed_reads", "false")
+    spark.conf.set("spark.sql.catalog.lance_driver.read_max_rows", "50")
+    df = spark.sql("SELECT id, payload FROM lance_driver.db.reads WHERE id < 40")
+    assert "(Python)" not in df._jdf.queryExecution().executedPlan().toString()
+    assert spark_rows(df) == pylance_rows(lance.dataset(str(path)), ["id", "payload"], "id < 40")
+    with pytest.raises(Exception, match="more than spark.sql.catalog.<name>.read_max_rows = 50"):
+        spark.sql("SELECT * FROM lance_driver.db.reads").collect()

@@ -65,8 +65,9 @@ def cluster(tmp_path_factory):
             _stop(p)
 
 
-def rewrite_executors(events: Path) -> set[str]:
-    """Executor ids of successful tasks of the rewrite jobs, from Spark's event log."""
+def rewrite_executors(events: Path, job: str = "rewriting") -> set[str]:
+    """Executor ids of successful tasks of the jobs whose description holds ``job`` (the
+    rewrite jobs by default), from Spark's event log."""
     stages: set[int] = set()
     executors: set[str] = set()
     for f in events.rglob("*"):
@@ -75,7 +76,7 @@ def rewrite_executors(events: Path) -> set[str]:
         for line in f.read_text(errors="replace").splitlines():
             e = json.loads(line)
             if e["Event"] == "SparkListenerJobStart" and \
-                    "rewriting" in (e.get("Properties") or {}).get("spark.job.description", ""):
+                    job in (e.get("Properties") or {}).get("spark.job.description", ""):
                 stages.update(e["Stage IDs"])
             elif e["Event"] == "SparkListenerTaskEnd" and e["Stage ID"] in stages and \
                     e["Task End Reason"]["Reason"] == "Success":
@@ -104,16 +105,23 @@ def test_spark_sql_on_a_cluster_over_the_object_store(cluster, s3, tmp_path):
          "--hiveconf", "hive.cli.print.header=true", "-e",
          "CALL lance.compact(table => 'db.spread', target_rows_per_fragment => 300); "
          "CALL lance.compact(table => 'db.killed', target_rows_per_fragment => 300, "
-         "options => map('test_fail_task', '0:0:kill_executor'));"],
+         "options => map('test_fail_task', '0:0:kill_executor')); "
+         "SET spark.sql.files.maxPartitionBytes=20000; "
+         "SELECT count(*) AS n, sum(id) AS total FROM lance.db.spread WHERE id >= 0;"],
         capture_output=True, text=True, timeout=900, env=env)
     assert p.returncode == 0, p.stderr[-4000:]
     header, *rows = [line.split("\t") for line in p.stdout.strip().splitlines() if line.strip()]
-    results = [dict(zip(header, r)) for r in rows if r != header]
+    results = [dict(zip(header, r)) for r in rows if r != header and len(r) == len(header)]
+    counted = rows[rows.index(["n", "total"]) + 1]
     assert len(results) == 2 and all(r["tasks_failed"] == "0" and r["commits"] == "1" for r in results)
     for t, uri in uris.items():
         after = lance.dataset(uri, storage_options=s3.storage_options)
         assert content(after) == expected[t], t
         assert len(after.get_fragments()) < len(before[t].get_fragments())
+    # the catalog's read: every group of fragments on an executor, both executors reading
+    spread = expected["spread"]["id"].to_pylist()
+    assert counted == [str(len(spread)), str(sum(spread))]
+    assert len(rewrite_executors(events, "FROM lance.db.spread")) >= 2
     # tasks ran on both executors, and the killed one was replaced by a third
     assert len(rewrite_executors(events)) >= 2, rewrite_executors(events)
     executor_dirs = [d for w in ("work1", "work2") for app in (logs / w).iterdir() for d in app.iterdir()]

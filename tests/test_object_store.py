@@ -186,8 +186,15 @@ def test_reads_and_metadata_tables(spark, s3, wh):
     t, uri = table(s3, wh, "readable", fragments=8)
     ds = dataset(s3, uri)
     assert spark.sql(f"SELECT count(*) FROM lance.{t}").collect()[0][0] == ds.count_rows()
-    got = sorted(r.id for r in spark.sql(f"SELECT id FROM lance.{t} WHERE id < 100").collect())
+    query = spark.sql(f"SELECT id FROM lance.{t} WHERE id < 100")
+    got = sorted(r.id for r in query.collect())
     assert got == sorted(ds.to_table(columns=["id"], filter="id < 100")["id"].to_pylist())
+    # read on the executors (the storage options travel with the read, shown nowhere)
+    plan = query._jdf.queryExecution().toString()
+    assert "(Python)" in plan
+    no_secrets(plan, "a query plan")
+    no_secrets("".join(r[0] for r in spark.sql(f"EXPLAIN EXTENDED SELECT * FROM lance.{t}").collect()),
+               "EXPLAIN")
     assert [r.id for r in spark.sql(f"SELECT id FROM lance.{t}.fragments ORDER BY id").collect()] == \
         [f.fragment_id for f in ds.get_fragments()]
     assert [r.version for r in spark.sql(f"SELECT version FROM lance.{t}.versions ORDER BY version").collect()] == \

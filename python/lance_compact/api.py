@@ -166,7 +166,16 @@ def call_procedure(spark: Any, procedure: str, table: str, catalog: str = "lance
 
 
 def describe_layout(spark: Any, table: str, catalog: str = "lance", **params: Any) -> Any:
-    """The layout report as a one-row DataFrame (``CALL lance.describe_layout``)."""
+    """The layout report as a one-row DataFrame (``CALL lance.describe_layout``).
+
+    ``histogram=True``: the fragment-size histogram as text instead, a row per line (column
+    ``histogram``); ``picture="/path/layout.png"`` (or ``.svg``) also draws it into that file
+    on the driver (needs the ``plot`` extra); ``compare_version=N`` puts version N beside the
+    current one. ``target_rows_per_fragment`` and ``materialize_deletions_threshold`` set
+    what counts as small and as over the threshold.
+
+    >>> print("\\n".join(r.histogram for r in describe_layout(spark, "db.events", histogram=True).collect()))
+    """
     return call_procedure(spark, "describe_layout", table, catalog, params)
 
 

@@ -32,23 +32,27 @@ def _ddl(columns: list[tuple[str, str]]) -> str:
 def _handlers(sc: Any) -> dict[str, Callable[[str], tuple[str, list[tuple]]]]:
     from . import orchestrate
     from .cleanup import cleanup_row
-    from .layout import layout_row
+    from .layout import layout_result
     from .options import result_columns
     from .spark_job import SparkBatchRunner
     from .warehouse import warehouse_rows
     from . import metadata
     from .indices import optimize_indices_row
     from .maintain import maintain_rows
+    from .namespaces import namespace_rows
+    from .read_source import read_plan
 
     runner = SparkBatchRunner(sc)
     return {
         "compact": lambda r: (_ddl(result_columns()), [orchestrate.compact(r, runner)]),
         "plan": lambda r: (_ddl(result_columns("plan_columns")), orchestrate.dry_run(r)),
-        "layout": lambda r: (_ddl(result_columns("layout_columns")), [layout_row(r)]),
+        "layout": layout_result,  # the layout row, or the histogram's lines
         "cleanup": lambda r: (_ddl(result_columns("cleanup_columns")), [cleanup_row(r)]),
         "warehouse": lambda r: ("`name` STRING, `kind` STRING", warehouse_rows(r)),
         "describe": metadata.describe,
         "read": metadata.read,
+        "read_plan": read_plan,
+        "namespace": namespace_rows,
         "metadata": metadata.metadata_table,
         "maintain": lambda r: (_ddl(result_columns("maintain_columns")), maintain_rows(r, runner)),
         "optimize_indices": lambda r: (_ddl(result_columns("optimize_indices_columns")),

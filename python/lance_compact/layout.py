@@ -1,26 +1,33 @@
-"""The layout report: what a user looks at to decide whether to compact."""
+"""The layout report: what a user looks at to decide whether to compact.
+
+``describe_layout`` returns one row (parameters.json's ``layout_columns``); with
+``histogram => true`` the fragment-size histogram as text instead, one row per line (column
+``histogram``), which spark-sql prints as it is. ``picture => '/path/layout.png'`` (or .svg)
+also draws it into a file on the driver; ``compare_version => N`` puts version N beside the
+current one.
+"""
 from __future__ import annotations
 
+import json
+import os
+import re
 from collections import defaultdict
+from typing import Any
 
+from .errors import CompactionError
+from .histogram import FragmentHistogram, PlotUnavailable, _matplotlib, picture_format
 from .history import committed_at, last_compaction
-from .options import effective, result_columns
+from .options import _convert, effective, result_columns, specs_of
 from .request import CompactionRequest
 from .tables import open_dataset
 
 
-def layout_row(request_json: str) -> tuple:
-    """One row in the columns of parameters.json's ``layout_columns``.
+def _ddl(columns: list[tuple[str, str]]) -> str:
+    return ", ".join(f"`{n}` {t}" for n, t in columns)
 
-    The request's target_rows_per_fragment and materialize_deletions_threshold, if given,
-    set what counts as small and as over the threshold; else the table's, else Lance's.
-    """
-    request = CompactionRequest.from_json(request_json)
-    ds = open_dataset(request.table, request.uri, request.storage_options)
-    config = ds.config() or {}
-    target = effective(config, request.options, "target_rows_per_fragment")
-    threshold = effective(config, request.options, "materialize_deletions_threshold")
 
+def _fragments(ds) -> tuple[list[int], list[int], list[int], list[float], int]:
+    """Ids, live rows, deleted rows and deleted fractions of each fragment; bytes of all."""
     ids, live_rows, deleted_rows, fractions = [], [], [], []
     size = 0
     for f in ds.get_fragments():
@@ -31,6 +38,103 @@ def layout_row(request_json: str) -> tuple:
         deleted_rows.append(deleted)
         fractions.append(deleted / m.physical_rows if m.physical_rows else 0.0)
         size += sum(d.file_size_bytes or 0 for d in m.files)
+    return ids, live_rows, deleted_rows, fractions, size
+
+
+def picture_path(value: str, table: str) -> str:
+    """The absolute local path a ``picture`` argument names, checked before any work."""
+    def bad(why: str) -> CompactionError:
+        return CompactionError(f"table {table}: describe_layout parameter picture {why}, got {value!r}")
+
+    path = value.strip()
+    if path.lower().startswith("file://"):
+        path = path[len("file://"):]
+    elif re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", path):
+        raise bad("is a local file path on the driver (the engine writes it), not a URI")
+    if not path:
+        raise bad("must name a file")
+    if picture_format(path) is None:
+        raise bad("must name a .png or .svg file")
+    path = os.path.abspath(os.path.expanduser(path))
+    if os.path.isdir(path):
+        raise bad("names a directory; name a .png or .svg file")
+    if not os.path.isdir(os.path.dirname(path)):
+        raise bad(f"names a file in {os.path.dirname(path)}, which is not a directory on the driver")
+    return path
+
+
+def _layout_args(raw: dict[str, Any], table: str) -> dict[str, Any]:
+    """Take describe_layout's own parameters (histogram, picture, compare_version) out of
+    the request's params and check them; the rest are compaction options."""
+    specs = specs_of("layout_parameters")
+    params = dict(raw.get("params") or {})
+    args = {}
+    for name, spec in specs.items():
+        value = params.pop(name, None)
+        if value is not None:
+            args[name] = _convert(spec, value, table)
+    raw["params"] = params
+    if "picture" in args:
+        args["picture"] = picture_path(args["picture"], table)
+        try:
+            _matplotlib()
+        except PlotUnavailable as e:
+            raise CompactionError(f"table {table}: describe_layout parameter picture: {e}") from None
+    if "compare_version" in args and not (args.get("histogram") or "picture" in args):
+        raise CompactionError(f"table {table}: describe_layout parameter compare_version draws an "
+                              "earlier version in the histogram: give histogram => true or picture => ...")
+    return args
+
+
+def layout_result(request_json: str) -> tuple[str, list[tuple]]:
+    """The engine's answer to describe_layout: (schema DDL, rows)."""
+    raw = json.loads(request_json)
+    table = raw.get("table") or raw.get("uri")
+    args = _layout_args(raw, table)
+    row, ds, live_rows, deleted_rows, target = _layout(json.dumps(raw))
+    if not args.get("histogram") and "picture" not in args:
+        return _ddl(result_columns("layout_columns")), [row]
+    series, versions = [], []
+    if "compare_version" in args:
+        request = CompactionRequest.from_json(json.dumps(raw))
+        old = open_dataset(table, request.uri, request.storage_options, version=args["compare_version"])
+        _, old_live, old_deleted, _, _ = _fragments(old)
+        series.append((f"version {old.version}", old_live, old_deleted))
+        versions.append(old.version)
+    series.append((f"version {ds.version}", live_rows, deleted_rows))
+    versions.append(ds.version)
+    hist = FragmentHistogram(series, target=target, title=table, versions=versions)
+    lines = hist.text_lines()
+    if "picture" in args:
+        try:
+            hist.save(args["picture"])
+        except OSError as e:
+            raise CompactionError(f"table {table}: describe_layout parameter picture: could not write "
+                                  f"{args['picture']}: {e.strerror or e}") from None
+        lines.append(f"picture: {args['picture']}")
+    if not args.get("histogram"):
+        return _ddl(result_columns("layout_columns")), [row]
+    return _ddl(result_columns("histogram_columns")), [(line,) for line in lines]
+
+
+def layout_row(request_json: str) -> tuple:
+    """One row in the columns of parameters.json's ``layout_columns``."""
+    return _layout(request_json)[0]
+
+
+def _layout(request_json: str) -> tuple[tuple, Any, list[int], list[int], int]:
+    """The layout row, with the dataset, live and deleted rows per fragment and the target.
+
+    The request's target_rows_per_fragment and materialize_deletions_threshold, if given,
+    set what counts as small and as over the threshold; else the table's, else Lance's.
+    """
+    request = CompactionRequest.from_json(request_json)
+    ds = open_dataset(request.table, request.uri, request.storage_options)
+    config = ds.config() or {}
+    target = effective(config, request.options, "target_rows_per_fragment")
+    threshold = effective(config, request.options, "materialize_deletions_threshold")
+
+    ids, live_rows, deleted_rows, fractions, size = _fragments(ds)
 
     covered: dict[str, set] = defaultdict(set)
     kinds: dict[str, tuple] = {}
@@ -63,5 +167,7 @@ def layout_row(request_json: str) -> tuple:
         "last_compacted_version": last.version if last else None,
         "last_compacted_at": committed_at(ds, last.version) if last else None,
         "last_compaction": how,
+        "fragment_deleted_rows": deleted_rows,
     }
-    return tuple(row[name] for name, _ in result_columns("layout_columns"))
+    return (tuple(row[name] for name, _ in result_columns("layout_columns")),
+            ds, live_rows, deleted_rows, target)

@@ -85,7 +85,8 @@ def _rows(table: pa.Table) -> list[list]:
     return [list(r) for r in zip(*columns)] if columns else [[] for _ in range(table.num_rows)]
 
 
-def _open(raw: dict[str, Any]):
+def open_request(raw: dict[str, Any]):
+    """The dataset a read request names (``table``, ``uri``, ``storage_options``, ``version``)."""
     version = raw.get("version")
     return open_dataset(raw.get("table") or raw["uri"], raw["uri"], raw.get("storage_options"),
                         version=int(version) if version is not None else None)
@@ -94,7 +95,7 @@ def _open(raw: dict[str, Any]):
 def describe(request_json: str) -> tuple[str, list[tuple]]:
     """The table's schema as Spark DDL, its live rows and its version: one row."""
     raw = json.loads(request_json)
-    ds = _open(raw)
+    ds = open_request(raw)
     return ("`schema` STRING, `rows` BIGINT, `version` BIGINT",
             [(schema_ddl(ds.schema), ds.count_rows(), ds.version)])
 
@@ -103,7 +104,7 @@ def read(request_json: str) -> tuple[str, list[list]]:
     """Rows of the table (``columns``, Lance ``filter``, ``version``) read on the driver; a
     read that would return more than ``max_rows`` rows is refused."""
     raw = json.loads(request_json)
-    ds = _open(raw)
+    ds = open_request(raw)
     table_name = raw.get("table") or raw["uri"]
     columns = raw.get("columns")
     filt = raw.get("filter") or None
@@ -207,5 +208,5 @@ def metadata_table(request_json: str) -> tuple[str, list[list]]:
     kind = raw.get("kind")
     if kind not in METADATA_TABLES:
         raise CompactionError(f"no metadata table {kind!r}; there are {', '.join(METADATA_TABLES)}")
-    ds = _open(raw)
+    ds = open_request(raw)
     return {"fragments": _fragments, "versions": _versions, "indices": _indices}[kind](ds)

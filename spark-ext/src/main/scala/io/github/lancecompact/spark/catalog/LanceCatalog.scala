@@ -23,13 +23,18 @@ import io.github.lancecompact.spark.procedures.Procedures
  * spark.sql.catalog.lance=io.github.lancecompact.spark.catalog.LanceCatalog
  * spark.sql.catalog.lance.warehouse=/data/wh            (or file:/..., s3://bucket/wh)
  * spark.sql.catalog.lance.storage.<key>=<value>         (Lance storage options, sent to every executor)
+ * spark.sql.catalog.lance.impl=dir, .root=<dir or URI>   (instead of warehouse: a Lance directory namespace,
+ * spark.sql.catalog.lance.single_level_ns=true|false      as lance-spark's catalog lays it out)
+ * spark.sql.catalog.lance.distributed_reads=true         (false: SELECT reads on the driver, up to
+ * spark.sql.catalog.lance.read_max_rows=1000000           rows)
  * }}}
  */
 class LanceCatalog extends TableCatalog with SupportsNamespaces with ProcedureCatalog with Logging {
   private var catalogName: String = "lance"
-  private var warehouseRef: Warehouse = _
+  private var warehouseRef: TableDirectory = _
   private var storage: Map[String, String] = Map.empty
   private var readMaxRows: Long = 1000000L
+  private var distributedReads: Boolean = true
 
   override def initialize(name: String, options: CaseInsensitiveStringMap): Unit = {
     catalogName = name
@@ -37,8 +42,17 @@ class LanceCatalog extends TableCatalog with SupportsNamespaces with ProcedureCa
     storage = options.asCaseSensitiveMap().asScala.collect {
       case (k, v) if k.toLowerCase.startsWith("storage.") => k.substring("storage.".length) -> v
     }.toMap
-    warehouseRef = new Warehouse(name, root, new ObjectStore(storage))
+    warehouseRef = Option(options.get("impl")).map(_.trim).filter(_.nonEmpty) match {
+      case Some(impl) =>
+        LanceDirectoryNamespace.check(name, impl)
+        val nsRoot = Option(options.get("root")).orElse(root).map(_.trim).filter(_.nonEmpty).getOrElse(
+          throw new IllegalArgumentException(s"catalog $name: impl=dir needs spark.sql.catalog.$name.root"))
+        new LanceDirectoryNamespace(name, nsRoot, storage,
+          Option(options.get("single_level_ns")).exists(_.trim.toBoolean))
+      case None => new Warehouse(name, root, new ObjectStore(storage))
+    }
     readMaxRows = Option(options.get("read_max_rows")).map(_.trim.toLong).getOrElse(readMaxRows)
+    distributedReads = Option(options.get("distributed_reads")).map(_.trim.toBoolean).getOrElse(true)
     SparkSession.getActiveSession.foreach { spark =>
       val shown = storage.keys.filterNot(k => EnginePlugin.redacts(spark.sparkContext.getConf, name, k))
       if (shown.nonEmpty) logWarning(s"catalog $name: Spark does not redact storage options " +
@@ -101,7 +115,8 @@ class LanceCatalog extends TableCatalog with SupportsNamespaces with ProcedureCa
   override def listTables(namespace: Array[String]): Array[Identifier] = warehouseRef.listTables(namespace)
 
   private def ref(ident: Identifier, location: String, version: Option[Long] = None) =
-    TableRef(s"$catalogName.${(ident.namespace :+ ident.name).mkString(".")}", location, storage, version, readMaxRows)
+    TableRef(s"$catalogName.${(ident.namespace :+ ident.name).mkString(".")}", location, storage, version, readMaxRows,
+      distributedReads)
 
   /** A table `ns.t`, or a metadata table `ns.t.fragments` (`versions`, `indices`) of table `ns.t`. */
   override def loadTable(ident: Identifier): Table = LanceCompactException.userErrors {
@@ -120,8 +135,8 @@ class LanceCatalog extends TableCatalog with SupportsNamespaces with ProcedureCa
   private def metadataOf(ident: Identifier): Option[Table] = {
     if (ident.namespace.length < 2 || !MetadataTable.Kinds.contains(ident.name)) return None
     val table = Identifier.of(ident.namespace.init, ident.namespace.last)
-    if (warehouseRef.namespaceExists(ident.namespace) || !warehouseRef.tableExists(table)) None
-    else Some(new MetadataTable(ref(table, warehouseRef.tableLocation(table)), ident.name))
+    if (warehouseRef.namespaceExists(ident.namespace)) None
+    else warehouseRef.findTable(table).map(location => new MetadataTable(ref(table, location), ident.name))
   }
 
   private def writesElsewhere(what: String): Nothing = throw new UnsupportedOperationException(

@@ -2,9 +2,16 @@ package io.github.lancecompact.spark.catalog
 
 import java.util
 
+import scala.jdk.CollectionConverters._
+import scala.util.control.NonFatal
+
 import com.fasterxml.jackson.databind.ObjectMapper
 import com.fasterxml.jackson.databind.node.ObjectNode
+import org.apache.spark.internal.Logging
 import org.apache.spark.sql.connector.catalog._
+import org.apache.spark.sql.connector.expressions.Transform
+import org.apache.spark.sql.execution.datasources.DataSource
+import org.apache.spark.sql.internal.SQLConf
 import org.apache.spark.sql.connector.expressions.filter.Predicate
 import org.apache.spark.sql.connector.read.{ScanBuilder, SupportsPushDownAggregates, SupportsPushDownRequiredColumns, SupportsPushDownV2Filters, Scan}
 import org.apache.spark.sql.connector.expressions.aggregate.{Aggregation, CountStar}
@@ -16,7 +23,8 @@ import io.github.lancecompact.spark.engine.{PythonEngine, ResultScan}
 
 /** Where a table is and how to reach it: what every engine request about it carries. */
 final case class TableRef(name: String, location: String, storage: Map[String, String],
-                          version: Option[Long] = None, readMaxRows: Long = 1000000L) {
+                          version: Option[Long] = None, readMaxRows: Long = 1000000L,
+                          distributedReads: Boolean = true) {
   private val mapper = new ObjectMapper()
 
   def request(fill: ObjectNode => Unit = _ => ()): String = {
@@ -38,8 +46,8 @@ object ReadOnly {
 }
 
 /** A Lance dataset seen through the catalog: its schema in Spark types, its rows (read on the
- * driver through the engine, for checks: count(*) is answered from Lance's own count), and
- * nothing written. Metadata tables hang under it ([[MetadataTable]]).
+ * executors, a partition per group of fragments, all at the version loaded; count(*) is
+ * answered from Lance's own count), and nothing written. Metadata tables hang under it ([[MetadataTable]]).
  */
 final class LanceTable(ref: TableRef) extends Table with SupportsRead with SupportsWrite
   with SupportsDeleteV2 with SupportsRowLevelOperations {
@@ -57,7 +65,7 @@ final class LanceTable(ref: TableRef) extends Table with SupportsRead with Suppo
     util.Map.of("location", ref.location, "provider", "lance", "version", described._3.toString)
 
   override def newScanBuilder(options: CaseInsensitiveStringMap): ScanBuilder =
-    new LanceScanBuilder(ref, schema())
+    new LanceScanBuilder(ref.copy(version = Some(ref.version.getOrElse(described._3))), schema())
 
   override def newWriteBuilder(info: LogicalWriteInfo): WriteBuilder = ReadOnly.refuse(ref.name, "insert into")
   override def canDeleteWhere(predicates: Array[Predicate]): Boolean = ReadOnly.refuse(ref.name, "delete from")
@@ -98,18 +106,61 @@ final class LanceScanBuilder(ref: TableRef, full: StructType) extends ScanBuilde
       a.aggregateExpressions()(0).isInstanceOf[CountStar]
 
   override def build(): Scan = {
+    if (countOnly) return driverRead(required)
+    // Whole top-level columns (Lance reads columns, not nested fields); a scan needs one.
+    val names = required.fieldNames.toSet
+    val columns = StructType(full.fields.filter(f => names.contains(f.name)) match {
+      case Array() => full.fields.take(1)
+      case some => some
+    })
+    if (!ref.distributedReads) return driverRead(columns)
+    FragmentScan.build(ref, columns, lanceFilter).getOrElse(driverRead(columns))
+  }
+
+  /** The rows read on the driver through the engine (capped by read_max_rows). */
+  private def driverRead(columns: StructType): Scan = {
     val request = ref.request { r =>
       r.put("max_rows", ref.readMaxRows)
       if (countOnly) r.put("count_only", true)
       else {
         val cols = r.putArray("columns")
-        required.fieldNames.foreach(cols.add)
+        columns.fieldNames.foreach(cols.add)
       }
       lanceFilter.foreach(f => r.put("filter", f))
     }
     val scan = PythonEngine.query("read", request)
     // The rows carry the engine's types; Spark expects the schema it asked for.
-    new ResultScan(if (countOnly) scan.readSchema() else required, scan.rows())
+    new ResultScan(if (countOnly) scan.readSchema() else columns, scan.rows())
+  }
+}
+
+/** The distributed read: the engine groups the version's fragments (up to Spark's
+ * maxPartitionBytes of data files each) and Spark's Python data source `lance_compact_read`
+ * (module `pyspark_lance_compact`, registered by Spark itself) reads each group on an executor
+ * as Arrow batches. The storage options travel in the source's options, which Spark's plans
+ * and event logs do not print (the scan shows as `(Python)` with its read schema). */
+object FragmentScan extends Logging {
+  val SourceName = "lance_compact_read"
+
+  def build(ref: TableRef, columns: StructType, filter: Option[String]): Option[Scan] = {
+    val provider = try DataSource.lookupDataSourceV2(SourceName, SQLConf.get) catch {
+      case NonFatal(e) =>
+        logWarning(s"reading ${ref.name} on the driver: Spark's Python does not find the data source " +
+          s"$SourceName (module pyspark_lance_compact of lance-spark-compact): ${e.getMessage}")
+        None
+    }
+    provider.map { p =>
+      val request = ref.request { r =>
+        val cols = r.putArray("columns")
+        columns.fieldNames.foreach(cols.add)
+        filter.foreach(f => r.put("filter", f))
+        r.put("partition_bytes", SQLConf.get.filesMaxPartitionBytes)
+      }
+      val groups = PythonEngine.query("read_plan", request).rows().map(_.getUTF8String(0).toString)
+      val options = Map("request" -> request, "partitions" -> groups.mkString("[", ",", "]")).asJava
+      p.getTable(columns, Array.empty[Transform], options).asInstanceOf[SupportsRead]
+        .newScanBuilder(new CaseInsensitiveStringMap(options)).build()
+    }
   }
 }
 

@@ -12,7 +12,7 @@ import org.apache.spark.sql.connector.catalog.Identifier
  * any other (s3://, gs://, az://, ...) through `objectStore`.
  */
 final class Warehouse(catalogName: String, root: Option[String],
-                      objectStore: => WarehouseStore = Warehouse.noObjectStore) {
+                      objectStore: => WarehouseStore = Warehouse.noObjectStore) extends TableDirectory {
   import Warehouse._
 
   /** The warehouse as a local path, when it is one (no scheme, or file:). */
@@ -49,8 +49,11 @@ final class Warehouse(catalogName: String, root: Option[String],
 
   def tableExists(ident: Identifier): Boolean = store.exists(tableLocation(ident))
 
+  def findTable(ident: Identifier): Option[String] =
+    if (namespaceExists(ident.namespace) && tableExists(ident)) Some(tableLocation(ident)) else None
+
   /** Fail with Spark's own errors when a namespace or table does not exist. */
-  def requireTable(ident: Identifier): String = {
+  override def requireTable(ident: Identifier): String = {
     val location = tableLocation(ident)
     if (!namespaceExists(ident.namespace)) throw new NoSuchNamespaceException(ident.namespace)
     if (!tableExists(ident)) throw new NoSuchTableException(ident)

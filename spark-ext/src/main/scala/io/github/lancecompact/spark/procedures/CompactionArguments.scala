@@ -47,6 +47,12 @@ object CompactionArguments {
   /** The parameters of optimize_indices. */
   val optimizeIndices: Array[ProcedureParameter] = after(table, OptionSpec.optimizeIndicesParameters)
 
+  /** The parameters of describe_layout: table, the target and threshold its counts use,
+   * then histogram, picture and compare_version. */
+  val describeLayout: Array[ProcedureParameter] =
+    subset("table", "target_rows_per_fragment", "materialize_deletions_threshold") ++
+      after(table, OptionSpec.layoutParameters).drop(1)
+
   /** The parameters of maintain. */
   val maintain: Array[ProcedureParameter] = after(table, OptionSpec.maintainParameters)
 

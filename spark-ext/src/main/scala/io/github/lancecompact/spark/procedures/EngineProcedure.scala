@@ -49,11 +49,12 @@ final class PlanCompactionProcedure(catalog: LanceCatalog) extends EngineProcedu
   "Dry run of compact: one row per task it would run (or leave for later), and why; writes nothing.",
   CompactionArguments.compaction, PythonEngine.plan)
 
-/** `CALL lance.describe_layout(table => ...)`: fragments, deletions, indices, last compaction. */
+/** `CALL lance.describe_layout(table => ...)`: fragments, deletions, indices, last compaction;
+ * with `histogram => true` the fragment-size histogram as text, a row per line; `picture`
+ * draws it into a file on the driver; `compare_version` adds an earlier version beside. */
 final class DescribeLayoutProcedure(catalog: LanceCatalog) extends EngineProcedure(catalog, "describe_layout",
-  "The table's layout: fragments, small ones, deletions, bytes, indices and their unindexed fragments, last compaction.",
-  CompactionArguments.subset("table", "target_rows_per_fragment", "materialize_deletions_threshold"),
-  PythonEngine.layout)
+  "The table's layout: fragments, small ones, deletions, bytes, indices and their unindexed fragments, last compaction; histogram => true returns the fragment-size histogram as text (a row per line), picture => '/path.png' or '.svg' also draws it, compare_version => N puts version N beside the current one.",
+  CompactionArguments.describeLayout, PythonEngine.layout)
 
 /** `CALL lance.cleanup(table => ..., older_than => '7 days', dry_run => true)`: Lance's cleanup. */
 final class CleanupProcedure(catalog: LanceCatalog) extends EngineProcedure(catalog, "cleanup",
