@@ -15,7 +15,7 @@ from datetime import datetime, timedelta, timezone
 from lance.file import LanceFileSession
 
 from .errors import CompactionError
-from .options import _convert, cleanup_specs, result_columns
+from .options import convert_value, cleanup_specs, result_columns
 from .tables import open_dataset
 
 _UNITS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 7 * 86400}
@@ -69,7 +69,7 @@ def cleanup_row(request_json: str) -> tuple:
                 f"table {table}: unknown cleanup parameter {key!r}; valid ones are: "
                 + ", ".join(sorted(specs)))
         if value is not None:
-            args[key] = _convert(specs[key], value, table)
+            args[key] = convert_value(specs[key], value, table)
     if raw.get("options"):
         raise CompactionError(f"table {table}: cleanup takes no options map")
     dry_run = args.pop("dry_run", False)

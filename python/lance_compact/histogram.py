@@ -39,7 +39,7 @@ class PlotUnavailable(ImportError):
     """matplotlib (the ``plot`` extra) is not installed."""
 
 
-def _matplotlib() -> tuple[Any, Any]:
+def load_matplotlib() -> tuple[Any, Any]:
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
@@ -290,7 +290,7 @@ class FragmentHistogram:
     def figure(self) -> Any:
         """The picture as a matplotlib ``Figure`` (Agg canvas; ``display(h.figure())`` in
         Databricks). Raises :class:`PlotUnavailable` without matplotlib."""
-        Figure, Canvas = _matplotlib()
+        Figure, Canvas = load_matplotlib()
         from matplotlib.lines import Line2D
         from matplotlib.patches import Patch
         from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter, NullLocator

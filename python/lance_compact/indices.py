@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 from .errors import CompactionError
-from .options import _convert, result_columns, specs_of
+from .options import convert_value, result_columns, specs_of
 from .tables import open_dataset
 
 
@@ -41,7 +41,7 @@ def optimize_indices_row(request_json: str) -> tuple:
             raise CompactionError(f"table {table}: unknown optimize_indices parameter {key!r}; "
                                   f"valid ones are: {', '.join(sorted(specs))}")
         if value is not None:
-            args[key] = _convert(specs[key], value, table)
+            args[key] = convert_value(specs[key], value, table)
     ds = open_dataset(table, uri, raw.get("storage_options"))
     before = index_state(ds)
     names = sorted(before)

@@ -15,9 +15,9 @@ from collections import defaultdict
 from typing import Any
 
 from .errors import CompactionError
-from .histogram import FragmentHistogram, PlotUnavailable, _matplotlib, picture_format
+from .histogram import FragmentHistogram, PlotUnavailable, load_matplotlib, picture_format
 from .history import committed_at, last_compaction
-from .options import _convert, effective, result_columns, specs_of
+from .options import convert_value, effective, result_columns, specs_of
 from .request import CompactionRequest
 from .tables import open_dataset
 
@@ -72,12 +72,12 @@ def _layout_args(raw: dict[str, Any], table: str) -> dict[str, Any]:
     for name, spec in specs.items():
         value = params.pop(name, None)
         if value is not None:
-            args[name] = _convert(spec, value, table)
+            args[name] = convert_value(spec, value, table)
     raw["params"] = params
     if "picture" in args:
         args["picture"] = picture_path(args["picture"], table)
         try:
-            _matplotlib()
+            load_matplotlib()
         except PlotUnavailable as e:
             raise CompactionError(f"table {table}: describe_layout parameter picture: {e}") from None
     if "compare_version" in args and not (args.get("histogram") or "picture" in args):

@@ -12,7 +12,7 @@ from . import orchestrate
 from .cleanup import cleanup_row, parse_older_than
 from .errors import CompactionError
 from .indices import index_state, optimize_indices_row
-from .options import _convert, effective, result_columns, spec, specs_of
+from .options import convert_value, effective, result_columns, spec, specs_of
 from .tables import open_dataset
 
 
@@ -24,7 +24,7 @@ def _args(raw: dict[str, Any], table: str) -> dict[str, Any]:
             raise CompactionError(f"table {table}: unknown maintain parameter {key!r}; valid ones are: "
                                   f"{', '.join(sorted(specs))}")
         if value is not None:
-            args[key] = _convert(specs[key], value, table)
+            args[key] = convert_value(specs[key], value, table)
     return args
 
 

@@ -100,9 +100,13 @@ def describe(request_json: str) -> tuple[str, list[tuple]]:
             [(schema_ddl(ds.schema), ds.count_rows(), ds.version)])
 
 
+DRIVER_READ_MAX_BYTES = 32 << 20
+
+
 def read(request_json: str) -> tuple[str, list[list]]:
     """Rows of the table (``columns``, Lance ``filter``, ``version``) read on the driver; a
-    read that would return more than ``max_rows`` rows is refused."""
+    read that would return more than ``max_rows`` rows or ``DRIVER_READ_MAX_BYTES`` of data
+    is refused (``distributed_reads=false``, or no Python data source)."""
     raw = json.loads(request_json)
     ds = open_request(raw)
     table_name = raw.get("table") or raw["uri"]
@@ -114,11 +118,18 @@ def read(request_json: str) -> tuple[str, list[list]]:
     n = ds.count_rows(filter=filt)
     if n > limit:
         raise CompactionError(
-            f"table {table_name}: this catalog reads tables on the driver, for checks; this read "
-            f"would return {n:,} rows, more than spark.sql.catalog.<name>.read_max_rows = {limit:,}. "
-            "Read large tables with lance-spark or pylance")
+            f"table {table_name}: this driver-side read would return {n:,} rows, more than "
+            f"spark.sql.catalog.<name>.read_max_rows = {limit:,}; leave "
+            "spark.sql.catalog.<name>.distributed_reads on (the default) to read on the executors")
     names = columns if columns is not None else ds.schema.names
     table = ds.to_table(columns=names, filter=filt)
+    if table.nbytes > DRIVER_READ_MAX_BYTES:
+        # The rows cross to the JVM as JSON, many times their Arrow size: refuse rather than
+        # exhaust the driver's heap.
+        raise CompactionError(
+            f"table {table_name}: this driver-side read holds {table.nbytes / 2**20:,.0f} MiB of "
+            f"data, more than the {DRIVER_READ_MAX_BYTES >> 20} MiB a driver read carries; leave "
+            "spark.sql.catalog.<name>.distributed_reads on (the default) to read on the executors")
     schema = pa.schema([ds.schema.field(c) for c in names])
     return schema_ddl(schema), _rows(table)
 

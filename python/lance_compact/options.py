@@ -53,7 +53,7 @@ _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
 
 
-def _convert(o: OptionSpec, value: Any, table: str) -> Any:
+def convert_value(o: OptionSpec, value: Any, table: str) -> Any:
     """Convert a value (typed, or text from the options map) to the option's type."""
     def bad(expected: str) -> CompactionError:
         return CompactionError(
@@ -204,7 +204,7 @@ def parse_options(table: str, strategy: str, planner_settings: Mapping[str, Opti
             if name in options or name in settings or name in run or name in hooks:
                 raise CompactionError(
                     f"table {table}: option {name} is given twice (as a parameter and in options)")
-            target[name] = _convert(o, value, table)
+            target[name] = convert_value(o, value, table)
     return options, settings, {**run_defaults(), **run}, hooks
 
 
@@ -222,5 +222,5 @@ def effective(dataset_config: Mapping[str, str], options: Mapping[str, Any], nam
     o = option_specs()[name]
     configured = dataset_config.get(f"lance.compaction.{name}")
     if configured is not None:
-        return _convert(o, configured, "(table config)")
+        return convert_value(o, configured, "(table config)")
     return o.lance_default
