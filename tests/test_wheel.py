@@ -117,7 +117,7 @@ def test_the_wheel_carries_the_jar_and_asks_for_a_spark_range(wheel):
     z = zipfile.ZipFile(wheel)
     names = set(z.namelist())
     assert {"lance_compact/jars/lance-spark-compact.jar", "lance_compact/parameters.json",
-            "lance_compact/cli.py"} <= names
+            "lance_compact/cli.py", "pyspark_lance_compact.py"} <= names
     assert z.read("lance_compact/jars/lance-spark-compact.jar") \
         == (ROOT / "spark-ext" / "target" / "lance-spark-compact.jar").read_bytes()
     info = next(n for n in names if n.endswith(".dist-info/METADATA"))
@@ -156,8 +156,8 @@ def test_installed_lance_spark_sql_compacts(venv, outside):
 
 
 def test_pyspark_session_from_the_helper_compacts(venv, outside):
-    """A PySpark job in the venv: configure_spark_with_lance_compact and compact(), nothing
-    else set up (the venv's bin is not even on PATH, as in a notebook kernel)."""
+    """A PySpark job in the venv: configure_spark_with_lance_compact, compact() and a SELECT
+    read on the executors, nothing else set up (the venv's bin is not even on PATH, as in a notebook kernel)."""
     table = outside / "wh" / "db" / "t2.lance"
     before = lance.dataset(str(table))
     script = outside / "job.py"
@@ -169,7 +169,11 @@ def test_pyspark_session_from_the_helper_compacts(venv, outside):
         builder = SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false")
         spark = configure_spark_with_lance_compact(builder, warehouse=sys.argv[1]).getOrCreate()
         row = compact(spark, "db.t2", target_rows_per_fragment=100000).collect()[0]
-        print("RESULT " + json.dumps({"jars": spark.conf.get("spark.jars"), **row.asDict()}))
+        # a read on the executors (the filter keeps Lance's own count out of it)
+        read = spark.sql("SELECT count(id) FROM lance.db.t2 WHERE id >= 0")
+        plan = read._jdf.queryExecution().executedPlan().toString()
+        print("RESULT " + json.dumps({"jars": spark.conf.get("spark.jars"), "read": read.collect()[0][0],
+                                      "python_scan": "(Python)" in plan, **row.asDict()}))
         spark.stop()
     """))
     p = run([venv / "bin" / "python", script, outside / "wh"], timeout=600, cwd=outside / "cwd",
@@ -181,3 +185,4 @@ def test_pyspark_session_from_the_helper_compacts(venv, outside):
     assert result["table"] == "db.t2" and result["new_version"] == after.version > before.version
     assert result["fragments_removed"] == len(before.get_fragments()) > len(after.get_fragments()) == 1
     assert content(after) == content(before)
+    assert result["python_scan"] and result["read"] == after.count_rows()

@@ -81,9 +81,14 @@ def configure_spark_with_lance_compact(builder: Any, warehouse: str | None = Non
     engine and the executors run this Python (they must run the same pylance). With
     ``start_engine`` the engine and the executors' Python workers start with the session
     (Spark plugin ``EnginePlugin``), so the first CALL does not wait for them. Jars and
-    plugins already set on the builder are kept. The settings are :func:`spark_conf`'s.
+    plugins already set on the builder are kept. The settings are :func:`spark_conf`'s; it
+    also sets ``$PYSPARK_PYTHON`` to this Python if unset (see the comment inside).
     """
     options = getattr(builder, "_options", {}) or {}
+    # Spark finds its Python data sources (the catalog's distributed reads) with the Python of
+    # the JVM's environment only, PYSPARK_DRIVER_PYTHON or PYSPARK_PYTHON, not with any
+    # setting: name this Python there before the session's JVM starts (kept if already set).
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     conf = spark_conf(warehouse=warehouse, catalog=catalog, storage_options=storage_options,
                       start_engine=start_engine, jars=options.get("spark.jars"),
                       plugins=options.get("spark.plugins"))
