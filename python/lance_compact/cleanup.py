@@ -15,7 +15,7 @@ from datetime import datetime, timedelta, timezone
 from lance.file import LanceFileSession
 
 from .errors import CompactionError
-from .options import convert_value, cleanup_specs, result_columns
+from .options import procedure_args, result_columns
 from .tables import open_dataset
 
 _UNITS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 7 * 86400}
@@ -61,15 +61,7 @@ def cleanup_row(request_json: str) -> tuple:
     """Run (or explain) Lance's cleanup; one row in parameters.json's ``cleanup_columns``."""
     raw = json.loads(request_json)
     table, uri = raw.get("table") or raw["uri"], raw["uri"]
-    specs = cleanup_specs()
-    args = {}
-    for key, value in (raw.get("params") or {}).items():
-        if key not in specs:
-            raise CompactionError(
-                f"table {table}: unknown cleanup parameter {key!r}; valid ones are: "
-                + ", ".join(sorted(specs)))
-        if value is not None:
-            args[key] = convert_value(specs[key], value, table)
+    args = procedure_args("cleanup", "cleanup_parameters", raw.get("params"), table)
     if raw.get("options"):
         raise CompactionError(f"table {table}: cleanup takes no options map")
     dry_run = args.pop("dry_run", False)

@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 from .errors import CompactionError
-from .options import convert_value, result_columns, specs_of
+from .options import procedure_args, result_columns
 from .tables import open_dataset
 
 
@@ -34,14 +34,7 @@ def optimize_indices_row(request_json: str) -> tuple:
     started = time.monotonic()
     raw = json.loads(request_json)
     table, uri = raw.get("table") or raw["uri"], raw["uri"]
-    specs = specs_of("optimize_indices_parameters")
-    args: dict[str, Any] = {}
-    for key, value in (raw.get("params") or {}).items():
-        if key not in specs:
-            raise CompactionError(f"table {table}: unknown optimize_indices parameter {key!r}; "
-                                  f"valid ones are: {', '.join(sorted(specs))}")
-        if value is not None:
-            args[key] = convert_value(specs[key], value, table)
+    args = procedure_args("optimize_indices", "optimize_indices_parameters", raw.get("params"), table)
     ds = open_dataset(table, uri, raw.get("storage_options"))
     before = index_state(ds)
     names = sorted(before)

@@ -10,22 +10,14 @@ from typing import Any
 
 from . import orchestrate
 from .cleanup import cleanup_row, parse_older_than
-from .errors import CompactionError
 from .indices import index_state, optimize_indices_row
-from .options import convert_value, effective, result_columns, spec, specs_of
+from .options import effective, procedure_args, result_columns, spec
 from .tables import open_dataset
 
 
 def _args(raw: dict[str, Any], table: str) -> dict[str, Any]:
-    specs = specs_of("maintain_parameters")
-    args = {o["name"]: o["default"] for o in spec()["maintain_parameters"] if o.get("default") is not None}
-    for key, value in (raw.get("params") or {}).items():
-        if key not in specs:
-            raise CompactionError(f"table {table}: unknown maintain parameter {key!r}; valid ones are: "
-                                  f"{', '.join(sorted(specs))}")
-        if value is not None:
-            args[key] = convert_value(specs[key], value, table)
-    return args
+    defaults = {o["name"]: o["default"] for o in spec()["maintain_parameters"] if o.get("default") is not None}
+    return {**defaults, **procedure_args("maintain", "maintain_parameters", raw.get("params"), table)}
 
 
 def _compaction_due(ds, target: int, threshold: float, min_small: int) -> tuple[bool, str]:

@@ -135,14 +135,24 @@ def hook_specs() -> dict[str, OptionSpec]:
 
 
 @lru_cache(maxsize=None)
-def cleanup_specs() -> dict[str, OptionSpec]:
-    """Parameters of the cleanup procedure."""
-    return _specs("cleanup_parameters")
-
-
 def specs_of(section: str) -> dict[str, OptionSpec]:
     """Parameters of another procedure (``optimize_indices_parameters``)."""
     return _specs(section)
+
+
+def procedure_args(procedure: str, section: str, params: dict[str, Any] | None,
+                   table: str) -> dict[str, Any]:
+    """A procedure's parameters (``params``, name -> value) checked against parameters.json's
+    ``section`` and converted to their types; unknown names are rejected with the valid ones."""
+    specs = _specs(section)
+    args: dict[str, Any] = {}
+    for key, value in (params or {}).items():
+        if key not in specs:
+            raise CompactionError(f"table {table}: unknown {procedure} parameter {key!r}; "
+                                  f"valid ones are: {', '.join(sorted(specs))}")
+        if value is not None:
+            args[key] = convert_value(specs[key], value, table)
+    return args
 
 
 def run_defaults() -> dict[str, Any]:
