@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -90,3 +91,15 @@ def compact_call(spark, table: str, args: str = ""):
     """``CALL lance.compact(table, target 300, args)``: its result row."""
     return spark.sql(f"CALL lance.compact(table => '{table}', target_rows_per_fragment => 300"
                      + (f", {args}" if args else "") + ")").collect()[0]
+
+
+@contextmanager
+def refused(path, match: str):
+    """The statement in the block fails with an error matching ``match``, and the Lance
+    table at ``path`` keeps its version."""
+    import lance
+
+    version = lance.dataset(str(path)).version
+    with pytest.raises(Exception, match=match) as e:
+        yield e
+    assert lance.dataset(str(path)).version == version

@@ -79,17 +79,23 @@ def result_line(stdout: str) -> dict:
 # ---------------------------------------------------------------------------------------------
 # Spark Connect
 
-@pytest.fixture(scope="module")
-def connect(tmp_path_factory):
-    """A Spark Connect server with the lance catalog; yields (server, warehouse)."""
-    workdir = tmp_path_factory.mktemp("connect")
+def served(tmp_path_factory, name: str, make):
+    """A server made by ``make(warehouse, workdir)`` over a fresh warehouse, stopped however
+    the module ends; yields (server, warehouse)."""
+    workdir = tmp_path_factory.mktemp(name)
     wh = workdir / "wh"
     (wh / "db").mkdir(parents=True)
-    server = cs.connect_server(wh, workdir).start()
+    server = make(wh, workdir).start()
     try:
         yield server, wh
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="module")
+def connect(tmp_path_factory):
+    """A Spark Connect server with the lance catalog; yields (server, warehouse)."""
+    yield from served(tmp_path_factory, "connect", cs.connect_server)
 
 
 @pytest.fixture(scope="module")
@@ -246,14 +252,7 @@ def test_scala_application(scala_app, tmp_path):
 @pytest.fixture(scope="module")
 def thrift(tmp_path_factory):
     """The Thrift server with the lance catalog; yields (server, warehouse)."""
-    workdir = tmp_path_factory.mktemp("thrift")
-    wh = workdir / "wh"
-    (wh / "db").mkdir(parents=True)
-    server = cs.thrift_server(wh, workdir).start()
-    try:
-        yield server, wh
-    finally:
-        server.stop()
+    yield from served(tmp_path_factory, "thrift", cs.thrift_server)
 
 
 def tsv_results(stdout: str, header_start: str) -> list[dict]:

@@ -27,6 +27,10 @@ def planned(spark, table):
                          "target_rows_per_fragment => 300)").collect())
 
 
+def ids(ds) -> set[int]:
+    return set(ds.to_table(columns=["id"])["id"].to_pylist())
+
+
 def data_files(path):
     return sorted(os.listdir(path / "data"))
 
@@ -99,7 +103,7 @@ def test_a_concurrent_delete_is_carried_over_onto_the_new_fragments(spark, table
     after = lance.dataset(str(path))
     # the untouched tasks commit as planned, the touched one with the delete carried over
     assert r.tasks == n and r.tasks_rebased == 1 and r.retries == 0 and r.commits == 2
-    gone = set(before.to_table(columns=["id"])["id"].to_pylist()) - set(after.to_table(columns=["id"])["id"].to_pylist())
+    gone = ids(before) - ids(after)
     assert len(gone) == 5  # the concurrent delete, not undone, nothing else lost
     assert after.count_rows() == before.count_rows() - 5
     assert call(spark, t).tasks == 0  # fully compacted
@@ -138,9 +142,8 @@ def test_a_delete_touching_every_fragment_before_every_commit_still_lands(spark,
     after = lance.dataset(str(path))
     assert r.tasks == n and r.tasks_rebased == n and r.retries == 0 and r.tasks_conflicted == 0
     assert len(after.get_fragments()) < len(before.get_fragments())
-    deleted = set(x for x in before.to_table(columns=["id"])["id"].to_pylist() if x % 97 == 0)
-    assert set(after.to_table(columns=["id"])["id"].to_pylist()) == \
-        set(before.to_table(columns=["id"])["id"].to_pylist()) - deleted
+    deleted = set(x for x in ids(before) if x % 97 == 0)
+    assert ids(after) == ids(before) - deleted
 
 
 def test_retries_are_bounded_under_endless_conflicts(spark, table):
@@ -150,9 +153,8 @@ def test_retries_are_bounded_under_endless_conflicts(spark, table):
                        "'carry_over_deletes', 'false')")
     after = lance.dataset(str(path))
     assert r.retries == 2 and r.tasks_conflicted >= 1 and r.tasks == 0
-    deleted = set(x for x in before.to_table(columns=["id"])["id"].to_pylist() if x % 97 in (0, 1, 2))
-    assert set(after.to_table(columns=["id"])["id"].to_pylist()) == \
-        set(before.to_table(columns=["id"])["id"].to_pylist()) - deleted
+    deleted = set(x for x in ids(before) if x % 97 in (0, 1, 2))
+    assert ids(after) == ids(before) - deleted
 
 
 def test_a_concurrent_append_is_compatible(spark, table):

@@ -14,6 +14,7 @@ Responses are JSON: ``{"ok": true, "schema": DDL, "rows": [[...]]}`` or ``{"ok":
 from __future__ import annotations
 
 import json
+import importlib
 import logging
 import os
 import sys
@@ -25,37 +26,40 @@ from typing import Any, Callable
 log = logging.getLogger("lance_compact.engine")
 
 
-def _ddl(columns: list[tuple[str, str]]) -> str:
-    return ", ".join(f"`{n}` {t}" for n, t in columns)
+def _on_first_use(module: str, function: str) -> Callable[[str], tuple[str, list[tuple]]]:
+    """A handler whose module is imported when it is first called, not at engine start."""
+    def handle_request(request: str) -> tuple[str, list[tuple]]:
+        return getattr(importlib.import_module(f".{module}", __package__), function)(request)
+    return handle_request
 
 
 def _handlers(sc: Any) -> dict[str, Callable[[str], tuple[str, list[tuple]]]]:
     from . import orchestrate
     from .cleanup import cleanup_row
     from .layout import layout_result
-    from .options import result_columns
+    from .options import columns_ddl, result_columns
     from .spark_job import SparkBatchRunner
     from .warehouse import warehouse_rows
     from . import metadata
     from .indices import optimize_indices_row
     from .maintain import maintain_rows
-    from .namespaces import namespace_rows
-    from .read_source import read_plan
 
     runner = SparkBatchRunner(sc)
     return {
-        "compact": lambda r: (_ddl(result_columns()), [orchestrate.compact(r, runner)]),
-        "plan": lambda r: (_ddl(result_columns("plan_columns")), orchestrate.dry_run(r)),
+        "compact": lambda r: (columns_ddl(result_columns()), [orchestrate.compact(r, runner)]),
+        "plan": lambda r: (columns_ddl(result_columns("plan_columns")), orchestrate.dry_run(r)),
         "layout": layout_result,  # the layout row, or the histogram's lines
-        "cleanup": lambda r: (_ddl(result_columns("cleanup_columns")), [cleanup_row(r)]),
+        "cleanup": lambda r: (columns_ddl(result_columns("cleanup_columns")), [cleanup_row(r)]),
         "warehouse": lambda r: ("`name` STRING, `kind` STRING", warehouse_rows(r)),
         "describe": metadata.describe,
         "read": metadata.read,
-        "read_plan": read_plan,
-        "namespace": namespace_rows,
+        # imported on first use: lance.namespace alone takes about 1 s to import cold, and
+        # neither is on a CALL's path
+        "read_plan": _on_first_use("read_source", "read_plan"),
+        "namespace": _on_first_use("namespaces", "namespace_rows"),
         "metadata": metadata.metadata_table,
-        "maintain": lambda r: (_ddl(result_columns("maintain_columns")), maintain_rows(r, runner)),
-        "optimize_indices": lambda r: (_ddl(result_columns("optimize_indices_columns")),
+        "maintain": lambda r: (columns_ddl(result_columns("maintain_columns")), maintain_rows(r, runner)),
+        "optimize_indices": lambda r: (columns_ddl(result_columns("optimize_indices_columns")),
                                        [optimize_indices_row(r)]),
     }
 

@@ -26,6 +26,12 @@ def deleted_rows(fragments: Iterable[Any]) -> int:
     return sum(f.deletion_file.num_deleted_rows or 0 for f in fragments if f.deletion_file)
 
 
+def live_and_deleted(m: Any) -> tuple[int, int]:
+    """(live rows, deleted rows) of one fragment's metadata."""
+    deleted = deleted_rows([m])
+    return m.physical_rows - deleted, deleted
+
+
 def fragment_signature(f: Any) -> tuple:
     """What identifies a fragment's content: its data files and its deletion file."""
     d = f.deletion_file

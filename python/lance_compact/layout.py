@@ -15,15 +15,12 @@ from collections import defaultdict
 from typing import Any
 
 from .errors import CompactionError
+from .fragments import data_bytes, live_and_deleted
 from .histogram import FragmentHistogram, PlotUnavailable, load_matplotlib, picture_format
 from .history import committed_at, last_compaction
-from .options import convert_value, effective, result_columns, specs_of
+from .options import columns_ddl, convert_value, effective, result_columns, specs_of
 from .request import CompactionRequest
 from .tables import open_dataset
-
-
-def _ddl(columns: list[tuple[str, str]]) -> str:
-    return ", ".join(f"`{n}` {t}" for n, t in columns)
 
 
 def _fragments(ds) -> tuple[list[int], list[int], list[int], list[float], int]:
@@ -32,12 +29,12 @@ def _fragments(ds) -> tuple[list[int], list[int], list[int], list[float], int]:
     size = 0
     for f in ds.get_fragments():
         m = f.metadata
-        deleted = m.deletion_file.num_deleted_rows or 0 if m.deletion_file else 0
+        live, deleted = live_and_deleted(m)
         ids.append(f.fragment_id)
-        live_rows.append(m.physical_rows - deleted)
+        live_rows.append(live)
         deleted_rows.append(deleted)
         fractions.append(deleted / m.physical_rows if m.physical_rows else 0.0)
-        size += sum(d.file_size_bytes or 0 for d in m.files)
+        size += data_bytes([m]) or 0
     return ids, live_rows, deleted_rows, fractions, size
 
 
@@ -93,7 +90,7 @@ def layout_result(request_json: str) -> tuple[str, list[tuple]]:
     args = _layout_args(raw, table)
     row, ds, live_rows, deleted_rows, target = _layout(json.dumps(raw))
     if not args.get("histogram") and "picture" not in args:
-        return _ddl(result_columns("layout_columns")), [row]
+        return columns_ddl(result_columns("layout_columns")), [row]
     series, versions = [], []
     if "compare_version" in args:
         request = CompactionRequest.from_json(json.dumps(raw))
@@ -113,8 +110,8 @@ def layout_result(request_json: str) -> tuple[str, list[tuple]]:
                                   f"{args['picture']}: {e.strerror or e}") from None
         lines.append(f"picture: {args['picture']}")
     if not args.get("histogram"):
-        return _ddl(result_columns("layout_columns")), [row]
-    return _ddl(result_columns("histogram_columns")), [(line,) for line in lines]
+        return columns_ddl(result_columns("layout_columns")), [row]
+    return columns_ddl(result_columns("histogram_columns")), [(line,) for line in lines]
 
 
 def layout_row(request_json: str) -> tuple:

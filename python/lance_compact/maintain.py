@@ -10,6 +10,7 @@ from typing import Any
 
 from . import orchestrate
 from .cleanup import cleanup_row, parse_older_than
+from .fragments import live_and_deleted
 from .indices import index_state, optimize_indices_row
 from .options import effective, procedure_args, result_columns, spec
 from .tables import open_dataset
@@ -24,8 +25,8 @@ def _compaction_due(ds, target: int, threshold: float, min_small: int) -> tuple[
     small = heavy = 0
     for f in ds.get_fragments():
         m = f.metadata
-        deleted = (m.deletion_file.num_deleted_rows or 0) if m.deletion_file else 0
-        small += (m.physical_rows - deleted) < target
+        live, deleted = live_and_deleted(m)
+        small += live < target
         heavy += bool(m.physical_rows) and deleted / m.physical_rows > threshold
     facts = f"{small} fragments under {target:,} rows, {heavy} over the deletion threshold {threshold:g}"
     return (small >= min_small and small > 1) or heavy > 0, facts

@@ -14,6 +14,7 @@ from typing import Any
 import pyarrow as pa
 
 from .errors import CompactionError
+from .fragments import data_bytes, live_and_deleted
 from .tables import open_dataset
 
 
@@ -148,10 +149,10 @@ def _fragments(ds) -> tuple[str, list[list]]:
     for f in ds.get_fragments():
         m = f.metadata
         d = m.deletion_file
-        deleted = (d.num_deleted_rows or 0) if d else 0
-        rows.append([f.fragment_id, m.physical_rows - deleted, deleted, m.physical_rows,
+        live, deleted = live_and_deleted(m)
+        rows.append([f.fragment_id, live, deleted, m.physical_rows,
                      [x.path for x in m.files],
-                     sum(x.file_size_bytes or 0 for x in m.files),
+                     data_bytes([m]) or 0,
                      d.path(f.fragment_id) if d else None,
                      sorted(covering.get(f.fragment_id, []))])
     return ("`id` BIGINT, `live_rows` BIGINT, `deleted_rows` BIGINT, `physical_rows` BIGINT, "

@@ -43,6 +43,11 @@ def option_specs() -> dict[str, OptionSpec]:
     return out
 
 
+def columns_ddl(columns: list[tuple[str, str]]) -> str:
+    """Spark DDL of (name, type) columns, as the engine's answers carry their schema."""
+    return ", ".join(f"`{n}` {t}" for n, t in columns)
+
+
 def result_columns(kind: str = "result_columns") -> list[tuple[str, str]]:
     """(name, type) of the columns of a result, in order: ``result_columns`` (compact),
     ``plan_columns`` (plan_compaction) or ``layout_columns`` (describe_layout)."""

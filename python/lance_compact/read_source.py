@@ -24,7 +24,8 @@ def read_plan(request_json: str) -> tuple[str, list[list]]:
     """Groups of fragment ids, one Spark partition each: consecutive fragments until a group
     holds ``partition_bytes`` of data files (Spark's maxPartitionBytes); a fragment larger
     than that is a group of its own. One row per group: ``(fragment_ids JSON, rows, bytes)``."""
-    from .metadata import open_request  # pylance, on the driver's engine only
+    from .fragments import data_bytes, live_and_deleted  # pylance, on the driver's engine only
+    from .metadata import open_request
 
     raw = json.loads(request_json)
     ds = open_request(raw)
@@ -34,13 +35,12 @@ def read_plan(request_json: str) -> tuple[str, list[list]]:
     rows = size = 0
     for f in ds.get_fragments():
         m = f.metadata
-        fbytes = sum(d.file_size_bytes or 0 for d in m.files)
+        fbytes = data_bytes([m]) or 0
         if ids and size + fbytes > limit:
             groups.append([json.dumps(ids), rows, size])
             ids, rows, size = [], 0, 0
         ids.append(f.fragment_id)
-        deleted = m.deletion_file.num_deleted_rows or 0 if m.deletion_file else 0
-        rows += m.physical_rows - deleted
+        rows += live_and_deleted(m)[0]
         size += fbytes
     if ids:
         groups.append([json.dumps(ids), rows, size])
