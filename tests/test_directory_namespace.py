@@ -4,7 +4,6 @@ writes them: namespaces and tables in the root's `__manifest` (lance-spark's def
 set with the same `impl`/`root`/`single_level_ns` settings, lists, compacts and reads them
 under the same identifiers, and Lance's own namespace finds them where they were after."""
 import io
-import shutil
 
 import lance
 import pyarrow as pa
@@ -47,10 +46,6 @@ def flat_root(tmp_path_factory, spark):
     degraded_table(str(root / "flat.lance"), fragments=12, rows_per_fragment=20)
     _catalog(spark, "lsflat", root, True)
     return root
-
-
-def names(rows):
-    return sorted(r[-1] if len(r) == 1 else r[1] for r in rows)
 
 
 def test_manifest_layout_lists_compacts_and_reads(spark, manifest_root):
