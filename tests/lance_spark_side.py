@@ -128,22 +128,24 @@ def main(argv=None) -> int:
     t0 = time.time()
     lay = layouts(args)
     s = session(args, {c: (r, single) for c, (r, single, _) in lay.items()})
-    result: dict = {"spark": s.version, "session_s": round(time.time() - t0, 2)}
-    if args.command == "resolve":
-        jars = s.sparkContext.getConf().get("spark.jars", "")
-        result["jars"] = [urlparse(j).path if j.startswith("file:") else j for j in jars.split(",") if j]
-        # The classes load: lance-spark's catalog answers on an empty root.
-        with tempfile.TemporaryDirectory() as root:
-            s.conf.set("spark.sql.catalog.probe", "org.lance.spark.LanceNamespaceSparkCatalog")
-            s.conf.set("spark.sql.catalog.probe.impl", "dir")
-            s.conf.set("spark.sql.catalog.probe.root", root)
-            result["probe_namespaces"] = [r[0] for r in s.sql("SHOW NAMESPACES IN probe").collect()]
-    else:
-        step = write if args.command == "write" else check
-        result["layouts"] = {("flat" if single else "multi"): step(s, cat, single, ident, args)
-                             for cat, (_, single, ident) in lay.items()}
-    result["elapsed_s"] = round(time.time() - t0, 2)
-    s.stop()
+    try:
+        result: dict = {"spark": s.version, "session_s": round(time.time() - t0, 2)}
+        if args.command == "resolve":
+            jars = s.sparkContext.getConf().get("spark.jars", "")
+            result["jars"] = [urlparse(j).path if j.startswith("file:") else j for j in jars.split(",") if j]
+            # The classes load: lance-spark's catalog answers on an empty root.
+            with tempfile.TemporaryDirectory() as root:
+                s.conf.set("spark.sql.catalog.probe", "org.lance.spark.LanceNamespaceSparkCatalog")
+                s.conf.set("spark.sql.catalog.probe.impl", "dir")
+                s.conf.set("spark.sql.catalog.probe.root", root)
+                result["probe_namespaces"] = [r[0] for r in s.sql("SHOW NAMESPACES IN probe").collect()]
+        else:
+            step = write if args.command == "write" else check
+            result["layouts"] = {("flat" if single else "multi"): step(s, cat, single, ident, args)
+                                 for cat, (_, single, ident) in lay.items()}
+        result["elapsed_s"] = round(time.time() - t0, 2)
+    finally:
+        s.stop()  # also when a step fails: no JVM left behind
     print("LANCE_SPARK_RESULT " + json.dumps(result), flush=True)
     return 0
 
