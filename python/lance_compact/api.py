@@ -84,6 +84,9 @@ def configure_spark_with_lance_compact(builder: Any, warehouse: str | None = Non
     plugins already set on the builder are kept. The settings are :func:`spark_conf`'s; it
     also sets ``$PYSPARK_PYTHON`` to this Python if unset (see the comment inside).
     """
+    # The builder's options so far, to keep the user's jars and plugins: PySpark 4.0 to 4.3 has
+    # no public way to read them (Builder's public methods only set), hence the private name,
+    # read defensively (an unknown builder has none).
     options = getattr(builder, "_options", {}) or {}
     # Spark finds its Python data sources (the catalog's distributed reads) with the Python of
     # the JVM's environment only, PYSPARK_DRIVER_PYTHON or PYSPARK_PYTHON, not with any
