@@ -23,6 +23,9 @@ from lance import namespace as lance_ns
 from conftest import ROOT
 from lance_compact.api import CATALOG_CLASS
 
+# lance-spark's venv (pip) and jars (Maven, through spark.jars.packages) come from the registries.
+pytestmark = pytest.mark.network
+
 PYSPARK = "3.5.9"
 PACKAGE = "org.lance:lance-spark-3.5_2.12:0.4.0"
 # The venv and the jars are kept here between runs (a fresh clone starts cold: point this

@@ -1,8 +1,13 @@
 """The one jar on the oldest and the newest Spark 4 on PyPI (bin/check-spark-versions; the
-README's matrix runs every line). Each version's venv is cached in .venvs/."""
+matrix in docs/deployment.md runs every line). Each version's venv is cached in .venvs/; the
+first run installs it from the package index (hence `network`)."""
 import subprocess
 
+import pytest
+
 from conftest import ROOT
+
+pytestmark = pytest.mark.network
 
 
 def test_the_jar_works_on_the_oldest_and_the_newest_spark():
