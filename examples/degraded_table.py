@@ -1,5 +1,9 @@
-"""Degraded Lance tables for tests and the demo: many small fragments, deletions, a vector
-and a string column. Deterministic for a given seed."""
+"""Make, show and check degraded Lance tables: many small fragments, deletions, a vector and a
+string column, deterministic for a given seed. ``bin/demo`` runs it (create, then check after
+the compaction); the tests have their own data and oracle (tests/oracle.py).
+
+    python examples/degraded_table.py create /tmp/wh/demo/events.lance --fragments 600
+    python examples/degraded_table.py check /tmp/wh/demo/events.lance --version 22"""
 from __future__ import annotations
 
 import lance

@@ -62,7 +62,7 @@ def s3(tmp_path_factory):
 @pytest.fixture
 def fresh_table(warehouse, request):
     """A degraded table db.<test name> in the warehouse; returns (identifier, path)."""
-    from degraded_table import degraded_table
+    from oracle import degraded_table
 
     name = request.node.name.replace("[", "_").replace("]", "").replace("-", "_")[:60]
     path = warehouse / "db" / f"{name}.lance"
@@ -77,7 +77,7 @@ def degraded_table_for(warehouse, request, fragments: int, rows_per_fragment: in
     import hashlib
     import re
 
-    from degraded_table import degraded_table
+    from oracle import degraded_table
 
     digest = hashlib.sha1(request.node.name.encode()).hexdigest()[:8]
     name = re.sub(r"\W+", "_", request.node.name)[:40] + "_" + digest

@@ -20,7 +20,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "examples"))
 
 STEP_TIMEOUT = 240      # one PySpark step (the first one starts the JVM and the engine)
 SPARK_SQL_TIMEOUT = 300
@@ -45,7 +44,7 @@ def main() -> int:
     import pyspark
     from pyspark.sql import SparkSession
 
-    from degraded_table import content, degraded_table
+    from oracle import content, degraded_table
     from lance_compact import configure_spark_with_lance_compact
     from lance_compact.api import CATALOG_CLASS, PLUGIN_CLASS, jar_path
 

@@ -4,7 +4,7 @@ import os
 import lance
 import pytest
 
-from degraded_table import degraded_table
+from oracle import degraded_table
 
 T = "db.victim"
 
@@ -73,9 +73,14 @@ def test_bad_input_is_rejected_clearly_and_changes_nothing(spark, warehouse, vic
 
 
 def test_unknown_procedure_names_the_valid_ones(spark):
-    with pytest.raises(Exception) as e:
+    from pyspark.errors import AnalysisException
+
+    with pytest.raises(AnalysisException) as e:
         spark.sql("CALL lance.compactify(table => 'db.victim')").collect()
-    assert "FAILED_TO_LOAD_ROUTINE" in str(e.value) and "compactify" in str(e.value)
+    message = str(e.value)
+    valid = sorted(r.procedure_name for r in spark.sql("SHOW PROCEDURES IN lance").collect())
+    assert {"compact", "plan_compaction", "describe_layout", "cleanup", "maintain"} <= set(valid)
+    assert f"catalog lance has no procedure compactify; procedures are {', '.join(valid)}" in message, message
 
 
 def test_the_table_still_compacts_after_all_that(spark, victim):

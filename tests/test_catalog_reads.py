@@ -6,7 +6,7 @@ import shutil
 import lance
 import pytest
 
-from degraded_table import batch, degraded_table
+from oracle import batch, degraded_table
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ import lance
 import pytest
 
 from conftest import ROOT
-from degraded_table import content, degraded_table
+from oracle import content, degraded_table
 
 
 def spark_sql(warehouse, *args):

@@ -35,7 +35,7 @@ import pytest
 
 import client_servers as cs
 from conftest import ROOT
-from degraded_table import content, degraded_table, layout
+from oracle import content, degraded_table, layout
 
 TARGET = 1000  # rows per output fragment: the 60 fragments of 40 rows become 2 or 3
 SCALA_EXAMPLE = ROOT / "examples" / "scala" / "CompactTable.scala"

@@ -15,7 +15,7 @@ import lance
 import pytest
 
 from conftest import ROOT
-from degraded_table import content, degraded_table
+from oracle import content, degraded_table
 from ports import free_port
 from s3_server import ACCESS_KEY_ID, SECRET_ACCESS_KEY
 

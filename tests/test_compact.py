@@ -4,7 +4,7 @@ import shutil
 import lance
 import pytest
 
-from degraded_table import content, degraded_table
+from oracle import content, degraded_table
 from lance_compact import LanceCompaction, compact
 
 RESULT_COLUMNS = ["table", "strategy", "read_version", "new_version", "tasks", "tasks_left",
@@ -124,16 +124,31 @@ def test_pyspark_api_returns_the_metrics_dataframe(spark, fresh_table, tmp_path)
     assert again.tasks == 0 and again.new_version == after.version
 
 
-def test_binary_copy_mode_keeps_content(spark, warehouse):
+def test_binary_copy_mode_copies_pages_and_keeps_content(spark, warehouse, tmp_path):
+    """compaction_mode reaches Lance: binary copy keeps the small fragments' pages as they are,
+    so its data files differ from a re-encode's. The signal: our files have exactly the sizes of
+    pylance's own try_binary_copy on a copy of the table, not those of its reencode."""
     path = warehouse / "db" / "binary.lance"
     shutil.rmtree(path, ignore_errors=True)
     degraded_table(str(path), delete_every=0)
     before = lance.dataset(str(path))
+    by_pylance = {}
+    for mode in ["try_binary_copy", "reencode"]:
+        copy = tmp_path / f"{mode}.lance"
+        shutil.copytree(path, copy)
+        lance.dataset(str(copy)).optimize.compact_files(target_rows_per_fragment=1000, compaction_mode=mode)
+        by_pylance[mode] = data_file_sizes(lance.dataset(str(copy)))
+    assert by_pylance["try_binary_copy"] != by_pylance["reencode"]  # the signal tells them apart
     r = spark.sql("CALL lance.compact(table => 'db.binary', compaction_mode => 'try_binary_copy', "
                   "target_rows_per_fragment => 1000)").collect()[0]
     after = lance.dataset(str(path))
     assert r.tasks >= 1 and r.deleted_rows_removed == 0
+    assert data_file_sizes(after) == by_pylance["try_binary_copy"]
     assert content(after) == content(before)
+
+
+def data_file_sizes(ds) -> list[int]:
+    return sorted(f.file_size_bytes for fragment in ds.get_fragments() for f in fragment.metadata.files)
 
 
 def test_table_config_applies_when_an_option_is_not_given(spark, fresh_table, tmp_path):

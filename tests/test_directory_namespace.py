@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 from lance import namespace as lance_ns
 
-from degraded_table import batch, content, degraded_table
+from oracle import batch, content, degraded_table
 from lance_compact.api import CATALOG_CLASS
 
 

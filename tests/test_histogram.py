@@ -14,7 +14,7 @@ import sys
 import lance
 import pytest
 
-from degraded_table import batch, degraded_table
+from oracle import batch, degraded_table
 from lance_compact import FragmentHistogram, describe_layout
 from lance_compact.histogram import PlotUnavailable
 from lance_compact.options import result_columns

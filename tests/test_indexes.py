@@ -5,7 +5,7 @@ import lance
 import numpy as np
 import pytest
 
-from degraded_table import batch, content, degraded_table
+from oracle import batch, content, degraded_table
 
 
 @pytest.fixture

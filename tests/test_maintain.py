@@ -6,7 +6,7 @@ import time
 import lance
 import pytest
 
-from degraded_table import batch, content, degraded_table
+from oracle import batch, content, degraded_table
 from index_checks import index_agrees_with_scan
 
 

@@ -14,7 +14,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "examples" / "notebooks" / "compaction.ipynb"

@@ -7,7 +7,7 @@ import lance
 import pytest
 
 from conftest import refused
-from degraded_table import batch, content
+from oracle import batch, content
 from index_checks import index_agrees_with_scan
 
 SPARK_MASTER = "local[2,2]"

@@ -82,14 +82,10 @@ def test_an_executor_on_another_pylance_refuses_the_task():
 
 def test_removing_uncommitted_files_never_touches_committed_ones(tmp_path):
     """The abort/conflict clean-up keeps any file the table references."""
-    import sys
-    from pathlib import Path
-
     import lance
     from lance.optimize import Compaction
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
-    from degraded_table import content, degraded_table
+    from oracle import content, degraded_table
     from lance_compact.commit import remove_new_files
 
     uri = str(tmp_path / "t.lance")

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 from conftest import ROOT, compact_call, degraded_table_for
-from degraded_table import batch, content
+from oracle import batch, content
 from index_checks import index_agrees_with_scan
 
 SPARK_MASTER = "local[2,2]"
@@ -117,12 +117,22 @@ def test_indices_answer_like_a_scan_and_unindexed_fragments_are_reported(spark, 
 def test_stable_row_ids(spark, indexed):
     t, path = indexed
     before = lance.dataset(str(path))
-    assert before.has_stable_row_ids if hasattr(before, "has_stable_row_ids") else True
+    assert before.has_stable_row_ids
     r = with_writer(spark, t, "update_some")
     after = lance.dataset(str(path))
     assert r.tasks_rebased >= 1
     assert content(after) == as_the_writer_left_it(path, before)
     index_agrees_with_scan(after)
+    # Stable: every row keeps the row id it had once the writer was done, through the rewrite
+    # and the carried-over deletions.
+    assert after.has_stable_row_ids
+    assert row_ids(after) == row_ids(lance.dataset(str(path), version=before.version + 1))
+
+
+def row_ids(ds) -> dict[int, int]:
+    """id -> Lance's row id, for every live row."""
+    t = ds.to_table(columns=["id"], with_row_id=True)
+    return dict(zip(t["id"].to_pylist(), t["_rowid"].to_pylist()))
 
 
 def test_driver_killed_before_the_carried_over_commit_then_cleanup(spark, table, warehouse):

@@ -9,7 +9,7 @@ import lance
 import pytest
 
 from conftest import ROOT, compact_call, degraded_table_for
-from degraded_table import content, degraded_table
+from oracle import content, degraded_table
 
 SPARK_MASTER = "local[2,3]"
 

@@ -6,7 +6,7 @@ import lance
 import pytest
 from lance.optimize import Compaction
 
-from degraded_table import batch, content, layout
+from oracle import batch, content, layout
 from lance_compact import FragmentHistogram, cleanup, describe_layout, plan_compaction
 from lance_compact.planners import get_planner
 from lance_compact.planners.io_bounded import benefit
@@ -111,7 +111,7 @@ def test_io_bounded_needs_a_budget(tmp_path):
 # ---- through Spark ----
 
 def make(warehouse, name, fragments=80, rows=40):
-    from degraded_table import degraded_table
+    from oracle import degraded_table
     path = warehouse / "db" / f"{name}.lance"
     shutil.rmtree(path, ignore_errors=True)
     degraded_table(str(path), fragments=fragments, rows_per_fragment=rows, appends=4)

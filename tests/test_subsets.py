@@ -7,7 +7,7 @@ import lance
 import pytest
 
 from conftest import refused
-from degraded_table import content, degraded_table
+from oracle import content, degraded_table
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ import lance
 import pytest
 
 from conftest import ROOT
-from degraded_table import content, degraded_table
+from oracle import content, degraded_table
 
 CONSTRAINTS = ROOT / "constraints.txt"
 

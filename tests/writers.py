@@ -9,7 +9,7 @@ import lance
 import pyarrow as pa
 import pyarrow.compute  # noqa: F401  (pa.compute)
 
-from degraded_table import batch
+from oracle import batch
 
 
 def _state(uri: str, name: str) -> str:

@@ -3,6 +3,7 @@ package io.github.lancecompact.spark.procedures
 import org.apache.spark.sql.connector.catalog.procedures.UnboundProcedure
 
 import io.github.lancecompact.spark.catalog.LanceCatalog
+import io.github.lancecompact.spark.engine.LanceCompactException
 
 /** The catalog's procedures by name. Adding one: a class and one line here. */
 object Procedures {
@@ -19,7 +20,10 @@ object Procedures {
 
   def names: Seq[String] = builders.keys.toSeq.sorted
 
+  /** An unknown name fails with a message listing the procedures: a LanceCompactException, which
+   * Spark passes on as it is (any other exception it wraps into FAILED_TO_LOAD_ROUTINE, which
+   * shows only the name). */
   def load(catalog: LanceCatalog, name: String): UnboundProcedure =
-    builders.getOrElse(name.toLowerCase, throw new IllegalArgumentException(
-      s"catalog ${catalog.name()} has no procedure $name; procedures are ${names.mkString(", ")}"))(catalog)
+    builders.getOrElse(name.toLowerCase, throw new LanceCompactException(
+      s"catalog ${catalog.name()} has no procedure $name; procedures are ${names.mkString(", ")}", null))(catalog)
 }
