@@ -145,6 +145,10 @@ def test_alter_properties_validates_then_writes_one_commit(tmp_path):
                       ({"set": {"lance.compaction.target_rows_per_fragment": "0"}}, "must be >= 1"),
                       ({"set": {"lance_compact.maintain.priority": "1", "lance_compact.maintain.enabled": "x"}},
                        "table property lance_compact.maintain.enabled expects true or false"),
+                      ({"set": {"lance.compaction.num_threads": "2"}},  # Lance does not read it
+                       "cannot set table property 'lance.compaction.num_threads'"),
+                      ({"set": {"lance.compaction.compaction_mode": "fast"}},
+                       "table property lance.compaction.compaction_mode must be one of reencode"),
                       ({"unset": ["lance.auto_cleanup.interval"]}, "cannot unset")]:
         with pytest.raises(CompactionError) as e:
             alter_properties(request(**bad))
