@@ -105,8 +105,8 @@ def test_health_parts_and_ordering(tables):
     policy = lambda ds: resolve_policy(None, ds.config(), None, "t")  # noqa: E731
     healthy, degraded, indexed = (table_health(tables[n], policy(tables[n]))
                                   for n in ("healthy", "degraded", "indexed"))
-    assert healthy.score == 100 and healthy.due == ()
-    assert degraded.due == ("compact",) and indexed.due == ("optimize_indices",)
+    assert healthy.score == 100 and healthy.due == []
+    assert degraded.due == ["compact"] and indexed.due == ["optimize_indices"]
     assert degraded.score < indexed.score < healthy.score
     p = degraded.parts
     assert (p["fragments"], p["small_fragments"], p["small_fragment_ratio"]) == (20, 20, 1.0)
@@ -119,7 +119,7 @@ def test_health_parts_and_ordering(tables):
     # Eight days on, every old version is reclaimable: cleanup is due and costs points.
     later = table_health(tables["degraded"], policy(tables["degraded"]),
                          now=datetime.now(timezone.utc) + timedelta(days=8))
-    assert later.due == ("compact", "cleanup") and later.parts["reclaimable_versions"] == 20
+    assert later.due == ["compact", "cleanup"] and later.parts["reclaimable_versions"] == 20
     assert later.score < degraded.score
     kept = table_health(tables["degraded"], resolve_policy({"retain_versions": 15}, {}, None, "t"),
                         now=datetime.now(timezone.utc) + timedelta(days=8))
