@@ -118,6 +118,11 @@ def test_every_table_has_a_row_and_the_broken_one_says_why(spark, tables):
 
 
 def test_sql_filters_orders_and_joins_it(spark, tables):
+    from lance_compact.options import result_columns
+
+    for name, section in (("table_health", "health_columns"), ("maintenance_history", "history_columns")):
+        described = [r.col_name for r in spark.sql(f"DESCRIBE TABLE lance.system.{name}").collect()]
+        assert described == [c for c, _ in result_columns(section)]
     ordered = [r[0] for r in spark.sql(
         "SELECT concat(namespace, '.', `table`) FROM lance.system.table_health "
         "WHERE error IS NULL AND array_contains(due, 'compact') ORDER BY health_score, `table`").collect()]
