@@ -61,6 +61,9 @@ def _handlers(sc: Any) -> dict[str, Callable[[str], tuple[str, list[tuple]]]]:
         "maintain": lambda r: (columns_ddl(result_columns("maintain_columns")), maintain_rows(r, runner)),
         "optimize_indices": lambda r: (columns_ddl(result_columns("optimize_indices_columns")),
                                        [optimize_indices_row(r)]),
+        "table_health": _on_first_use("system_tables", "table_health_rows"),
+        "maintenance_history": _on_first_use("system_tables", "maintenance_history_rows"),
+        "alter_properties": _on_first_use("table_properties", "alter_properties"),
     }
 
 

@@ -14,7 +14,7 @@ import org.apache.spark.sql.connector.expressions.Transform
 import org.apache.spark.sql.types.StructType
 import org.apache.spark.sql.util.CaseInsensitiveStringMap
 
-import io.github.lancecompact.spark.engine.{EnginePlugin, EngineProcess, LanceCompactException}
+import io.github.lancecompact.spark.engine.{EnginePlugin, EngineProcess, LanceCompactException, PythonEngine}
 import io.github.lancecompact.spark.procedures.Procedures
 
 /** The `lance` catalog: a warehouse of Lance datasets with maintenance procedures.
@@ -35,6 +35,7 @@ class LanceCatalog extends TableCatalog with SupportsNamespaces with ProcedureCa
   private var storage: Map[String, String] = Map.empty
   private var readMaxRows: Long = 1000000L
   private var distributedReads: Boolean = true
+  private var maintain: Map[String, String] = Map.empty
 
   override def initialize(name: String, options: CaseInsensitiveStringMap): Unit = {
     catalogName = name
@@ -51,6 +52,9 @@ class LanceCatalog extends TableCatalog with SupportsNamespaces with ProcedureCa
           Option(options.get("single_level_ns")).exists(_.trim.toBoolean))
       case None => new Warehouse(name, root, new ObjectStore(storage))
     }
+    maintain = options.asCaseSensitiveMap().asScala.collect {
+      case (k, v) if k.toLowerCase.startsWith("maintain.") => k.substring("maintain.".length) -> v
+    }.toMap
     readMaxRows = Option(options.get("read_max_rows")).map(_.trim.toLong).getOrElse(readMaxRows)
     distributedReads = Option(options.get("distributed_reads")).map(_.trim.toBoolean).getOrElse(true)
     SparkSession.getActiveSession.foreach { spark =>
@@ -68,6 +72,10 @@ class LanceCatalog extends TableCatalog with SupportsNamespaces with ProcedureCa
 
   /** Lance storage options from the catalog's `storage.*` settings. */
   def storageOptions: Map[String, String] = storage
+
+  /** Maintenance policy defaults from the catalog's `maintain.*` settings (key without the
+   * prefix -> text), checked by the engine (python/lance_compact/policy.py). */
+  def maintainSettings: Map[String, String] = maintain
 
   /** The location of a table argument: `namespace.table` of this catalog (optionally
    * prefixed with the catalog's name), or a path/URI inside the warehouse.
@@ -118,9 +126,15 @@ class LanceCatalog extends TableCatalog with SupportsNamespaces with ProcedureCa
     TableRef(s"$catalogName.${(ident.namespace :+ ident.name).mkString(".")}", location, storage, version, readMaxRows,
       distributedReads)
 
-  /** A table `ns.t`, or a metadata table `ns.t.fragments` (`versions`, `indices`) of table `ns.t`. */
+  /** A table `ns.t`, a metadata table `ns.t.fragments` (`versions`, `indices`) of table `ns.t`,
+   * or a system table `system.table_health` / `system.maintenance_history` (these two names
+   * win over tables of a warehouse namespace `system`; its other tables are reachable). */
   override def loadTable(ident: Identifier): Table = LanceCompactException.userErrors {
     if (ident.namespace.isEmpty) throw new NoSuchTableException(ident)
+    if (ident.namespace.toSeq == Seq(SystemTable.Namespace) && SystemTable.Kinds.contains(ident.name)) {
+      return new SystemTable(catalogName, ident.name,
+        () => warehouseRef.allTables().map { case (ns, t, l) => (ns.mkString("."), t, l) }, storage, maintain)
+    }
     metadataOf(ident).getOrElse(new LanceTable(ref(ident, warehouseRef.requireTable(ident))))
   }
 
@@ -145,7 +159,28 @@ class LanceCatalog extends TableCatalog with SupportsNamespaces with ProcedureCa
   override def createTable(ident: Identifier, schema: StructType, partitions: Array[Transform],
                            properties: util.Map[String, String]): Table = writesElsewhere("create")
 
-  override def alterTable(ident: Identifier, changes: TableChange*): Table = writesElsewhere("alter")
+  /** `ALTER TABLE ... SET / UNSET TBLPROPERTIES`: the table's maintenance settings
+   * (`lance_compact.maintain.*`, `lance.compaction.*`), written into the Lance table's config
+   * in one commit by the engine, which checks every key and value first. Nothing else. */
+  override def alterTable(ident: Identifier, changes: TableChange*): Table = LanceCompactException.userErrors {
+    val other = changes.filterNot(c => c.isInstanceOf[TableChange.SetProperty] || c.isInstanceOf[TableChange.RemoveProperty])
+    if (other.nonEmpty) throw new UnsupportedOperationException(
+      s"catalog $catalogName: ALTER TABLE only sets or unsets the table's maintenance properties here " +
+        s"(lance_compact.maintain.*, lance.compaction.*); ${other.map(_.getClass.getSimpleName).distinct.mkString(", ")} " +
+        "is not supported: change a table's schema or location with Lance (pylance) or lance-spark")
+    val location = warehouseRef.requireTable(ident)
+    val request = ref(ident, location).request { r =>
+      val set = r.putObject("set")
+      val unset = r.putArray("unset")
+      changes.foreach {
+        case s: TableChange.SetProperty => set.put(s.property, s.value)
+        case u: TableChange.RemoveProperty => unset.add(u.property)
+        case _ =>
+      }
+    }
+    PythonEngine.query("alter_properties", request)
+    new LanceTable(ref(ident, location))
+  }
 
   override def dropTable(ident: Identifier): Boolean = writesElsewhere("drop")
 

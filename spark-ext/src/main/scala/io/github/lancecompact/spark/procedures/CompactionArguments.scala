@@ -133,6 +133,10 @@ object CompactionArguments {
     }
     val storage = request.putObject("storage_options")
     catalog.storageOptions.foreach { case (k, v) => storage.put(k, v) }
+    // The catalog's maintenance policy defaults (spark.sql.catalog.<name>.maintain.<key>).
+    request.put("catalog", catalog.name())
+    val settings = request.putObject("maintain_settings")
+    catalog.maintainSettings.foreach { case (k, v) => settings.put(k, v) }
     Bound(tableArg, uri, mapper.writeValueAsString(request))
   }
 }
