@@ -167,9 +167,24 @@ def test_cancelling_the_job_group_stops_a_partial_progress_run(spark, table):
     assert not orphans(path)
 
 
-def test_cancelling_the_job_tag_stops_a_run_and_removes_what_it_wrote(spark, table):
-    """One batch of 6 tasks; task 1 sleeps while the others finish. Cancelled by job tag: nothing was
-    committed, the finished tasks' files are removed, and the next CALL compacts."""
+def _kill_stage_as_the_ui_does(spark, tag: str) -> None:
+    sc = spark.sparkContext
+    for stage in sc.statusTracker().getActiveStageIds():
+        sc._jsc.sc().cancelStage(stage, "killed via the Web UI")
+
+
+CANCELS = {
+    "job tag": lambda spark, tag: spark.sparkContext.cancelJobsWithTag(tag),
+    "all jobs": lambda spark, tag: spark.sparkContext.cancelAllJobs(),  # PySpark's Ctrl-C
+    "Web UI": _kill_stage_as_the_ui_does,
+}
+
+
+@pytest.mark.parametrize("how", list(CANCELS))
+def test_cancelling_stops_a_run_and_removes_what_it_wrote(spark, table, how):
+    """One batch of 6 tasks; task 1 sleeps while the others finish. Cancelled by job tag, by
+    cancelAllJobs, or by the UI's kill of the stage: nothing was committed, the finished tasks'
+    files are removed, and the next CALL compacts."""
     t, path = table
     before = lance.dataset(str(path))
     files = set(os.listdir(path / "data"))
@@ -179,12 +194,12 @@ def test_cancelling_the_job_tag_stops_a_run_and_removes_what_it_wrote(spark, tab
     wait_for(lambda: len(set(os.listdir(path / "data")) - files) >= 5)  # the 5 other tasks wrote
     time.sleep(1)  # and reported
     cancelled_at = time.monotonic()
-    spark.sparkContext.cancelJobsWithTag("cancel-me")
+    CANCELS[how](spark, "cancel-me")
     s.join(60)
     seconds = s.ended - cancelled_at
-    print(f"\njob tag cancel -> statement failed in {seconds:.2f} s")
+    print(f"\n{how} cancel -> statement failed in {seconds:.2f} s")
     message = str(s.error)
-    assert "the compaction was cancelled during batch 1" in message and "job tag" in message, message
+    assert "the compaction was cancelled during batch 1" in message and how in message, message
     assert "nothing was committed" in message
     removed = re.search(r"the (\d+) files of tasks that finished but were not committed were removed", message)
     assert removed and int(removed.group(1)) == 5, message
@@ -194,6 +209,27 @@ def test_cancelling_the_job_tag_stops_a_run_and_removes_what_it_wrote(spark, tab
     assert set(os.listdir(path / "data")) == files
     r = compact_call(spark, t)
     assert r.commits == 1 and content(lance.dataset(str(path))) == content(before)
+
+
+def test_a_cancel_between_batches_stops_at_the_next_batch(spark, table):
+    """cancelJobGroup cancels running jobs only; cancelJobGroupAndFutureJobs (Spark 4) also
+    those that start later: sent while batch 1 commits (no job running), the run stops as
+    batch 2's job starts, after batch 1's commit."""
+    t, path = table
+    before = lance.dataset(str(path))
+    s = Statement(spark, f"CALL lance.compact(table => '{t}', target_rows_per_fragment => 300, "
+                         "partial_progress => true, max_commits => 3, "
+                         "options => map('test_before_commit', 'writers.slow_commit'))", group="between")
+    wait_for(lambda: running_jobs(spark, "between") == (1, 0))  # batch 1 ran; its commit waits
+    spark.sparkContext._jsc.sc().cancelJobGroupAndFutureJobs("between")
+    s.join(60)
+    message = str(s.error)
+    committed = rewrites_since(path, before.version)
+    assert len(committed) == 1 and "the compaction was cancelled during batch 2" in message, message
+    assert f"version {committed[0]} was committed before the cancel; nothing after" in message
+    assert lance.dataset(str(path)).version == committed[0]
+    assert content(lance.dataset(str(path))) == content(before)
+    assert not orphans(path)
 
 
 def test_interrupting_the_statement_thread_stops_the_run(spark, table):

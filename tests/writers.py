@@ -115,3 +115,9 @@ def overwrite_before_third_commit(uri, storage_options):
         f.write(str(n))
     if n == 3:
         lance.write_dataset(batch(700_000, 10), uri, mode="overwrite", storage_options=storage_options)
+
+
+def slow_commit(uri, storage_options):
+    """A slow moment right before every commit (no Spark job runs then)."""
+    import time
+    time.sleep(3)

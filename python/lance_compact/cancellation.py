@@ -54,5 +54,5 @@ def job_cancelled(text: str) -> str | None:
     m = _JOB_CANCELLED.search(text)
     if m is None:
         return None
-    why = re.split(r"[.]\s|\tat ", m.group(1))[0].strip().rstrip(".")
+    why = re.split(r"[.]\s|\tat |\s*SQLSTATE:", m.group(1))[0].strip().rstrip(".")
     return f"its Spark job was cancelled{(' (' + why + ')') if why else ''}"
