@@ -114,6 +114,14 @@ def running_jobs(spark, group: str) -> tuple[int, int]:
     return len(ids), len(running)
 
 
+def finished_tasks(spark) -> int:
+    """Tasks of the running stages that finished (Spark merged their accumulator updates, so
+    the engine has their outcomes, before it counts them here)."""
+    tracker = spark.sparkContext.statusTracker()
+    stages = [tracker.getStageInfo(s) for s in tracker.getActiveStageIds()]
+    return sum(s.numCompletedTasks for s in stages if s is not None)
+
+
 def rewrites_since(path, version: int) -> list[int]:
     """Versions after ``version`` whose transaction is a Rewrite (a compaction's commit)."""
     ds = lance.dataset(str(path))
@@ -141,8 +149,7 @@ def test_cancelling_the_job_group_stops_a_partial_progress_run(spark, table):
     before = lance.dataset(str(path))
     s = Statement(spark, slow_call(t, "4", ", partial_progress => true, max_commits => 3"), group="cancel-pp")
     wait_for(lambda: running_jobs(spark, "cancel-pp") == (3, 1))
-    wait_for(lambda: len(orphans(path)) == 1)  # batch 3's other task wrote its file; task 4 sleeps
-    time.sleep(0.5)  # and reported
+    wait_for(lambda: finished_tasks(spark) == 1)  # batch 3's other task finished; task 4 sleeps
     committed = rewrites_since(path, before.version)
     assert len(committed) == 2
     cancelled_at = time.monotonic()
@@ -189,10 +196,7 @@ def test_cancelling_stops_a_run_and_removes_what_it_wrote(spark, table, how):
     before = lance.dataset(str(path))
     files = set(os.listdir(path / "data"))
     s = Statement(spark, slow_call(t, "1"), tag="cancel-me")
-    tracker = spark.sparkContext.statusTracker()
-    wait_for(lambda: [i for i in tracker.getActiveJobsIds()])
-    wait_for(lambda: len(set(os.listdir(path / "data")) - files) >= 5)  # the 5 other tasks wrote
-    time.sleep(1)  # and reported
+    wait_for(lambda: finished_tasks(spark) == 5)  # the 5 other tasks finished; task 1 sleeps
     cancelled_at = time.monotonic()
     CANCELS[how](spark, "cancel-me")
     s.join(60)
@@ -239,8 +243,7 @@ def test_interrupting_the_statement_thread_stops_the_run(spark, table):
     before = lance.dataset(str(path))
     s = Statement(spark, slow_call(t, "4", ", partial_progress => true, max_commits => 3"), group="interrupted")
     wait_for(lambda: running_jobs(spark, "interrupted") == (3, 1))
-    wait_for(lambda: len(orphans(path)) == 1)  # as above: only task 4 still runs
-    time.sleep(0.5)
+    wait_for(lambda: finished_tasks(spark) == 1)  # as above: only task 4 still runs
     committed = rewrites_since(path, before.version)
     interrupted_at = time.monotonic()
     s.jvm_thread.interrupt()
