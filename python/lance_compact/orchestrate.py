@@ -216,9 +216,12 @@ class Run:
         local = "://" not in request.uri or request.uri.startswith("file://")
         cleanup = f"CALL lance.cleanup(table => '{request.table}', delete_unverified => true)"
         if local:
-            removed = remove_new_files(request, results) if results else 0
-            files = (f"the {removed} files of tasks that finished but were not committed were removed"
-                     if removed else "no finished task was left uncommitted")
+            try:
+                removed = remove_new_files(request, results) if results else 0
+                files = (f"the {removed} files of tasks that finished but were not committed were "
+                         "removed" if removed else "no finished task was left uncommitted")
+            except CompactionError as e:  # the table could not be read: cleanup removes them later
+                files = f"the files of finished tasks could not be removed ({e.message}): run {cleanup}"
             if stopped:
                 files += (f"; {stopped} tasks were stopped before they reported: a file one of them "
                           f"was writing is left for {cleanup}")
