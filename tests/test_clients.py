@@ -38,6 +38,8 @@ from conftest import ROOT
 from oracle import content, degraded_table, layout
 
 TARGET = 1000  # rows per output fragment: the 60 fragments of 40 rows become 2 or 3
+# The servers start with test hooks on (the cancel tests slow a task through one).
+os.environ["LANCE_COMPACT_TEST_HOOKS"] = "1"
 SCALA_EXAMPLE = ROOT / "examples" / "scala" / "CompactTable.scala"
 
 
@@ -206,6 +208,61 @@ def test_connect_errors(connect, remote):
         assert lance.dataset(str(path)).version == before.version
 
 
+def wait_for_cancelled(engine_log: Path, table: str, timeout: float = 30) -> str:
+    """The engine's log line saying the run of ``table`` was cancelled."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        lines = [x for x in engine_log.read_text(errors="replace").splitlines()
+                 if f"table {table}: cancelled" in x]
+        if lines:
+            return lines[-1]
+        time.sleep(0.5)
+    raise AssertionError(f"the engine did not log that {table}'s run was cancelled")
+
+
+def slow_call(ident: str) -> str:
+    """A CALL whose task 0 sleeps two minutes (test hook) while the others finish."""
+    return (f"CALL lance.compact(table => '{ident}', target_rows_per_fragment => {TARGET}, "
+            "options => map('test_task_sleep_ms', '0:120000'))")
+
+
+def test_connect_interrupt_stops_the_call(connect, remote):
+    """Spark Connect's interruptTag (a notebook's stop button): the CALL ends within seconds,
+    the engine stops its run (its log says cancelled), nothing is committed, rows exact."""
+    import threading
+
+    server, wh = connect
+    ident, path, before = make_table(wh, "connect_cancel")
+    files = set(os.listdir(path / "data"))
+    errors: list = []
+
+    def run():
+        remote.addTag("lance-cancel-test")
+        try:
+            remote.sql(slow_call(ident)).collect()
+        except Exception as e:  # asserted below
+            errors.append(e)
+
+    with server.logs_on_failure():
+        th = threading.Thread(target=run, daemon=True)
+        th.start()
+        deadline = time.monotonic() + 120
+        while not set(os.listdir(path / "data")) - files:  # the other tasks are writing
+            assert time.monotonic() < deadline and th.is_alive(), errors
+            time.sleep(0.2)
+        time.sleep(1)
+        interrupted = time.monotonic()
+        remote.interruptTag("lance-cancel-test")
+        th.join(60)
+        assert not th.is_alive() and errors, "the CALL did not end after the interrupt"
+        print(f"\nConnect interruptTag -> client error after {time.monotonic() - interrupted:.2f} s")
+        line = wait_for_cancelled(server.workdir / "connect-engine.log", ident)
+        assert "cancelled during batch 1" in line, line
+        time.sleep(2)
+        assert lance.dataset(str(path)).version == before.version
+        assert content(lance.dataset(str(path))) == content(before)
+
+
 # ---------------------------------------------------------------------------------------------
 # Scala
 
@@ -279,6 +336,26 @@ def test_beeline_call(thrift):
         assert len(described) == 1 and described[0]["fragments"] == str(len(after.get_fragments()))
         # The Hive metastore the server needs is in memory: nothing of it in the server's folder.
         assert not {"metastore_db", "derby.log"} & {f.name for f in server.workdir.iterdir()}
+
+
+def test_thrift_cancel_stops_the_call(thrift):
+    """The Thrift server cancels a statement past spark.sql.thriftServer.queryTimeout as its
+    cancel does (job group cancelled, statement thread interrupted): the engine stops the run,
+    nothing is committed, rows exact."""
+    server, wh = thrift
+    ident, path, before = make_table(wh, "thrift_cancel")
+    with server.logs_on_failure():
+        started = time.monotonic()
+        p = cs.beeline(server.port, f"SET spark.sql.thriftServer.queryTimeout=8s; {slow_call(ident)};",
+                       server.workdir)
+        print(f"\nThrift query timeout (8 s) -> beeline ended after {time.monotonic() - started:.1f} s")
+        assert p.returncode != 0, p.stdout
+        assert "timed out" in (p.stdout + p.stderr).lower() or "cancel" in (p.stdout + p.stderr).lower(), \
+            p.stdout + p.stderr
+        wait_for_cancelled(server.workdir / "thrift-engine.log", ident)
+        time.sleep(2)
+        assert lance.dataset(str(path)).version == before.version
+        assert content(lance.dataset(str(path))) == content(before)
 
 
 def test_beeline_errors(thrift):
