@@ -1,0 +1,85 @@
+"""Storage secrets stay out of sight: a CALL and a SELECT through lance-spark-sql against a
+table on moto's real S3-compatible server, with planted credentials given as --conf. While it
+runs, every process's command line (ps and /proc/*/cmdline) is sampled; afterwards the engine
+log, Spark's event log and the output are grepped. Neither the key nor the key id appears."""
+import glob
+import os
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import lance
+
+from conftest import ROOT
+from degraded_table import content, degraded_table
+from s3_server import ACCESS_KEY_ID, SECRET_ACCESS_KEY
+
+PLANTED = (ACCESS_KEY_ID, SECRET_ACCESS_KEY)
+
+
+def command_lines() -> list[str]:
+    """Every process's arguments, as ps shows them and as /proc holds them."""
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, timeout=30).stdout
+    lines = ps.splitlines()
+    for f in glob.glob("/proc/[0-9]*/cmdline"):
+        try:
+            lines.append(Path(f).read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+        except OSError:  # the process ended meanwhile
+            pass
+    return lines
+
+
+def test_no_secret_on_any_command_line_log_or_event_log(s3, tmp_path):
+    bucket = s3.create_bucket(f"secrets-{os.getpid()}-{int(time.time() * 1000) % 10**9}")
+    wh = f"{bucket}/wh"
+    uri = f"{wh}/db/events.lance"
+    degraded_table(uri, storage_options=s3.storage_options, fragments=20, rows_per_fragment=30)
+    before = lance.dataset(uri, storage_options=s3.storage_options)
+    events, engine_log = tmp_path / "events", tmp_path / "engine.log"
+    events.mkdir()
+    conf = {f"spark.sql.catalog.lance.storage.{k}": v for k, v in s3.storage_options.items()}
+    conf.update({"spark.eventLog.enabled": "true", "spark.eventLog.dir": str(events),
+                 "spark.eventLog.compress": "false", "spark.ui.enabled": "false",
+                 "spark.lance.compact.engine.log": str(engine_log)})
+    private_dirs = set(glob.glob(os.path.join(tempfile.gettempdir(), "lance-compact-conf-*")))
+    out, err = tmp_path / "stdout", tmp_path / "stderr"
+    args = [str(ROOT / "bin" / "lance-spark-sql"), "--warehouse", wh, "--master", "local[2]",
+            *[a for k, v in conf.items() for a in ("--conf", f"{k}={v}")],
+            "-e", "CALL lance.compact(table => 'db.events', target_rows_per_fragment => 300);\n"
+                  "SELECT count(*), sum(id) FROM lance.db.events"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "PYSPARK_GATEWAY"))}
+    with open(out, "w") as o, open(err, "w") as e:
+        p = subprocess.Popen(args, stdout=o, stderr=e, stdin=subprocess.DEVNULL, cwd=tmp_path, env=env)
+        samples, deadline = 0, time.monotonic() + 400
+        try:
+            while p.poll() is None:
+                assert time.monotonic() < deadline, "lance-spark-sql did not finish in 400 s"
+                lines = command_lines()
+                leaks = [line[:300] for line in lines for s in PLANTED if s in line]
+                assert not leaks, leaks
+                if any("SparkSQLCLIDriver" in line for line in lines):
+                    samples += 1
+                time.sleep(0.5)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait(timeout=30)
+    assert p.returncode == 0, err.read_text()[-3000:]
+    assert samples >= 3  # sampled while the driver ran, several times
+
+    # It really ran: compacted, then read through the distributed read path.
+    after = lance.dataset(uri, storage_options=s3.storage_options)
+    assert after.version > before.version and content(after) == content(before)
+    expected = before.to_table(columns=["id"])["id"].to_pylist()
+    assert f"{len(expected)}\t{sum(expected)}" in out.read_text()
+
+    texts = {"stdout": out.read_text(), "stderr": err.read_text(), "engine log": engine_log.read_text()}
+    logs = list(events.iterdir())
+    assert logs and engine_log.stat().st_size > 0
+    for f in logs:
+        texts[f"event log {f.name}"] = f.read_text(errors="replace")
+    found = [(name, s) for name, text in texts.items() for s in PLANTED if s in text]
+    assert not found, found
+    # The private properties file is gone with spark-sql.
+    assert set(glob.glob(os.path.join(tempfile.gettempdir(), "lance-compact-conf-*"))) == private_dirs
