@@ -1,12 +1,14 @@
 """Storage secrets stay out of sight: a CALL and a SELECT through lance-spark-sql against a
-table on moto's real S3-compatible server, with planted credentials given as --conf. While it
+table on moto's real S3-compatible server, with planted credentials in its environment. While it
 runs, every process's command line (ps and /proc/*/cmdline) is sampled; afterwards the engine
 log, Spark's event log and the output are grepped. Neither the key nor the key id appears."""
 import glob
 import os
+import re
 import subprocess
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 import lance
@@ -34,14 +36,18 @@ def test_no_secret_on_any_command_line_log_or_event_log(s3, tmp_path):
     bucket = s3.create_bucket(f"secrets-{os.getpid()}-{int(time.time() * 1000) % 10**9}")
     wh = f"{bucket}/wh"
     uri = f"{wh}/db/events.lance"
-    degraded_table(uri, storage_options=s3.storage_options, fragments=20, rows_per_fragment=30)
-    before = lance.dataset(uri, storage_options=s3.storage_options)
+    # Credentials planted for this run only (moto takes any): every process on the machine
+    # can be searched for them.
+    token = uuid.uuid4().hex[:12].upper()
+    planted = (f"AKIA{token}", f"planted-secret-{token.lower()}-Zq8")
+    storage = {**s3.storage_options, "aws_access_key_id": planted[0], "aws_secret_access_key": planted[1]}
+    degraded_table(uri, storage_options=storage, fragments=20, rows_per_fragment=30)
+    before = lance.dataset(uri, storage_options=storage)
     events, engine_log = tmp_path / "events", tmp_path / "engine.log"
     events.mkdir()
-    conf = {f"spark.sql.catalog.lance.storage.{k}": v for k, v in s3.storage_options.items()}
-    conf.update({"spark.eventLog.enabled": "true", "spark.eventLog.dir": str(events),
+    conf = {"spark.eventLog.enabled": "true", "spark.eventLog.dir": str(events),
                  "spark.eventLog.compress": "false", "spark.ui.enabled": "false",
-                 "spark.lance.compact.engine.log": str(engine_log)})
+            "spark.lance.compact.engine.log": str(engine_log)}
     private_dirs = set(glob.glob(os.path.join(tempfile.gettempdir(), "lance-compact-conf-*")))
     out, err = tmp_path / "stdout", tmp_path / "stderr"
     args = [str(ROOT / "bin" / "lance-spark-sql"), "--warehouse", wh, "--master", "local[2]",
@@ -49,6 +55,9 @@ def test_no_secret_on_any_command_line_log_or_event_log(s3, tmp_path):
             "-e", "CALL lance.compact(table => 'db.events', target_rows_per_fragment => 300);\n"
                   "SELECT count(*), sum(id) FROM lance.db.events"]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "PYSPARK_GATEWAY"))}
+    # The storage options as the docs say: in lance-spark-sql's environment (a properties
+    # file works the same), never as --conf on a command line.
+    env.update({f"LANCE_STORAGE_{k.upper()}": v for k, v in storage.items()})
     with open(out, "w") as o, open(err, "w") as e:
         p = subprocess.Popen(args, stdout=o, stderr=e, stdin=subprocess.DEVNULL, cwd=tmp_path, env=env)
         samples, deadline = 0, time.monotonic() + 400
@@ -56,7 +65,7 @@ def test_no_secret_on_any_command_line_log_or_event_log(s3, tmp_path):
             while p.poll() is None:
                 assert time.monotonic() < deadline, "lance-spark-sql did not finish in 400 s"
                 lines = command_lines()
-                leaks = [line[:300] for line in lines for s in PLANTED if s in line]
+                leaks = [line[:300] for line in lines for s in planted if s in line]
                 assert not leaks, leaks
                 if any("SparkSQLCLIDriver" in line for line in lines):
                     samples += 1
@@ -69,17 +78,52 @@ def test_no_secret_on_any_command_line_log_or_event_log(s3, tmp_path):
     assert samples >= 3  # sampled while the driver ran, several times
 
     # It really ran: compacted, then read through the distributed read path.
-    after = lance.dataset(uri, storage_options=s3.storage_options)
+    after = lance.dataset(uri, storage_options=storage)
     assert after.version > before.version and content(after) == content(before)
     expected = before.to_table(columns=["id"])["id"].to_pylist()
     assert f"{len(expected)}\t{sum(expected)}" in out.read_text()
 
     texts = {"stdout": out.read_text(), "stderr": err.read_text(), "engine log": engine_log.read_text()}
-    logs = list(events.iterdir())
+    logs = [f for f in events.rglob("*") if f.is_file()]
     assert logs and engine_log.stat().st_size > 0
     for f in logs:
         texts[f"event log {f.name}"] = f.read_text(errors="replace")
-    found = [(name, s) for name, text in texts.items() for s in PLANTED if s in text]
+    events_text = "".join(t for n, t in texts.items() if n.startswith("event log"))
+    assert "SparkListenerApplicationEnd" in events_text and "aws_secret_access_key" in events_text
+    # The SELECT went through the distributed read (the catalog's Python data source).
+    assert re.search(r"BatchScan lance\.db\.events\[[^\]]*\] \(Python\)", events_text)
+    found = [(name, s) for name, text in texts.items() for s in planted if s in text]
     assert not found, found
     # The private properties file is gone with spark-sql.
     assert set(glob.glob(os.path.join(tempfile.gettempdir(), "lance-compact-conf-*"))) == private_dirs
+
+
+def test_secret_conf_settings_are_moved_off_the_command_line(tmp_path):
+    """lance-spark-sql's spark-sql command: secret --conf settings, $LANCE_STORAGE_* and a
+    user's properties file go to the private properties file, never to spark-sql's arguments."""
+    from lance_compact.cli import command
+
+    user = tmp_path / "user.properties"
+    user.write_text("spark.sql.catalog.lance.storage.aws_region=us-east-1\n")
+    args, env, secret, properties = command(
+        ["--warehouse", "s3://b/wh", "--conf", f"spark.sql.catalog.lance.storage.aws_secret_access_key={SECRET_ACCESS_KEY}",
+         f"--conf=spark.hadoop.fs.s3a.secret.key={SECRET_ACCESS_KEY}", "--properties-file", str(user),
+         "--conf", "spark.ui.enabled=false", "-e", "SELECT 1"],
+        environ={"PATH": os.environ["PATH"], "LANCE_STORAGE_AWS_ACCESS_KEY_ID": ACCESS_KEY_ID})
+    assert not any(s in a for a in args for s in PLANTED)
+    assert secret == {"spark.sql.catalog.lance.storage.aws_secret_access_key": SECRET_ACCESS_KEY,
+                      "spark.hadoop.fs.s3a.secret.key": SECRET_ACCESS_KEY,
+                      "spark.sql.catalog.lance.storage.aws_access_key_id": ACCESS_KEY_ID}
+    assert properties == str(user) and "spark.ui.enabled=false" in args and args[-2:] == ["-e", "SELECT 1"]
+
+
+def test_the_private_properties_file_is_for_this_user_only():
+    from lance_compact.private_conf import write_properties
+
+    path = write_properties({"spark.sql.catalog.lance.storage.aws_secret_access_key": "a=b\\c"}, keep=True)
+    try:
+        assert oct(path.stat().st_mode & 0o777) == "0o600" and oct(path.parent.stat().st_mode & 0o777) == "0o700"
+        assert path.read_text() == "spark.sql.catalog.lance.storage.aws_secret_access_key=a=b\\\\c\n"
+    finally:
+        import shutil
+        shutil.rmtree(path.parent)

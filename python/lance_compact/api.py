@@ -160,7 +160,12 @@ class LanceCompaction:
         self._strategy: str | None = None
 
     def option(self, key: str, value: Any) -> "LanceCompaction":
-        """Set one compaction option (see parameters.json / the README's table)."""
+        """Set one compaction option (see parameters.json / the README's table); ``options``
+        with a mapping sets each of its keys, as SQL's ``options => map(...)``."""
+        if key == "options" and isinstance(value, Mapping):
+            for k, v in value.items():
+                self.option(k, v)
+            return self
         spec = option_specs().get(key)
         if spec is not None and spec.sql and not isinstance(value, (list, tuple)):
             self._params[key] = value

@@ -10,10 +10,13 @@ The Spark settings are :func:`lance_compact.api.spark_conf`'s, the ones
 ``configure_spark_with_lance_compact`` gives a PySpark session. ``$LANCE_COMPACT_START_ENGINE=false``
 starts the engine on the first statement that names the catalog instead of with the session.
 
-No secret goes on a command line (``ps`` shows those to every user of the machine): storage
-options (``--conf spark.sql.catalog.<catalog>.storage.<key>=...``) and any setting named like a
-secret are moved into a Spark properties file (mode 0600, in a private temporary folder,
-merged with a ``--properties-file`` of the user's), removed when spark-sql ends.
+No secret goes on a command line (``ps`` shows those to every user of the machine). Give
+storage options in a ``--properties-file`` (``spark.sql.catalog.lance.storage.<key>=...``)
+or as environment variables ``LANCE_STORAGE_<KEY>`` (``LANCE_STORAGE_AWS_SECRET_ACCESS_KEY``);
+they reach spark-sql in a Spark properties file (mode 0600, in a private temporary folder,
+merged with the user's), removed when spark-sql ends. Storage options and settings named like
+a secret given as ``--conf`` are moved there too, so Spark's JVM never shows them (this
+command's own arguments did: don't).
 Pictures of ``describe_layout`` may be written in the current folder
 (``spark.lance.compact.picture.dir``; another ``--conf`` of it takes precedence).
 """
@@ -30,6 +33,7 @@ from pathlib import Path
 from .api import spark_conf
 from .private_conf import is_sensitive, write_properties
 
+STORAGE_ENV_PREFIX = "LANCE_STORAGE_"
 USAGE = "usage: lance-spark-sql [--warehouse DIR_OR_URI] [spark-sql arguments...]"
 
 # spark-sql's own (Hive) metastore is not used by the lance catalog: keep it in memory rather
@@ -143,6 +147,11 @@ def command(argv: list[str], environ: dict[str, str] | None = None
     env = dict(os.environ if environ is None else environ)
     warehouse, jars, plugins, rest = parse_args(argv)
     rest, secret, properties = _take_secrets(rest)
+    # $LANCE_STORAGE_<KEY>=value: storage option <key> of the lance catalog, kept off every
+    # command line (another user may read ps, not this process's environment).
+    for k, v in env.items():
+        if k.startswith(STORAGE_ENV_PREFIX) and len(k) > len(STORAGE_ENV_PREFIX):
+            secret.setdefault(f"spark.sql.catalog.lance.storage.{k[len(STORAGE_ENV_PREFIX):].lower()}", v)
     home = spark_home()
     python = sys.executable  # not resolved: a venv's python is a link out of the venv
     env["SPARK_HOME"] = home
