@@ -3,9 +3,11 @@ table on moto's real S3-compatible server, with planted credentials in its envir
 runs, every process's command line (ps and /proc/*/cmdline) is sampled; afterwards the engine
 log, Spark's event log and the output are grepped. Neither the key nor the key id appears."""
 import glob
+import json
 import os
 import re
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -127,3 +129,66 @@ def test_the_private_properties_file_is_for_this_user_only():
     finally:
         import shutil
         shutil.rmtree(path.parent)
+
+
+PYSPARK = """
+import glob, json, os, sys
+from pathlib import Path
+from pyspark.sql import SparkSession
+from lance_compact import configure_spark_with_lance_compact
+
+secret = sys.argv[1]
+builder = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
+spark = configure_spark_with_lance_compact(
+    builder, warehouse=sys.argv[2], storage_options={"aws_secret_access_key": secret}).getOrCreate()
+lines = []
+for f in glob.glob("/proc/[0-9]*/cmdline"):
+    try:
+        lines.append(Path(f).read_bytes().replace(b"\\0", b" ").decode(errors="replace"))
+    except OSError:
+        pass
+conf = spark.sparkContext.getConf().get("spark.sql.catalog.lance.storage.aws_secret_access_key")
+java = [l for l in lines if "pyspark-shell" in l and "--properties-file" in l]
+print("RESULT " + json.dumps({"leaks": [l[:200] for l in lines if secret in l], "conf": conf == secret,
+                              "java": len(java)}))
+spark.stop()
+"""
+
+
+def test_pyspark_sessions_get_storage_options_without_a_command_line(tmp_path):
+    """configure_spark_with_lance_compact(storage_options=...) before PySpark starts its JVM:
+    the JVM has them in its conf, no process shows them."""
+    secret = f"planted-secret-{uuid.uuid4().hex}"
+    env = {k: v for k, v in os.environ.items()
+           if k != "PYSPARK_SUBMIT_ARGS" and not k.startswith("PYSPARK_GATEWAY")}
+    private_dirs = set(glob.glob(os.path.join(tempfile.gettempdir(), "lance-compact-conf-*")))
+    p = subprocess.run([sys.executable, "-c", PYSPARK, secret, str(tmp_path)], capture_output=True,
+                       text=True, timeout=300, env=env, cwd=tmp_path, stdin=subprocess.DEVNULL)
+    assert p.returncode == 0, p.stderr[-3000:]
+    result = json.loads(p.stdout.split("RESULT ", 1)[1])
+    assert result["leaks"] == [] and result["conf"] and result["java"] >= 1
+    assert secret not in p.stdout + p.stderr
+    assert set(glob.glob(os.path.join(tempfile.gettempdir(), "lance-compact-conf-*"))) == private_dirs
+
+
+LOGGING = """
+import logging, sys, threading
+from lance_compact import secrets
+logging.basicConfig(level=logging.INFO, stream=sys.stderr)
+secrets.install_log_redaction()
+secrets.remember({"aws_secret_access_key": sys.argv[1], "aws_access_key_id": sys.argv[2], "aws_region": "us-east-1"})
+logging.getLogger("lance_compact.engine").info("opened with %s %s in us-east-1", sys.argv[1], sys.argv[2])
+t = threading.Thread(target=lambda: 1 / 0 if sys.argv[1] else None, name="worker")
+t.start(); t.join()
+raise RuntimeError("failed: " + sys.argv[1])
+"""
+
+
+def test_every_engine_log_line_is_redacted():
+    """The engine's log handler redacts every secret it has seen, in messages, tracebacks and
+    uncaught exceptions of any thread."""
+    secret, key_id = f"planted-{uuid.uuid4().hex}", f"AKIA{uuid.uuid4().hex[:12].upper()}"
+    p = subprocess.run([sys.executable, "-c", LOGGING, secret, key_id], capture_output=True, text=True, timeout=60)
+    assert "opened with *********(redacted) *********(redacted) in us-east-1" in p.stderr
+    assert "ZeroDivisionError" in p.stderr and "RuntimeError: failed: *********(redacted)" in p.stderr
+    assert secret not in p.stderr + p.stdout and key_id not in p.stderr + p.stdout

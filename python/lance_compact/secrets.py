@@ -50,13 +50,19 @@ def remember(storage_options: Mapping[str, str] | None) -> None:
 class _RedactingFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         with _seen_lock:
-            known = {v: "" for v in _seen}
+            known = sorted((v for v in _seen if len(v) >= 3), key=len, reverse=True)
         if not known:
             return True
-        record.msg = redact(record.getMessage(), known)
+
+        def clean(text: str) -> str:
+            for value in known:
+                text = text.replace(value, REDACTED)
+            return text
+
+        record.msg = clean(record.getMessage())
         record.args = None
         if record.exc_info:
-            record.exc_text = redact(logging.Formatter().formatException(record.exc_info), known)
+            record.exc_text = clean(logging.Formatter().formatException(record.exc_info))
             record.exc_info = None
         return True
 
