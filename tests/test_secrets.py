@@ -137,10 +137,10 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 from lance_compact import configure_spark_with_lance_compact
 
-secret = sys.argv[1]
+secret = os.environ["PLANTED_SECRET"]  # not in this script's own arguments
 builder = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false")
 spark = configure_spark_with_lance_compact(
-    builder, warehouse=sys.argv[2], storage_options={"aws_secret_access_key": secret}).getOrCreate()
+    builder, warehouse=sys.argv[1], storage_options={"aws_secret_access_key": secret}).getOrCreate()
 lines = []
 for f in glob.glob("/proc/[0-9]*/cmdline"):
     try:
@@ -162,7 +162,8 @@ def test_pyspark_sessions_get_storage_options_without_a_command_line(tmp_path):
     env = {k: v for k, v in os.environ.items()
            if k != "PYSPARK_SUBMIT_ARGS" and not k.startswith("PYSPARK_GATEWAY")}
     private_dirs = set(glob.glob(os.path.join(tempfile.gettempdir(), "lance-compact-conf-*")))
-    p = subprocess.run([sys.executable, "-c", PYSPARK, secret, str(tmp_path)], capture_output=True,
+    env["PLANTED_SECRET"] = secret
+    p = subprocess.run([sys.executable, "-c", PYSPARK, str(tmp_path)], capture_output=True,
                        text=True, timeout=300, env=env, cwd=tmp_path, stdin=subprocess.DEVNULL)
     assert p.returncode == 0, p.stderr[-3000:]
     result = json.loads(p.stdout.split("RESULT ", 1)[1])
