@@ -319,6 +319,9 @@ def test_cleanup_spares_a_writers_files_younger_than_the_bound(spark, table):
         os.utime(path / "data" / name, (old, old))
     sizes = sum(os.path.getsize(path / "_deletions" / n) for n in young_deletions) + \
         sum(os.path.getsize(path / "data" / n) for n in young_data)
+    dry = spark.sql(f"CALL lance.cleanup(table => '{t}', delete_unverified => true, dry_run => true)").collect()[0]
+    assert (dry.data_files_removed, dry.deletion_files_removed, dry.bytes_removed) == (1, 1, sizes)
+    assert orphan_deletions() == young_deletions and young_data <= set(data_files(path))
     r = spark.sql(f"CALL lance.cleanup(table => '{t}', delete_unverified => true)").collect()[0]
     assert (r.data_files_removed, r.deletion_files_removed, r.bytes_removed) == (1, 1, sizes)
     assert not orphan_deletions() and not (young_data & set(data_files(path)))
