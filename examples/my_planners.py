@@ -1,4 +1,9 @@
-"""A user's own planning strategy, as in the README: CALL ... strategy => 'my_planners.SkipNewest'."""
+"""A user's own planning strategy, as in the README. Registered by whoever configures the
+catalog, then chosen by name (docs/shared-servers.md):
+
+    spark.sql.catalog.lance.strategies.skip_newest=my_planners.SkipNewest
+    CALL lance.compact(table => 'db.events', strategy => 'skip_newest')
+"""
 from lance.optimize import Compaction
 
 from lance_compact.planners import Planner

@@ -1,6 +1,6 @@
 -- The demo (bin/demo): look around the warehouse, then compact demo.events.
 -- bin/demo passes ${before} (the table's version before) and ${picture} (a .png path) with
--- --hivevar; by hand: bin/lance-spark-sql --warehouse WH --hivevar before=N --hivevar picture=/tmp/layout.png -f sql/demo.sql
+-- --hivevar; by hand: bin/lance-spark-sql --warehouse WH --hivevar before=N --hivevar picture=layout.png -f sql/demo.sql (pictures go in the current folder)
 SHOW NAMESPACES IN lance;
 SHOW TABLES IN lance.demo;
 SHOW PROCEDURES IN lance;

@@ -13,6 +13,13 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))
 
+# Every Spark driver these tests start (PySpark here, spark-sql and servers as subprocesses)
+# inherits this: their engines accept the test_* fault hooks. tests/test_shared_server.py
+# starts drivers without it.
+os.environ["LANCE_COMPACT_TEST_HOOKS"] = "1"
+# The example strategy (examples/my_planners.py), registered as the catalog's operator would.
+STRATEGIES = {"skip_newest": "my_planners.SkipNewest"}
+
 
 @pytest.fixture(scope="session", autouse=True)
 def writer_state(tmp_path_factory):
@@ -43,7 +50,9 @@ def spark(warehouse, request):
     builder = (SparkSession.builder.master(getattr(request.module, "SPARK_MASTER", "local[2]")).appName("lance-compact-tests")
                .config("spark.ui.enabled", "false")
                .config("spark.sql.shuffle.partitions", "2"))
-    session = configure_spark_with_lance_compact(builder, warehouse=str(warehouse)).getOrCreate()
+    session = configure_spark_with_lance_compact(
+        builder, warehouse=str(warehouse), strategies=STRATEGIES,
+        picture_dir=str(warehouse.parent)).getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()

@@ -162,14 +162,15 @@ def test_table_config_applies_when_an_option_is_not_given(spark, fresh_table, tm
     assert max(rows for rows, _ in expected_layout) < 600  # the config, not the 1M default, applied
 
 
-def test_a_users_own_strategy_by_dotted_name(spark, fresh_table):
-    """The README's worked example: the 10 newest fragments are left alone."""
+def test_a_users_own_strategy_registered_with_the_catalog(spark, fresh_table):
+    """The README's worked example, registered as spark.sql.catalog.lance.strategies.skip_newest
+    (conftest.STRATEGIES): the 10 newest fragments are left alone."""
     table, path = fresh_table
     before = lance.dataset(str(path))
     newest = sorted(f.fragment_id for f in before.get_fragments())[-10:]
     r = spark.sql(f"CALL lance.compact(table => '{table}', target_rows_per_fragment => 300, "
-                  "strategy => 'my_planners.SkipNewest')").collect()[0]
+                  "strategy => 'skip_newest')").collect()[0]
     after = lance.dataset(str(path))
-    assert r.tasks >= 1
+    assert r.tasks >= 1 and r.strategy == "skip_newest"
     assert set(newest) <= {f.fragment_id for f in after.get_fragments()}
     assert content(after) == content(before)

@@ -10,6 +10,8 @@ import json
 import re
 import shutil
 import sys
+import tempfile
+from pathlib import Path
 
 import lance
 import pytest
@@ -337,6 +339,8 @@ def test_without_matplotlib_the_text_form_still_works(monkeypatch, one_fragment,
     schema, rows = layout_result(json.dumps(request))
     assert schema.lower() == "`histogram` string" and rows[-2][0].startswith("fragments 1; ")
     request["params"]["picture"] = str(tmp_path / "x.png")
+    from lance_compact import driver_conf
+    monkeypatch.setattr(driver_conf, "_picture_dir", str(tmp_path))  # as the operator set it
     with pytest.raises(CompactionError, match=re.escape(
             "describe_layout parameter picture: the layout picture needs matplotlib, which is not "
             "installed: pip install 'lance-spark-compact[plot]'")):
@@ -355,6 +359,10 @@ def test_bad_pictures_and_versions_fail_clearly(spark, six_hundred, tmp_path):
         (f"compare_version => {before.version}", "compare_version draws an earlier version in the histogram"),
         ("histogram => true, compare_version => 999", "version 999 does not exist"),
         ("picture => 7", "parameter picture expects a string"),
+        # Only inside the folder the operator allowed (conftest: the tests' temporary folder).
+        (f"picture => '{tmp_path}/../../../escaped.png'", "describe_layout parameter picture must name a file inside"),
+        ("picture => '/tmp/escaped.png'", "describe_layout parameter picture must name a file inside"),
+        (f"picture => 'file://{tmp_path}/../../../escaped.png'", "must name a file inside"),
     ]
     for args, message in cases:
         with pytest.raises(Exception) as e:
@@ -362,6 +370,16 @@ def test_bad_pictures_and_versions_fail_clearly(spark, six_hundred, tmp_path):
         assert message in str(e.value), (args, str(e.value)[:500])
         assert lance.dataset(str(path)).version == version
     assert list(tmp_path.iterdir()) == []
+    # A symlink inside the folder that leads out of it is followed before the check.
+    outside = Path(tempfile.mkdtemp(prefix="picture-outside-", dir="/tmp"))
+    try:
+        (tmp_path / "link").symlink_to(outside)
+        with pytest.raises(Exception, match="must name a file inside"):
+            describe_layout(spark, table, picture=str(tmp_path / "link" / "layout.png")).collect()
+        assert list(outside.iterdir()) == []
+    finally:
+        (tmp_path / "link").unlink()
+        shutil.rmtree(outside)
     with pytest.raises(Exception, match="must name a .png or .svg file"):
         describe_layout(spark, table, picture=str(tmp_path / "layout.gif"))
     with pytest.raises(ValueError, match=r"name a \.png or \.svg file"):

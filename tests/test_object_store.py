@@ -111,6 +111,32 @@ def test_compact_plan_layout_and_cleanup(spark, s3, wh):
         no_secrets(json.dumps([x.asDict() for x in rows], default=str), where)
 
 
+def test_cleanup_reads_the_age_of_unreferenced_files_on_the_store(spark, s3, wh):
+    """delete_unverified on S3: an unreferenced data file (a writer's, before its commit) is
+    kept while younger than unverified_min_age and removed once older, its age read from the
+    store (Lance's own delete_unverified is not used then)."""
+    from lance.fragment import write_fragments
+
+    t, uri = table(s3, wh, "young_orphans")
+    before = dataset(s3, uri)
+    new = write_fragments(before.to_table(limit=5), uri, storage_options=s3.storage_options)
+    orphan = {f.path for m in new for f in m.files}
+    session = LanceFileSession(uri, s3.storage_options)
+
+    def data_files():
+        return {n.rsplit("/", 1)[-1] for n in session.list("data")}
+
+    assert len(orphan) == 1 and orphan <= data_files()
+    kept = spark.sql(f"CALL lance.cleanup(table => '{t}', older_than => '0 seconds', "
+                     "delete_unverified => true, unverified_min_age => '1 hour')").collect()[0]
+    assert kept.data_files_removed == 0 and orphan <= data_files()
+    time.sleep(2)
+    done = spark.sql(f"CALL lance.cleanup(table => '{t}', delete_unverified => true, "
+                     "unverified_min_age => '1 seconds')").collect()[0]
+    assert done.data_files_removed == 1 and done.bytes_removed > 0 and not orphan & data_files()
+    assert content(dataset(s3, uri)) == content(before)
+
+
 def test_partial_progress(spark, s3, wh):
     t, uri = table(s3, wh, "partial")
     before = dataset(s3, uri)

@@ -65,10 +65,22 @@ def test_request_round_trips_and_takes_strategy_from_the_map():
 def test_unknown_strategy_lists_the_valid_ones():
     with pytest.raises(CompactionError, match="unknown strategy 'fastest'; valid strategies are: default"):
         get_planner("fastest", "db.t")
-    with pytest.raises(CompactionError, match="cannot be loaded"):
-        get_planner("no_such_module.Planner", "db.t")
-    with pytest.raises(CompactionError, match="is not a lance_compact.planners.Planner"):
-        get_planner("json.JSONDecoder", "db.t")
+    # A dotted name nobody registered is refused before anything is imported.
+    with pytest.raises(CompactionError, match="unknown strategy 'json.JSONDecoder'.*strategies.<name>"):
+        get_planner("json.JSONDecoder", "db.t", catalog="lance")
+    from lance_compact import driver_conf
+    try:
+        driver_conf.load([("spark.sql.catalog.lance.strategies.gone", "no_such_module.Planner"),
+                          ("spark.sql.catalog.lance.strategies.json", "json.JSONDecoder")])
+        with pytest.raises(CompactionError, match="registered strategy 'gone'.*cannot be loaded"):
+            get_planner("gone", "db.t", catalog="lance")
+        with pytest.raises(CompactionError, match="is not a lance_compact.planners.Planner"):
+            get_planner("json", "db.t", catalog="lance")
+        with pytest.raises(CompactionError, match="unknown strategy 'json'; valid strategies are: "
+                                                  "default, deletion_only, incremental, io_bounded \("):
+            get_planner("json", "db.t", catalog="other")  # registered for another catalog only
+    finally:
+        driver_conf.load([])
 
 
 def test_an_executor_on_another_pylance_refuses_the_task():

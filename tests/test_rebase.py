@@ -154,7 +154,7 @@ def test_driver_killed_before_the_carried_over_commit_then_cleanup(spark, table,
 
     assert orphan_deletions()  # the carried-over deletion files were written, never committed
     done = spark.sql(f"CALL lance.cleanup(table => '{t}', older_than => '0 seconds', "
-                     "delete_unverified => true)").collect()[0]
+                     "delete_unverified => true, unverified_min_age => '0 seconds')").collect()[0]
     assert done.data_files_removed >= 1 and not orphan_deletions()
     assert content(lance.dataset(str(path))) == content(mid)
     r = compact(spark, t)

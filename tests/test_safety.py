@@ -90,7 +90,7 @@ def test_a_task_failing_every_attempt_fails_the_call_and_changes_nothing(spark, 
     while data_files(path) != files:
         assert time.time() < deadline, set(data_files(path)) - set(files)
         spark.sql(f"CALL lance.cleanup(table => '{t}', older_than => '0 seconds', "
-                  "delete_unverified => true)").collect()
+                  "delete_unverified => true, unverified_min_age => '0 seconds')").collect()
         time.sleep(1)
     assert call(spark, t).tasks == n  # and the next CALL succeeds
 
@@ -194,14 +194,14 @@ def test_driver_killed_before_commit_then_cleanup(spark, table, warehouse):
     assert len(orphans) == n  # the rewrite happened, the commit never did
 
     dry = spark.sql(f"CALL lance.cleanup(table => '{t}', older_than => '0 seconds', "
-                    "delete_unverified => true, dry_run => true)").collect()[0]
+                    "delete_unverified => true, unverified_min_age => '0 seconds', dry_run => true)").collect()[0]
     assert dry.dry_run and dry.data_files_removed >= n and set(data_files(path)) >= orphans
     r = call(spark, t)
     assert r.tasks == n and r.read_version == before.version
     after = lance.dataset(str(path))
     assert content(after) == content(before)
     done = spark.sql(f"CALL lance.cleanup(table => '{t}', older_than => '0 seconds', "
-                     "delete_unverified => true)").collect()[0]
+                     "delete_unverified => true, unverified_min_age => '0 seconds')").collect()[0]
     assert not done.dry_run and done.old_versions >= 1 and done.data_files_removed >= n + 60
     assert not (set(data_files(path)) & orphans)
     assert content(lance.dataset(str(path))) == content(after)
@@ -283,3 +283,54 @@ def test_two_compactions_at_once_neither_loses_nor_duplicates(spark, table, tmp_
     assert sorted(f.count_rows() for f in after.get_fragments()) == \
         sorted(f.count_rows() for f in lance.dataset(str(reference)).get_fragments())
     assert sum(r.fragments_removed for r in results) >= len(before.get_fragments()) - len(after.get_fragments())
+
+
+def test_cleanup_spares_a_writers_files_younger_than_the_bound(spark, table):
+    """delete_unverified removes files no version references only once they are older than
+    unverified_min_age (default 1 hour): a writer's files written before its commit survive,
+    even when another commit landed in between (pylance's own delete_unverified removes those)."""
+    from lance.fragment import write_fragments
+
+    t, path = table
+    ds = lance.dataset(str(path))
+    # What a concurrent writer leaves before its commit: a deletion file and a data file.
+    frag = next(f for f in ds.get_fragments() if f.metadata.deletion_file is None)
+    frag.delete_rows([0])
+    new = write_fragments(ds.to_table(limit=5), str(path), max_rows_per_file=5)
+    young_data = {f.path for m in new for f in m.files}
+    referenced = {f.fragment_id for f in ds.get_fragments() if f.metadata.deletion_file}
+
+    def orphan_deletions():
+        return {n for n in os.listdir(path / "_deletions") if int(n.split("-")[0]) not in referenced}
+
+    young_deletions = orphan_deletions()
+    assert len(young_deletions) == 1 and len(young_data) == 1
+    lance.write_dataset(ds.to_table(limit=3), str(path), mode="append")  # another commit lands
+    before = content(lance.dataset(str(path)))
+
+    r = spark.sql(f"CALL lance.cleanup(table => '{t}', older_than => '0 seconds', "
+                  "delete_unverified => true)").collect()[0]
+    assert r.old_versions >= 1
+    assert orphan_deletions() == young_deletions and young_data <= set(data_files(path))
+    # One hour old: removed, counted, and the table is unchanged.
+    old = time.time() - 3700
+    for name in young_deletions:
+        os.utime(path / "_deletions" / name, (old, old))
+    for name in young_data:
+        os.utime(path / "data" / name, (old, old))
+    sizes = sum(os.path.getsize(path / "_deletions" / n) for n in young_deletions) + \
+        sum(os.path.getsize(path / "data" / n) for n in young_data)
+    dry = spark.sql(f"CALL lance.cleanup(table => '{t}', delete_unverified => true, dry_run => true)").collect()[0]
+    assert (dry.data_files_removed, dry.deletion_files_removed, dry.bytes_removed) == (1, 1, sizes)
+    assert orphan_deletions() == young_deletions and young_data <= set(data_files(path))
+    r = spark.sql(f"CALL lance.cleanup(table => '{t}', delete_unverified => true)").collect()[0]
+    assert (r.data_files_removed, r.deletion_files_removed, r.bytes_removed) == (1, 1, sizes)
+    assert not orphan_deletions() and not (young_data & set(data_files(path)))
+    assert content(lance.dataset(str(path))) == before
+    # Bounds are checked before anything is removed.
+    with pytest.raises(Exception, match="unverified_min_age must be at most 7 days"):
+        spark.sql(f"CALL lance.cleanup(table => '{t}', delete_unverified => true, "
+                  "unverified_min_age => '8 days')").collect()
+    with pytest.raises(Exception, match="unverified_min_age expects"):
+        spark.sql(f"CALL lance.cleanup(table => '{t}', delete_unverified => true, "
+                  "unverified_min_age => 'soon')").collect()

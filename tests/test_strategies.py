@@ -215,3 +215,38 @@ def test_describe_layout_and_histogram(spark, warehouse):
     dry = cleanup(spark, table, older_than="0 seconds", dry_run=True).collect()[0]
     assert dry.dry_run and dry.old_versions >= 1 and dry.version == lance.dataset(str(path)).version
     assert len(lance.dataset(str(path)).versions()) == dry.version
+
+
+def test_only_strategies_the_operator_registered_are_loaded(spark, warehouse, tmp_path):
+    """A dotted name in SQL is never imported; a SET cannot register one; the name the
+    operator registered (conftest.STRATEGIES, in the session's static conf) works."""
+    from conftest import ROOT, refused
+
+    table, path = make(warehouse, "registered")
+    marker = tmp_path / "imported"
+    probe = ROOT / "tests" / "strategy_import_probe.py"  # on the engine's path (PYTHONPATH)
+    probe.write_text("import pathlib\n"
+                     f"pathlib.Path({str(marker)!r}).write_text('imported')\n"
+                     "from my_planners import SkipNewest as Probe\n")
+    try:
+        for name in ["strategy_import_probe.Probe", "os.system"]:
+            with refused(path, f"unknown strategy '{name}'; valid strategies are: default, "
+                               "deletion_only, incremental, io_bounded, skip_newest .*"
+                               r"spark.sql.catalog.lance.strategies.<name> = module.Class"):
+                spark.sql(f"CALL lance.compact(table => '{table}', strategy => '{name}')").collect()
+        spark.sql("SET spark.sql.catalog.lance.strategies.probe = strategy_import_probe.Probe")
+        try:
+            with refused(path, "unknown strategy 'probe'"):
+                spark.sql(f"CALL lance.compact(table => '{table}', strategy => 'probe')").collect()
+        finally:
+            spark.sql("RESET spark.sql.catalog.lance.strategies.probe")
+        assert not marker.exists()  # nothing was imported
+    finally:
+        probe.unlink()
+    # Registered: by its name, and (the operator's own class) by its module.Class.
+    before = lance.dataset(str(path))
+    for name in ["skip_newest", "my_planners.SkipNewest"]:
+        r = plan_compaction(spark, table, strategy=name, target_rows_per_fragment=300).collect()
+        newest = sorted(f.fragment_id for f in before.get_fragments())[-10:]
+        planned = {i for t in r if t.selected for i in t.fragment_ids}
+        assert planned and not planned & set(newest)

@@ -16,6 +16,9 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .options import option_specs
+from .private_conf import split, write_properties
+
+PICTURE_DIR = "spark.lance.compact.picture.dir"
 
 CATALOG_CLASS = "io.github.lancecompact.spark.catalog.LanceCatalog"
 PLUGIN_CLASS = "io.github.lancecompact.spark.engine.EnginePlugin"
@@ -45,7 +48,8 @@ def _merged(existing: str | None, value: str) -> str:
 def spark_conf(warehouse: str | None = None, catalog: str = "lance",
                storage_options: Mapping[str, str] | None = None, start_engine: bool = True,
                python: str | None = None, jars: str | None = None,
-               plugins: str | None = None) -> dict[str, str]:
+               plugins: str | None = None, picture_dir: str | None = None,
+               strategies: Mapping[str, str] | None = None) -> dict[str, str]:
     """The Spark settings compaction needs, key -> value in the order they are applied.
 
     The one place they are made: :func:`configure_spark_with_lance_compact` sets them on a
@@ -53,7 +57,13 @@ def spark_conf(warehouse: str | None = None, catalog: str = "lance",
     ``python`` (default: this interpreter) runs the driver's engine and the executors' Python
     workers: it must have the same pylance as the driver. ``jars`` and ``plugins`` are values
     already set for ``spark.jars`` and ``spark.plugins``: ours are added to them, not put in
-    their place.
+    their place. ``picture_dir`` is the folder ``describe_layout(picture => ...)`` may write
+    into (pictures are off without it). ``strategies`` registers your own planning strategies,
+    name -> ``module.Class``, chosen in SQL by name (nothing a SQL user names is imported).
+
+    Storage options hold secrets: never pass these settings as ``--conf`` on a command line
+    (``ps`` shows it to every user); :mod:`lance_compact.private_conf` puts them in a private
+    properties file, as ``lance-spark-sql`` and :func:`configure_spark_with_lance_compact` do.
     """
     conf = {"spark.jars": _merged(jars, jar_path()),
             f"spark.sql.catalog.{catalog}": CATALOG_CLASS}
@@ -61,6 +71,10 @@ def spark_conf(warehouse: str | None = None, catalog: str = "lance",
         conf[f"spark.sql.catalog.{catalog}.warehouse"] = str(warehouse)
     for k, v in (storage_options or {}).items():
         conf[f"spark.sql.catalog.{catalog}.storage.{k}"] = str(v)
+    for name, cls in (strategies or {}).items():
+        conf[f"spark.sql.catalog.{catalog}.strategies.{name}"] = cls
+    if picture_dir:
+        conf[PICTURE_DIR] = str(Path(picture_dir).resolve())
     conf["spark.sql.execution.pyspark.python"] = python or sys.executable
     # The engine and the executors' Python workers start with the session rather than on
     # the first statement that names the catalog.
@@ -74,7 +88,9 @@ def spark_conf(warehouse: str | None = None, catalog: str = "lance",
 def configure_spark_with_lance_compact(builder: Any, warehouse: str | None = None,
                                        catalog: str = "lance",
                                        storage_options: Mapping[str, str] | None = None,
-                                       start_engine: bool = True) -> Any:
+                                       start_engine: bool = True,
+                                       picture_dir: str | None = ".",
+                                       strategies: Mapping[str, str] | None = None) -> Any:
     """Configure a ``SparkSession.Builder`` for compaction (like Delta's configure_spark_with_delta_pip).
 
     Adds the jar, registers the catalog ``catalog`` over ``warehouse`` and makes the driver's
@@ -83,6 +99,13 @@ def configure_spark_with_lance_compact(builder: Any, warehouse: str | None = Non
     (Spark plugin ``EnginePlugin``), so the first CALL does not wait for them. Jars and
     plugins already set on the builder are kept. The settings are :func:`spark_conf`'s; it
     also sets ``$PYSPARK_PYTHON`` to this Python if unset (see the comment inside).
+    ``picture_dir`` (default: the current folder) is where ``describe_layout`` may draw
+    pictures; ``strategies`` registers your own planning strategies by name.
+
+    Storage options never go on the JVM's command line (PySpark starts it with every builder
+    setting as ``--conf``): before the JVM starts they go into a private properties file
+    (mode 0600, removed when this Python exits) named in ``$PYSPARK_SUBMIT_ARGS``; once it
+    runs, the builder hands them to the running JVM directly.
     """
     # The builder's options so far, to keep the user's jars and plugins: PySpark 4.0 to 4.3 has
     # no public way to read them (Builder's public methods only set), hence the private name,
@@ -94,10 +117,35 @@ def configure_spark_with_lance_compact(builder: Any, warehouse: str | None = Non
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     conf = spark_conf(warehouse=warehouse, catalog=catalog, storage_options=storage_options,
                       start_engine=start_engine, jars=options.get("spark.jars"),
-                      plugins=options.get("spark.plugins"))
+                      plugins=options.get("spark.plugins"), picture_dir=picture_dir,
+                      strategies=strategies)
+    public, private = split(conf)
+    if private and not _jvm_running():
+        _submit_with_properties(private)
+        conf = public
     for k, v in conf.items():
         builder = builder.config(k, v)
     return builder
+
+
+def _jvm_running() -> bool:
+    from pyspark import SparkContext
+    return SparkContext._gateway is not None
+
+
+def _submit_with_properties(private: Mapping[str, str]) -> None:
+    """Make PySpark's JVM read ``private`` from a private properties file (not --conf)."""
+    import shlex
+
+    args = shlex.split(os.environ.get("PYSPARK_SUBMIT_ARGS", "pyspark-shell"))
+    prefix, extra = "", ["--load-spark-defaults"]
+    if "--properties-file" in args:  # the user's own: merged into ours, which replaces it
+        i = args.index("--properties-file")
+        prefix = Path(args[i + 1]).read_text(encoding="utf-8")
+        del args[i:i + 2]
+        extra = []
+    path = write_properties(private, prefix=prefix)
+    os.environ["PYSPARK_SUBMIT_ARGS"] = shlex.join(["--properties-file", str(path), *extra, *args])
 
 
 class LanceCompaction:
@@ -115,7 +163,12 @@ class LanceCompaction:
         self._strategy: str | None = None
 
     def option(self, key: str, value: Any) -> "LanceCompaction":
-        """Set one compaction option (see parameters.json / the README's table)."""
+        """Set one compaction option (see parameters.json / the README's table); ``options``
+        with a mapping sets each of its keys, as SQL's ``options => map(...)``."""
+        if key == "options" and isinstance(value, Mapping):
+            for k, v in value.items():
+                self.option(k, v)
+            return self
         spec = option_specs().get(key)
         if spec is not None and spec.sql and not isinstance(value, (list, tuple)):
             self._params[key] = value
@@ -132,7 +185,8 @@ class LanceCompaction:
 
     def strategy(self, name: str) -> "LanceCompaction":
         """Planning strategy: ``default``, ``io_bounded``, ``deletion_only``, ``incremental``,
-        or a dotted Planner class name."""
+        or the name of one registered with the catalog (``strategies`` of
+        :func:`configure_spark_with_lance_compact`)."""
         self._strategy = name
         return self
 
@@ -177,8 +231,8 @@ def describe_layout(spark: Any, table: str, catalog: str = "lance", **params: An
     """The layout report as a one-row DataFrame (``CALL lance.describe_layout``).
 
     ``histogram=True``: the fragment-size histogram as text instead, a row per line (column
-    ``histogram``); ``picture="/path/layout.png"`` (or ``.svg``) also draws it into that file
-    on the driver (needs the ``plot`` extra); ``compare_version=N`` puts version N beside the
+    ``histogram``); ``picture="layout.png"`` (or ``.svg``) also draws it into that file on
+    the driver, inside the folder the session allows (``picture_dir``; needs the ``plot`` extra); ``compare_version=N`` puts version N beside the
     current one. ``target_rows_per_fragment`` and ``materialize_deletions_threshold`` set
     what counts as small and as over the threshold.
 

@@ -9,16 +9,31 @@ package installed beside this one; the driver's engine and the executors run thi
 The Spark settings are :func:`lance_compact.api.spark_conf`'s, the ones
 ``configure_spark_with_lance_compact`` gives a PySpark session. ``$LANCE_COMPACT_START_ENGINE=false``
 starts the engine on the first statement that names the catalog instead of with the session.
+
+No secret goes on a command line (``ps`` shows those to every user of the machine). Give
+storage options in a ``--properties-file`` (``spark.sql.catalog.lance.storage.<key>=...``)
+or as environment variables ``LANCE_STORAGE_<KEY>`` (``LANCE_STORAGE_AWS_SECRET_ACCESS_KEY``);
+they reach spark-sql in a Spark properties file (mode 0600, in a private temporary folder,
+merged with the user's), removed when spark-sql ends. Storage options and settings named like
+a secret given as ``--conf`` are moved there too, so Spark's JVM never shows them (this
+command's own arguments did: don't).
+Pictures of ``describe_layout`` may be written in the current folder
+(``spark.lance.compact.picture.dir``; another ``--conf`` of it takes precedence).
 """
 from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
+import signal
+import subprocess
 import sys
 from pathlib import Path
 
 from .api import spark_conf
+from .private_conf import is_sensitive, write_properties
 
+STORAGE_ENV_PREFIX = "LANCE_STORAGE_"
 USAGE = "usage: lance-spark-sql [--warehouse DIR_OR_URI] [spark-sql arguments...]"
 
 # spark-sql's own (Hive) metastore is not used by the lance catalog: keep it in memory rather
@@ -46,9 +61,20 @@ def spark_home() -> str:
     return str(Path(list(spec.submodule_search_locations)[0]))
 
 
+def _conf_value(arg: str, value: str | None) -> tuple[str | None, int]:
+    """The ``key=value`` of a ``--conf``/``-c`` argument (separate or ``--conf=``), and how
+    many arguments it takes; (None, 0) if ``arg`` is not one."""
+    if arg in ("--conf", "-c") and value is not None:
+        return value, 2
+    if arg.startswith("--conf="):
+        return arg.split("=", 1)[1], 1
+    return None, 0
+
+
 def parse_args(argv: list[str]) -> tuple[str | None, str | None, str | None, list[str]]:
     """(warehouse, jars, plugins, the arguments for spark-sql). ``--jars``, ``--conf
-    spark.jars=`` and ``--conf spark.plugins=`` given by the user are merged with ours."""
+    spark.jars=`` and ``--conf spark.plugins=`` given by the user are merged with ours.
+    Secret settings stay in the arguments here; :func:`command` moves them out."""
     warehouse = os.environ.get("LANCE_WAREHOUSE") or None
     jars: list[str] = []
     plugins: list[str] = []
@@ -57,6 +83,7 @@ def parse_args(argv: list[str]) -> tuple[str | None, str | None, str | None, lis
     while i < len(argv):
         arg = argv[i]
         value = argv[i + 1] if i + 1 < len(argv) else None
+        conf, used = _conf_value(arg, value)
         if arg == "--warehouse":
             if value is None:
                 raise SystemExit(f"lance-spark-sql: --warehouse needs a value\n{USAGE}")
@@ -69,10 +96,10 @@ def parse_args(argv: list[str]) -> tuple[str | None, str | None, str | None, lis
         elif arg.startswith("--jars="):
             jars.append(arg.split("=", 1)[1])
             i += 1
-        elif arg in ("--conf", "-c") and value is not None and value.startswith(("spark.jars=", "spark.plugins=")):
-            key, v = value.split("=", 1)
+        elif conf is not None and conf.startswith(("spark.jars=", "spark.plugins=")):
+            key, v = conf.split("=", 1)
             (jars if key == "spark.jars" else plugins).append(v)
-            i += 2
+            i += used
         elif arg in _VALUE_OPTIONS or arg in ("--conf", "-c"):
             rest.extend(argv[i:i + 2])
             i += 2
@@ -85,10 +112,46 @@ def parse_args(argv: list[str]) -> tuple[str | None, str | None, str | None, lis
     return warehouse, ",".join(jars) or None, ",".join(plugins) or None, rest
 
 
-def command(argv: list[str], environ: dict[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
-    """The spark-sql command line and its environment."""
+def _take_secrets(rest: list[str]) -> tuple[list[str], dict[str, str], str | None]:
+    """``rest`` without its secret ``--conf`` settings and its ``--properties-file``; the
+    secret settings; the user's properties file."""
+    kept: list[str] = []
+    secret: dict[str, str] = {}
+    properties = None
+    i = 0
+    while i < len(rest):
+        arg = rest[i]
+        value = rest[i + 1] if i + 1 < len(rest) else None
+        conf, used = _conf_value(arg, value)
+        if conf is not None and "=" in conf and is_sensitive(conf.split("=", 1)[0]):
+            key, v = conf.split("=", 1)
+            secret[key] = v
+            i += used
+        elif arg == "--properties-file" and value is not None:
+            properties, i = value, i + 2
+        elif arg.startswith("--properties-file="):
+            properties, i = arg.split("=", 1)[1], i + 1
+        elif arg in _VALUE_OPTIONS or arg in ("--conf", "-c"):
+            kept.extend(rest[i:i + 2])
+            i += 2
+        else:
+            kept.append(arg)
+            i += 1
+    return kept, secret, properties
+
+
+def command(argv: list[str], environ: dict[str, str] | None = None
+            ) -> tuple[list[str], dict[str, str], dict[str, str], str | None]:
+    """The spark-sql command line and its environment, the settings that must go into a
+    properties file instead (secrets), and the user's own properties file (or None)."""
     env = dict(os.environ if environ is None else environ)
     warehouse, jars, plugins, rest = parse_args(argv)
+    rest, secret, properties = _take_secrets(rest)
+    # $LANCE_STORAGE_<KEY>=value: storage option <key> of the lance catalog, kept off every
+    # command line (another user may read ps, not this process's environment).
+    for k, v in env.items():
+        if k.startswith(STORAGE_ENV_PREFIX) and len(k) > len(STORAGE_ENV_PREFIX):
+            secret.setdefault(f"spark.sql.catalog.lance.storage.{k[len(STORAGE_ENV_PREFIX):].lower()}", v)
     home = spark_home()
     python = sys.executable  # not resolved: a venv's python is a link out of the venv
     env["SPARK_HOME"] = home
@@ -99,22 +162,49 @@ def command(argv: list[str], environ: dict[str, str] | None = None) -> tuple[lis
     env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     start_engine = env.get("LANCE_COMPACT_START_ENGINE", "true").lower() != "false"
     conf = {**spark_conf(warehouse=warehouse, python=python, start_engine=start_engine,
-                         jars=jars, plugins=plugins),
+                         jars=jars, plugins=plugins, picture_dir=os.getcwd()),
             **METASTORE_CONF}
     spark_sql = os.path.join(home, "bin", "spark-sql")
     args = [spark_sql, "--jars", conf.pop("spark.jars"),
             "--driver-java-options", DRIVER_JAVA_OPTIONS]
     for k, v in conf.items():
         args += ["--conf", f"{k}={v}"]
-    return args + rest, env
+    return args + rest, env, secret, properties
+
+
+def _run(args: list[str], env: dict[str, str], secret: dict[str, str],
+         properties: str | None) -> int:
+    """Run spark-sql with the secret settings in a private properties file, removed after."""
+    prefix = ""
+    if properties:
+        try:
+            prefix = Path(properties).read_text(encoding="utf-8")
+        except OSError as e:
+            raise SystemExit(f"lance-spark-sql: cannot read --properties-file {properties}: {e.strerror}")
+    path = write_properties(secret, prefix=prefix, keep=True)
+    # The user's own file replaces spark-defaults.conf, as spark-submit does; ours alone does not.
+    extra = ["--properties-file", str(path)] + ([] if properties else ["--load-spark-defaults"])
+    args = [args[0], *extra, *args[1:]]
+    # The terminal's Ctrl-C reaches spark-sql itself; a kill of this process is passed on.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        child = subprocess.Popen(args, env=env)
+        for sig in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, lambda s, _f: child.send_signal(s))
+        return child.wait()
+    finally:
+        shutil.rmtree(path.parent, ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> None:
     try:
-        args, env = command(list(sys.argv[1:] if argv is None else argv))
+        args, env, secret, properties = command(list(sys.argv[1:] if argv is None else argv))
     except FileNotFoundError as e:  # no jar
         raise SystemExit(f"lance-spark-sql: {e}")
-    os.execve(args[0], args, env)
+    if not secret and not properties:
+        os.execve(args[0], args, env)
+    code = _run(args, env, secret, properties)
+    raise SystemExit(code if code >= 0 else 128 - code)
 
 
 if __name__ == "__main__":

@@ -77,6 +77,8 @@ def handle(handlers: dict[str, Callable[[str], tuple[str, list[tuple]]]], action
         storage = json.loads(request).get("storage_options")
     except (ValueError, AttributeError):
         storage = None
+    from .secrets import remember
+    remember(storage)
     try:
         if action not in handlers:
             raise CompactionError(f"engine: unknown action {action!r}")
@@ -130,6 +132,21 @@ def _heartbeat(bridge: Any) -> None:
         time.sleep(interval)
 
 
+def _read_driver_settings(sc: Any) -> None:
+    """Once, at start: what the operator configured (the SparkContext's static conf: registered
+    strategies, the picture folder) and whether this engine was started for tests (its
+    environment). No SQL statement can change either afterwards."""
+    from . import driver_conf, secrets
+    from .options import hooks_enabled
+
+    conf = sc.getConf().getAll()
+    secrets.install_log_redaction()
+    secrets.remember({k.rsplit(".", 1)[-1]: v for k, v in conf if ".storage." in k})
+    driver_conf.load(conf)
+    if hooks_enabled():
+        log.warning("test hooks are enabled ($LANCE_COMPACT_TEST_HOOKS=1): for tests only")
+
+
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     threading.Thread(target=_exit_with_parent, daemon=True).start()
@@ -143,6 +160,7 @@ def main() -> None:
     bridge = gateway.entry_point
     jsc = bridge.javaSparkContext()
     sc = SparkContext(gateway=gateway, jsc=jsc, conf=SparkConf(_jconf=jsc.sc().conf()))
+    _read_driver_settings(sc)
     threading.Thread(target=_start_workers, args=(sc,), daemon=True).start()
     preload.join()
     handlers = _handlers(sc)

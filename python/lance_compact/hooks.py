@@ -2,7 +2,10 @@
 
 Never needed in production; the tests use them to fail a task attempt, kill its Python
 worker, change the table concurrently right before a commit, or kill the driver between
-the rewrite and the commit.
+the rewrite and the commit. They exist only in an engine started for tests
+(``$LANCE_COMPACT_TEST_HOOKS=1``, :func:`lance_compact.options.hooks_enabled`); otherwise
+every ``test_*`` key is an unknown option. Executors get them only inside the request the
+engine built.
 """
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ import signal
 from typing import Any
 
 from .errors import CompactionError
+from .options import hooks_enabled
 
 
 def task_fault(hooks: dict[str, Any], task_id: int, attempt: int) -> None:
@@ -46,6 +50,8 @@ def _jvm_pid() -> int:
 
 def before_commit(request: Any) -> None:
     """Run the commit hooks of ``request`` (on the driver, before each commit)."""
+    if not hooks_enabled():  # never reached: parse_options refuses test_* keys then
+        return
     name = request.hooks.get("test_before_commit")
     if name:
         module, _, func = name.rpartition(".")
@@ -56,7 +62,7 @@ def before_commit(request: Any) -> None:
 
 def before_carried_commit(request: Any) -> None:
     """On the driver, after deletions were carried over and before that commit."""
-    if request.hooks.get("test_kill_driver_before_carried_commit"):
+    if hooks_enabled() and request.hooks.get("test_kill_driver_before_carried_commit"):
         _kill_driver()
 
 

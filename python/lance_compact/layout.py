@@ -2,8 +2,9 @@
 
 ``describe_layout`` returns one row (parameters.json's ``layout_columns``); with
 ``histogram => true`` the fragment-size histogram as text instead, one row per line (column
-``histogram``), which spark-sql prints as it is. ``picture => '/path/layout.png'`` (or .svg)
-also draws it into a file on the driver; ``compare_version => N`` puts version N beside the
+``histogram``), which spark-sql prints as it is. ``picture => 'layout.png'`` (or .svg)
+also draws it into a file on the driver, inside the folder the operator allowed
+(``spark.lance.compact.picture.dir``); ``compare_version => N`` puts version N beside the
 current one.
 """
 from __future__ import annotations
@@ -14,6 +15,7 @@ import re
 from collections import defaultdict
 from typing import Any
 
+from . import driver_conf
 from .errors import CompactionError
 from .fragments import data_bytes, live_and_deleted
 from .health import table_health
@@ -41,10 +43,19 @@ def _fragments(ds) -> tuple[list[int], list[int], list[int], list[float], int]:
 
 
 def picture_path(value: str, table: str) -> str:
-    """The absolute local path a ``picture`` argument names, checked before any work."""
+    """The absolute local path a ``picture`` argument names, checked before any work: inside
+    the folder the operator allowed (``spark.lance.compact.picture.dir``), no way out of it."""
     def bad(why: str) -> CompactionError:
         return CompactionError(f"table {table}: describe_layout parameter picture {why}, got {value!r}")
 
+    folder = driver_conf.picture_dir()
+    if folder is None:
+        raise CompactionError(
+            f"table {table}: describe_layout parameter picture is off: the engine writes pictures only "
+            f"into a folder the operator allows; set {driver_conf.PICTURE_DIR}=/some/folder in the "
+            "driver's Spark configuration (spark-submit --conf, a properties file or the session "
+            "builder; lance-spark-sql and configure_spark_with_lance_compact set it to the current "
+            "folder), or leave picture out and use histogram => true")
     path = value.strip()
     if path.lower().startswith("file://"):
         path = path[len("file://"):]
@@ -54,7 +65,11 @@ def picture_path(value: str, table: str) -> str:
         raise bad("must name a file")
     if picture_format(path) is None:
         raise bad("must name a .png or .svg file")
-    path = os.path.abspath(os.path.expanduser(path))
+    root = os.path.realpath(folder)
+    # Relative paths are taken inside the folder; symlinks and '..' are resolved before the check.
+    path = os.path.realpath(os.path.join(root, path))
+    if os.path.commonpath([root, path]) != root:
+        raise bad(f"must name a file inside {root} (the folder {driver_conf.PICTURE_DIR} allows)")
     if os.path.isdir(path):
         raise bad("names a directory; name a .png or .svg file")
     if not os.path.isdir(os.path.dirname(path)):

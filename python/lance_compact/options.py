@@ -6,6 +6,7 @@ lives in exactly one place.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -139,6 +140,17 @@ def hook_specs() -> dict[str, OptionSpec]:
     return _specs("test_hooks")
 
 
+TEST_HOOKS_ENV = "LANCE_COMPACT_TEST_HOOKS"
+
+
+@lru_cache(maxsize=None)
+def hooks_enabled() -> bool:
+    """Whether this process was started for tests (``$LANCE_COMPACT_TEST_HOOKS=1`` in the
+    driver JVM's environment, inherited by its engine). Read once, at engine start: nothing a
+    SQL user passes can switch it on; without it every ``test_*`` key is an unknown option."""
+    return os.environ.get(TEST_HOOKS_ENV, "").strip() == "1"
+
+
 @lru_cache(maxsize=None)
 def specs_of(section: str) -> dict[str, OptionSpec]:
     """Parameters of another procedure (``optimize_indices_parameters``)."""
@@ -198,7 +210,7 @@ def parse_options(table: str, strategy: str, planner_settings: Mapping[str, Opti
                 target, o = options, lance_specs[name]
             elif name in run_specs():
                 target, o = run, run_specs()[name]
-            elif name in hook_specs():
+            elif name in hook_specs() and hooks_enabled():
                 target, o = hooks, hook_specs()[name]
             elif name in planner_settings:
                 target, o = settings, planner_settings[name]

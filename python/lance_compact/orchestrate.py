@@ -115,7 +115,7 @@ def shape(plan: Plan, run: dict[str, Any]) -> Plan:
 def make_plan(request: CompactionRequest) -> tuple[Plan, lance.LanceDataset]:
     """The strategy's plan at the table's latest version, and the table it was made on:
     ``where`` narrows the candidates for every strategy, then :func:`shape`."""
-    planner = get_planner(request.strategy, request.table, request.settings)
+    planner = get_planner(request.strategy, request.table, request.settings, request.catalog)
     dataset = open_dataset(request.table, request.uri, request.storage_options)
     if dataset.count_rows() == 0:
         # Most likely the wrong table (or one a job emptied): say so rather than succeed.

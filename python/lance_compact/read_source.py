@@ -100,6 +100,18 @@ class LanceFragmentReader(DataSourceReader):
         return [_FragmentGroup(g) for g in self.groups] or [_FragmentGroup([])]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
+        # What fails here reaches Spark's task failure, its logs and event log: redacted, as
+        # the compaction path's errors are.
+        from .secrets import redact
+
+        try:
+            yield from self._read(partition)
+        except Exception as e:
+            raise RuntimeError(redact(f"reading {self.request.get('table') or self.request.get('uri')}: "
+                                      f"{type(e).__name__}: {e}", self.request.get("storage_options"))
+                               ) from None
+
+    def _read(self, partition: InputPartition) -> Iterator[Any]:
         import pyarrow as pa
 
         from .metadata import open_request

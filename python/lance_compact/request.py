@@ -24,6 +24,7 @@ class CompactionRequest:
     run: dict[str, Any] = field(default_factory=run_defaults)
     hooks: dict[str, Any] = field(default_factory=dict)
     storage_options: dict[str, str] = field(default_factory=dict)
+    catalog: str | None = None  # the Spark catalog of the CALL: whose registered strategies apply
 
     @staticmethod
     def from_json(text: str) -> "CompactionRequest":
@@ -44,14 +45,16 @@ class CompactionRequest:
             # Asking for changes since a version is asking for the incremental strategy.
             given = params.get("since_version") is not None or "since_version" in extra
             strategy = "incremental" if given else "default"
-        cls = planner_class(strategy, table)
+        catalog = raw.get("catalog")
+        cls = planner_class(strategy, table, catalog)
         options, settings, run, hooks = parse_options(
             table, strategy, cls.settings_spec(), params, extra)
         return CompactionRequest(table=table, uri=uri, strategy=strategy, options=options,
                                  settings=settings, run=run, hooks=hooks,
-                                 storage_options=dict(raw.get("storage_options") or {}))
+                                 storage_options=dict(raw.get("storage_options") or {}),
+                                 catalog=catalog)
 
     def to_json(self) -> str:
         return json.dumps({"table": self.table, "uri": self.uri, "strategy": self.strategy,
                            "params": {**self.options, **self.settings, **self.run, **self.hooks},
-                           "storage_options": self.storage_options})
+                           "storage_options": self.storage_options, "catalog": self.catalog})

@@ -186,13 +186,16 @@ object EngineProcess extends Logging {
     t.start()
   }
 
-  /** The Python of the engine and of the executors' workers: the session's
-   * spark.sql.execution.pyspark.python, spark.pyspark.python, $PYSPARK_PYTHON, else python3. */
-  def pythonExec(spark: SparkSession): String =
-    spark.conf.getOption("spark.sql.execution.pyspark.python")
-      .orElse(spark.sparkContext.getConf.getOption("spark.pyspark.python"))
+  /** The Python of the engine and of the executors' workers: the driver's (static)
+   * spark.sql.execution.pyspark.python, spark.pyspark.python, $PYSPARK_PYTHON, else python3.
+   * Never the session's value: a SQL `SET` must not choose the program the driver starts. */
+  def pythonExec(spark: SparkSession): String = {
+    val conf = spark.sparkContext.getConf
+    conf.getOption("spark.sql.execution.pyspark.python")
+      .orElse(conf.getOption("spark.pyspark.python"))
       .orElse(sys.env.get("PYSPARK_PYTHON"))
       .getOrElse("python3")
+  }
 
   sys.addShutdownHook(synchronized(current.foreach(_.stop())))
 }

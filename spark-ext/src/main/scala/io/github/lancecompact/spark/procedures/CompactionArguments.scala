@@ -31,7 +31,8 @@ object CompactionArguments {
     .comment("Any compaction option or strategy setting by name, values as text; unknown keys are rejected").build()
 
   private val strategy = ProcedureParameter.in("strategy", StringType).defaultValue("NULL")
-    .comment("Planning strategy: default, io_bounded, deletion_only, incremental, or a dotted Python class name").build()
+    .comment("Planning strategy: default, io_bounded, deletion_only, incremental, or the name of one registered " +
+      "by whoever configures the catalog (spark.sql.catalog.<catalog>.strategies.<name> = module.Class)").build()
 
   /** Every parameter of compact and plan_compaction, in positional order. */
   val compaction: Array[ProcedureParameter] = ((table +: named) :+ options :+ strategy).toArray
@@ -109,6 +110,7 @@ object CompactionArguments {
     val request: ObjectNode = mapper.createObjectNode()
     request.put("table", tableArg)
     request.put("uri", uri)
+    request.put("catalog", catalog.name()) // whose registered strategies apply
     val values = request.putObject("params")
     val optionMap = request.putObject("options")
     params.zipWithIndex.drop(1).filterNot { case (_, i) => row.isNullAt(i) }.foreach { case (p, i) =>

@@ -53,7 +53,7 @@ final class PlanCompactionProcedure(catalog: LanceCatalog) extends EngineProcedu
  * with `histogram => true` the fragment-size histogram as text, a row per line; `picture`
  * draws it into a file on the driver; `compare_version` adds an earlier version beside. */
 final class DescribeLayoutProcedure(catalog: LanceCatalog) extends EngineProcedure(catalog, "describe_layout",
-  "The table's layout: fragments, small ones, deletions, bytes, indices and their unindexed fragments, last compaction; histogram => true returns the fragment-size histogram as text (a row per line), picture => '/path.png' or '.svg' also draws it, compare_version => N puts version N beside the current one.",
+  "The table's layout: fragments, small ones, deletions, bytes, indices and their unindexed fragments, last compaction; histogram => true returns the fragment-size histogram as text (a row per line), picture => 'layout.png' or '.svg' also draws it (into the folder spark.lance.compact.picture.dir allows), compare_version => N puts version N beside the current one.",
   CompactionArguments.describeLayout, PythonEngine.layout)
 
 /** `CALL lance.cleanup(table => ..., older_than => '7 days', dry_run => true)`: Lance's cleanup. */
