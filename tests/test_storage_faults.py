@@ -1,0 +1,196 @@
+"""Storage faults, injected for real: Lance tables on moto's S3-compatible server, reached
+through a fault-injecting proxy (tests/fault_proxy.py) that refuses (503 SlowDown, 500),
+slows, cuts or loses the answers to chosen requests. Under each fault a CALL lance.compact
+either lands exactly once or not at all: the table holds exactly its rows, no Rewrite lands
+that the CALL did not report, a failure names the object store and the kind of fault, and
+cleanup afterwards (the proxy healthy) leaves no orphan and no missing file.
+
+The catalog reaches the store through the proxy with few client retries and a short request
+timeout (``client_max_retries``, ``timeout``) so that a fault that outlasts Lance's retries
+fails in seconds; the tests check the table directly against moto."""
+import os
+import sys
+import time
+
+import lance
+import pytest
+
+from conftest import ROOT
+from degraded_table import content, degraded_table
+from fault_proxy import FaultProxy
+from table_files import orphans_and_missing, rewrites_since
+
+SPARK_MASTER = "local[2]"  # one attempt per task: a fault Lance's retries did not absorb fails it
+MANIFEST = r"/_versions/[^?]*\.manifest$"
+DATA = r"/data/"
+LISTING = r"\?list-type=2&prefix=[^&]*_versions"
+TIMEOUT_S = 8
+# Client-side retry budget of the catalog's object-store client: 1 retry, short request timeout.
+CLIENT = {"client_max_retries": "1", "client_retry_timeout": "15", "timeout": f"{TIMEOUT_S}s"}
+OUTCOMES: list[tuple] = []  # (case, faults injected, outcome, message) for the summary
+
+
+@pytest.fixture(scope="module")
+def proxy(s3):
+    with FaultProxy(s3.endpoint) as p:
+        yield p
+    if OUTCOMES:
+        print("\nstorage faults: case | faults injected | outcome | message")
+        for row in OUTCOMES:
+            print(" | ".join(str(x) for x in row))
+
+
+@pytest.fixture(scope="module")
+def wh(s3):
+    return s3.create_bucket(f"faults-{os.getpid()}-{int(time.time() * 1000) % 10**9}") + "/wh"
+
+
+@pytest.fixture(scope="module")
+def spark(s3, proxy, wh):
+    from pyspark.sql import SparkSession
+    from lance_compact import configure_spark_with_lance_compact
+
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in [str(ROOT / "examples"), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")] if p)
+    builder = (SparkSession.builder.master(SPARK_MASTER).appName("lance-compact-fault-tests")
+               .config("spark.ui.enabled", "false"))
+    options = {**s3.storage_options, "aws_endpoint": proxy.endpoint, **CLIENT}
+    session = configure_spark_with_lance_compact(builder, warehouse=wh, storage_options=options).getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+def names_a_storage_fault(message: str, kinds: tuple[str, ...]) -> bool:
+    """The error contract: the words "object store" and the kind of fault."""
+    text = message.lower()
+    return "object store" in text and any(k.lower() in text for k in kinds)
+
+
+def compact_under(spark, s3, proxy, wh, case: str, fault: dict, args: str = "", fragments: int = 24):
+    """A fresh table db.<case>; the fault switched on for one CALL lance.compact, then off.
+    Checks everything that must hold whatever happened; returns (row or None, error text or
+    None, compactions landed, the Fault)."""
+    name = case.replace("-", "_")
+    uri = f"{wh}/db/{name}.lance"
+    before = degraded_table(uri, fragments=fragments, storage_options=s3.storage_options)
+    expected = content(before)
+    injected = proxy.inject(**fault)
+    row = error = None
+    try:
+        row = spark.sql(f"CALL lance.compact(table => 'db.{name}', target_rows_per_fragment => 300"
+                        + (f", {args}" if args else "") + ")").collect()[0]
+    except Exception as e:  # judged below
+        error = str(e)
+    finally:
+        proxy.heal()
+    after = lance.dataset(uri, storage_options=s3.storage_options)
+    landed = rewrites_since(after, before.version)
+    assert injected.injected >= 1, f"{case}: no fault was injected ({injected.matched} requests matched)"
+    # No row lost, duplicated or resurrected, whatever happened.
+    assert content(after) == expected
+    # The answer is truthful: every compaction that landed was reported, none more.
+    if row is not None:
+        assert row.commits == landed, (row, landed)
+        assert row.new_version == (after.version if landed else before.version), row
+        outcome = f"landed {landed}x" if landed else "not landed"
+    else:
+        outcome = f"failed, landed {landed}x" if landed else "failed, not landed"
+        if landed:  # a failure after a commit must not hide it
+            assert "committed" in error.lower() and "nothing was committed" not in error.lower(), error[:2000]
+    # Cleanup through the healthy proxy leaves no orphan and no missing file.
+    spark.sql(f"CALL lance.cleanup(table => 'db.{name}', older_than => '0 seconds', "
+              "delete_unverified => true)").collect()
+    orphans, missing = orphans_and_missing(uri, s3.storage_options)
+    assert not orphans and not missing, (orphans, missing)
+    assert content(lance.dataset(uri, storage_options=s3.storage_options)) == expected
+    OUTCOMES.append((case, injected.injected, outcome, (error or "").split("\n")[0][:160]))
+    return row, error, landed, injected
+
+
+@pytest.mark.parametrize("case,fault", [
+    # The first manifest PUT refused: Lance's client retries it and the commit lands.
+    ("503-manifest-once", dict(mode="status", status=503, method="PUT", path=MANIFEST, limit=1)),
+    ("500-data-read-once", dict(mode="status", status=500, method="GET", path=DATA, limit=1)),
+    # Every data read slowed, under the timeout.
+    ("slow-data-reads", dict(mode="slow", delay_ms=150, method="GET", path=DATA)),
+    # A data file's PUT answer lost once: the client writes it again.
+    ("lose-data-write-once", dict(mode="lose", method="PUT", path=DATA, limit=1)),
+])
+def test_a_fault_the_client_absorbs_lands_once(spark, s3, proxy, wh, case, fault):
+    row, error, landed, _ = compact_under(spark, s3, proxy, wh, case, fault)
+    assert error is None and landed == 1 and row.commits == 1 and row.tasks >= 1
+
+
+@pytest.mark.parametrize("case,fault,kinds", [
+    ("503-every-manifest-write", dict(mode="status", status=503, method="PUT", path=MANIFEST), ("503",)),
+    ("500-every-data-read", dict(mode="status", status=500, method="GET", path=DATA), ("500",)),
+    ("503-every-data-write", dict(mode="status", status=503, method="PUT", path=DATA), ("503",)),
+    ("cut-every-data-read", dict(mode="cut", method="GET", path=DATA), ("connection",)),
+    ("slow-manifest-write-past-timeout",
+     dict(mode="slow", delay_ms=(TIMEOUT_S + 4) * 1000, method="PUT", path=MANIFEST, limit=1), ("timed out",)),
+])
+def test_a_fault_that_persists_lands_nothing_and_says_storage(spark, s3, proxy, wh, case, fault, kinds):
+    row, error, landed, _ = compact_under(spark, s3, proxy, wh, case, fault)
+    assert landed == 0 and row is None, row
+    assert names_a_storage_fault(error, kinds), error[:2000]
+    assert "concurrent" not in error.lower(), error[:2000]
+
+
+def test_partial_progress_keeps_what_landed_before_the_store_failed(spark, s3, proxy, wh):
+    """Two batches; every manifest write refused from the third on (the first batch's two
+    commits, fragment reservation and rewrite, go through): the first batch stays, the
+    error names the store and says what was committed."""
+    row, error, landed, _ = compact_under(
+        spark, s3, proxy, wh, "503-second-batch-commit",
+        dict(mode="status", status=503, method="PUT", path=MANIFEST, nth=3),
+        "partial_progress => true, max_commits => 2")
+    assert landed == 1 and row is None
+    assert names_a_storage_fault(error, ("503",)), error[:2000]
+    assert "committed" in error.lower(), error[:2000]
+
+
+def test_partial_progress_with_failing_data_writes_reports_failed_tasks(spark, s3, proxy, wh):
+    """Data writes refused for a while: the tasks hit count as failed, the others land."""
+    row, error, landed, fault = compact_under(
+        spark, s3, proxy, wh, "503-some-data-writes-partial",
+        dict(mode="status", status=503, method="PUT", path=DATA, limit=4),
+        "partial_progress => true, max_commits => 2")
+    assert error is None, error[:2000]
+    assert row.tasks_failed >= 1 and row.commits == landed
+
+
+@pytest.mark.parametrize("case,fault,args", [
+    # The rewrite's manifest PUT reaches the store, its answer does not: Lance writes it
+    # again with If-None-Match and gets 412; it must neither commit twice nor report a
+    # conflict with itself.
+    ("lose-manifest-response-once", dict(mode="lose", method="PUT", path=MANIFEST, nth=2, limit=1), ""),
+    ("lose-every-manifest-response", dict(mode="lose", method="PUT", path=MANIFEST), ""),
+    ("cut-manifest-response-once", dict(mode="cut", method="PUT", path=MANIFEST, nth=2, limit=1), ""),
+    ("lose-every-manifest-response-partial", dict(mode="lose", method="PUT", path=MANIFEST),
+     "partial_progress => true, max_commits => 2"),
+])
+def test_a_lost_manifest_write_response_lands_once_and_says_so(spark, s3, proxy, wh, case, fault, args):
+    row, error, landed, _ = compact_under(spark, s3, proxy, wh, case, fault, args)
+    assert landed == (2 if "partial" in case else 1)
+    # Truthful either way: a success reports the landed commits (checked in compact_under);
+    # a failure must say that the compaction was committed.
+    if row is None:
+        assert names_a_storage_fault(error, ("connection",)) and "committed" in error.lower(), error[:2000]
+    else:
+        assert row.retries == 0 and row.tasks_conflicted == 0, row
+
+
+def test_refusals_on_version_listing_now_and_then(spark, s3, proxy, wh):
+    """A third of the version listings refused (seeded): lands once or not at all; a failure
+    names the store."""
+    row, error, landed, _ = compact_under(
+        spark, s3, proxy, wh, "503-some-listings",
+        dict(mode="status", status=503, method="GET", path=LISTING, fraction=0.35, seed=7))
+    assert landed <= 1
+    if row is None:
+        assert names_a_storage_fault(error, ("503",)), error[:2000]
+    else:
+        assert landed == 1
