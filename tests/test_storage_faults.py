@@ -152,14 +152,15 @@ def test_partial_progress_keeps_what_landed_before_the_store_failed(spark, s3, p
     assert "committed" in error.lower(), error[:2000]
 
 
-def test_partial_progress_with_failing_data_writes_reports_failed_tasks(spark, s3, proxy, wh):
-    """Data writes refused for a while: the tasks hit count as failed, the others land."""
-    row, error, landed, fault = compact_under(
-        spark, s3, proxy, wh, "503-some-data-writes-partial",
-        dict(mode="status", status=503, method="PUT", path=DATA, limit=4),
-        "partial_progress => true, max_commits => 2")
+def test_partial_progress_with_every_data_write_refused_reports_failed_tasks(spark, s3, proxy, wh):
+    """Every data write refused under partial progress: each task counts as failed, nothing
+    lands, and the row says so (the CALL itself succeeds: failed tasks are counted)."""
+    row, error, landed, _ = compact_under(
+        spark, s3, proxy, wh, "503-every-data-write-partial",
+        dict(mode="status", status=503, method="PUT", path=DATA),
+        "partial_progress => true, max_commits => 3", fragments=48)
     assert error is None, error[:2000]
-    assert row.tasks_failed >= 1 and row.commits == landed
+    assert row.tasks_failed >= 3 and row.tasks == 0 and row.commits == 0 and landed == 0
 
 
 @pytest.mark.parametrize("case,fault,args", [
