@@ -33,7 +33,7 @@ import socket
 import threading
 import time
 import uuid
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
@@ -109,6 +109,8 @@ class FaultProxy:
         self.injected: Counter = Counter()  # mode -> faults injected since start
         self.log: list[tuple[str, str, str]] = []  # (mode, method, path) of every fault injected
         self.requests = 0
+        # (method, path, upstream status) of the latest forwarded requests, faulted or not.
+        self.forwarded: deque[tuple[str, str, int]] = deque(maxlen=10_000)
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -129,6 +131,11 @@ class FaultProxy:
         """Faults injected (of ``mode``, on paths containing ``path``) since start."""
         with self._lock:
             return sum(1 for m, _, p in self.log if (mode is None or m == mode) and path in p)
+
+    def statuses(self, method: str, path: str) -> list[int]:
+        """Upstream statuses of forwarded requests matching ``method`` and the ``path`` regex."""
+        with self._lock:
+            return [st for m, p, st in self.forwarded if m == method and re.search(path, p)]
 
     def _choose(self, method: str, path: str) -> Fault | None:
         with self._lock:
@@ -249,6 +256,8 @@ class _Handler(BaseHTTPRequestHandler):
         except OSError:
             self.send_error(502, "upstream unreachable")
             return
+        with self.owner._lock:
+            self.owner.forwarded.append((self.command, self.path, status))
         if fault is not None and fault.mode == "lose":
             self._drop()
             return

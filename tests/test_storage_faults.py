@@ -77,6 +77,7 @@ def compact_under(spark, s3, proxy, wh, case: str, fault: dict, args: str = "", 
     uri = f"{wh}/db/{name}.lance"
     before = degraded_table(uri, fragments=fragments, storage_options=s3.storage_options)
     expected = content(before)
+    proxy.forwarded.clear()
     injected = proxy.inject(**fault)
     row = error = None
     try:
@@ -164,9 +165,9 @@ def test_partial_progress_with_every_data_write_refused_reports_failed_tasks(spa
 
 
 @pytest.mark.parametrize("case,fault,args", [
-    # The rewrite's manifest PUT reaches the store, its answer does not: Lance writes it
-    # again with If-None-Match and gets 412; it must neither commit twice nor report a
-    # conflict with itself.
+    # The rewrite's manifest PUT reaches the store, its answer does not (nth=2: the first is
+    # the fragment-id reservation): Lance writes it again with If-None-Match and gets 412; it
+    # must neither commit twice nor report a conflict with itself.
     ("lose-manifest-response-once", dict(mode="lose", method="PUT", path=MANIFEST, nth=2, limit=1), ""),
     ("lose-every-manifest-response", dict(mode="lose", method="PUT", path=MANIFEST), ""),
     ("cut-manifest-response-once", dict(mode="cut", method="PUT", path=MANIFEST, nth=2, limit=1), ""),
@@ -176,6 +177,9 @@ def test_partial_progress_with_every_data_write_refused_reports_failed_tasks(spa
 def test_a_lost_manifest_write_response_lands_once_and_says_so(spark, s3, proxy, wh, case, fault, args):
     row, error, landed, _ = compact_under(spark, s3, proxy, wh, case, fault, args)
     assert landed == (2 if "partial" in case else 1)
+    # The manifest PUT went through and Lance wrote it again: the store refused (412, If-None-Match),
+    # then Lance read the version back and recognised its own transaction.
+    assert 412 in proxy.statuses("PUT", MANIFEST), proxy.statuses("PUT", MANIFEST)
     # Truthful either way: a success reports the landed commits (checked in compact_under);
     # a failure must say that the compaction was committed.
     if row is None:
