@@ -169,7 +169,8 @@ def test_a_concurrent_append_is_compatible(spark, table):
 
 def test_an_incompatible_overwrite_fails_clearly_and_stands(spark, table):
     t, path = table
-    with pytest.raises(Exception, match="incompatible with compaction"):
+    with pytest.raises(Exception, match="a concurrent Overwrite by another writer is incompatible with "
+                                        "compaction .*; nothing was committed"):
         call(spark, t, "options => map('test_before_commit', 'writers.overwrite')")
     after = lance.dataset(str(path))
     assert after.count_rows() == 10 and min(after.to_table()["id"].to_pylist()) == 700_000

@@ -105,3 +105,13 @@ def restore_previous(uri, storage_options):
     if _once(uri, "restore"):
         ds = lance.dataset(uri, storage_options=storage_options)
         lance.dataset(uri, version=ds.version - 1, storage_options=storage_options).restore()
+
+
+def overwrite_before_third_commit(uri, storage_options):
+    """Someone overwrites the table right before a run's third commit (partial progress)."""
+    count = _state(uri, "third.count")
+    n = (int(open(count).read()) if os.path.exists(count) else 0) + 1
+    with open(count, "w") as f:
+        f.write(str(n))
+    if n == 3:
+        lance.write_dataset(batch(700_000, 10), uri, mode="overwrite", storage_options=storage_options)

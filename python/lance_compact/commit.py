@@ -17,6 +17,7 @@ from lance.optimize import Compaction, RewriteResult
 
 from . import hooks
 from .errors import CompactionError
+from .failures import CONFLICT, classify
 from .fragments import changed_fragments, data_bytes, deleted_rows
 from .rebase import carry_over, commit_carried, describe, is_id_collision
 from .request import CompactionRequest
@@ -64,6 +65,7 @@ class CommitOutcome:
     commits: int = 0
     rebased: int = 0  # tasks committed with concurrent deletions carried over
     refusals: list[str] = field(default_factory=list)  # why a conflicted task was not carried over
+    versions: list[int] = field(default_factory=list)  # the versions committed, in order
 
     def add(self, metrics: dict[str, Any], committed: list[RewriteResult]) -> None:
         for k, v in metrics.items():
@@ -74,6 +76,8 @@ class CommitOutcome:
                 self.metrics[k] = None if v is None or prev is None else prev + v
         self.committed += committed
         self.commits += 1
+        if metrics.get("new_version") is not None:
+            self.versions.append(metrics["new_version"])
 
 
 def _commit(dataset: lance.LanceDataset, request: CompactionRequest,
@@ -96,11 +100,36 @@ def _commit(dataset: lance.LanceDataset, request: CompactionRequest,
     }
 
 
-def _incompatible(request: CompactionRequest, error: Exception) -> CompactionError:
-    return CompactionError(
-        f"table {request.table}: a concurrent change is incompatible with compaction "
-        f"({str(error).split(',')[0]}); nothing was committed and the table is as the other "
-        "writer left it")
+def _incompatible(request: CompactionRequest, error: Exception,
+                  results: list[RewriteResult] | None = None) -> CompactionError:
+    """A commit failed for another reason than a conflict Lance calls retryable: say what
+    (a concurrent writer's incompatible operation, the object store, ...). When the store
+    failed, look whether the commit landed all the same (its answer may have been lost)."""
+    failure = classify(error)
+    if failure.kind == CONFLICT:
+        return CompactionError(
+            f"table {request.table}: a concurrent {failure.operation} by another writer is "
+            f"incompatible with compaction ({failure.detail}); this commit did not land and the "
+            "table is as the other writer left it")
+    landed = _landed(request, results or [])
+    return CompactionError(f"table {request.table}: committing failed: {failure.phrase} "
+                           f"({failure.detail}); {landed}")
+
+
+def _landed(request: CompactionRequest, results: list[RewriteResult]) -> str:
+    """Whether the latest version holds every file the results wrote (the commit landed)."""
+    files = {d.path for r in results for f in r.new_fragments for d in f.files}
+    if not files:
+        return "this commit did not land"
+    try:
+        latest = open_dataset(request.table, request.uri, request.storage_options)
+        have = {d.path for f in latest.get_fragments() for d in f.metadata.files}
+    except CompactionError:
+        return ("whether this commit landed could not be checked: see the table's versions "
+                f"(SELECT * FROM lance.{request.table}.versions)")
+    if files <= have:
+        return f"this commit landed all the same, as version {latest.version}"
+    return f"this commit did not land (the table is at version {latest.version})"
 
 
 # Tries to carry deletions over when yet another change lands between carrying and committing.
@@ -116,6 +145,7 @@ def _carry(request: CompactionRequest, read_version: int, results: list[RewriteR
     base = open_dataset(request.table, request.uri, request.storage_options, version=read_version)
     for _ in range(CARRY_ATTEMPTS):
         latest = open_dataset(request.table, request.uri, request.storage_options)
+        carried = None
         try:
             carried = carry_over(request.uri, request.storage_options, pending, base, latest)
             for i in sorted(carried.refused):
@@ -128,7 +158,7 @@ def _carry(request: CompactionRequest, read_version: int, results: list[RewriteR
         except OSError as e:
             # Another writer landed meanwhile (a delete, or an append that took the ids): again.
             if not (is_retryable_conflict(e) or is_id_collision(e)):
-                raise _incompatible(request, e) from None
+                raise _incompatible(request, e, [c.result for c in carried.carried] if carried else []) from None
             log.info("table %s: carrying deletions over met another change (%s); again",
                      request.table, str(e).split(",")[0])
             pending = [r for r in pending if r not in refused]
@@ -144,7 +174,8 @@ def _carry(request: CompactionRequest, read_version: int, results: list[RewriteR
 
 
 def commit_results(request: CompactionRequest, read_version: int, results: list[RewriteResult],
-                   dataset: lance.LanceDataset | None = None) -> CommitOutcome:
+                   dataset: lance.LanceDataset | None = None,
+                   outcome: CommitOutcome | None = None) -> CommitOutcome:
     """Commit ``results`` atomically. On a conflicting concurrent change: commit those whose
     fragments it left unchanged, commit those it only deleted rows from with the deletions
     carried over (``rebase.py``), and return the others as conflicted (to plan again).
@@ -152,16 +183,17 @@ def commit_results(request: CompactionRequest, read_version: int, results: list[
     ``dataset`` is the table as the run last saw it (its plan or its previous commit), which
     saves reopening a large manifest; Lance checks every newer version at commit all the
     same. Lance's own Rewrite transaction is the record of the compaction (``history.py``).
+    ``outcome`` (a new one if not given) holds what was committed even when this raises.
     """
     if dataset is None:
         dataset = open_dataset(request.table, request.uri, request.storage_options)
-    outcome = CommitOutcome()
+    outcome = CommitOutcome() if outcome is None else outcome
     try:
         outcome.add(_commit(dataset, request, results), list(results))
         return outcome
-    except OSError as e:
+    except (OSError, ValueError) as e:  # Lance raises store failures as either
         if not is_retryable_conflict(e):
-            raise _incompatible(request, e) from None
+            raise _incompatible(request, e, results) from None
         log.info("table %s: commit conflict: %s", request.table, str(e).split(",")[0])
     latest = open_dataset(request.table, request.uri, request.storage_options)
     base = open_dataset(request.table, request.uri, request.storage_options, version=read_version)
@@ -173,7 +205,7 @@ def commit_results(request: CompactionRequest, read_version: int, results: list[
             outcome.add(_commit(latest, request, safe), safe)
         except OSError as e:
             if not is_retryable_conflict(e):
-                raise _incompatible(request, e) from None
+                raise _incompatible(request, e, safe) from None
             touched = list(results)  # everything changed again: carry over what can be
     if touched and request.run.get("carry_over_deletes", True):
         touched = _carry(request, read_version, touched, outcome)

@@ -82,9 +82,11 @@ def handle(handlers: dict[str, Callable[[str], tuple[str, list[tuple]]]], action
     except CompactionError as e:
         return {"ok": False, "error": redact(e.message, storage)}
     except Exception as e:  # a bug or an unexpected Lance error: say what, keep serving
+        from .failures import describe
+
         log.error("engine: %s failed: %s", action, redact(traceback.format_exc(), storage))
         return {"ok": False, "error": redact(
-            f"lance_compact engine: {action} failed: {type(e).__name__}: {e}", storage)}
+            f"lance_compact engine: {action} failed: {type(e).__name__}: {describe(e)}", storage)}
 
 
 def _exit_with_parent() -> None:
@@ -113,6 +115,18 @@ def _start_workers(sc: Any) -> None:
         log.warning("starting Python workers ahead of time failed: %s", e)
 
 
+def _heartbeat(bridge: Any) -> None:
+    """Tell the JVM this process is alive, every few seconds: a caller waiting for an answer
+    takes a silent engine as hung (``spark.lance.compact.engine.heartbeatTimeout``)."""
+    interval = bridge.heartbeatIntervalMs() / 1000
+    while True:
+        try:
+            bridge.heartbeat()
+        except Exception as e:  # the JVM is going away; stdin's end stops this process
+            log.warning("heartbeat failed: %s", e)
+        time.sleep(interval)
+
+
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     threading.Thread(target=_exit_with_parent, daemon=True).start()
@@ -130,14 +144,18 @@ def main() -> None:
     preload.join()
     handlers = _handlers(sc)
     bridge.ready()
+    threading.Thread(target=_heartbeat, args=(bridge,), daemon=True, name="heartbeat").start()
     log.info("engine ready (pid %d)", os.getpid())
 
     def serve(raw: str) -> None:
+        from .cancellation import serving
+
         started = time.monotonic()
         message = json.loads(raw)
         try:
             bridge.adopt(message["id"])
-            text = json.dumps(handle(handlers, message["action"], message["request"]))
+            with serving(lambda: bridge.cancelled(message["id"])):
+                text = json.dumps(handle(handlers, message["action"], message["request"]))
         except Exception as e:  # the caller must always get an answer
             text = json.dumps({"ok": False, "error": f"lance_compact engine: {type(e).__name__}: {e}"})
         finally:

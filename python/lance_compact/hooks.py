@@ -63,3 +63,14 @@ def before_carried_commit(request: Any) -> None:
 def _kill_driver() -> None:
     os.kill(_jvm_pid(), signal.SIGKILL)
     os._exit(137)  # and this process, which would otherwise go on to commit
+
+
+def task_sleep(hooks: dict[str, Any], task_id: int) -> None:
+    """``test_task_sleep_ms = '<task|all>:<ms>'``: that task (or every one) sleeps first,
+    before it writes anything (to cancel a run while it is running)."""
+    spec = hooks.get("test_task_sleep_ms")
+    if spec:
+        task, ms = spec.split(":")
+        if task == "all" or int(task) == task_id:
+            import time
+            time.sleep(int(ms) / 1000)

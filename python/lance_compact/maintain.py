@@ -1,15 +1,18 @@
 """``CALL lance.maintain``: a table's everyday maintenance in one call -- compaction, then
 index optimization, then cleanup of old versions -- each only when the table's layout says
 it is due (thresholds are parameters), one result row per step that ran or was skipped and
-why. ``dry_run`` reports what it would do."""
+why. ``dry_run`` reports what it would do. A cancel is seen between steps (and within the
+compaction, before each batch and commit); a failure or a cancel says which steps ran before
+it, with the versions they left, and which did not run."""
 from __future__ import annotations
 
 import json
 from datetime import datetime, timezone
 from typing import Any
 
-from . import orchestrate
+from . import cancellation, orchestrate
 from .cleanup import cleanup_row, parse_older_than
+from .errors import CompactionError
 from .fragments import live_and_deleted
 from .indices import index_state, optimize_indices_row
 from .options import effective, procedure_args, result_columns, spec
@@ -32,6 +35,9 @@ def _compaction_due(ds, target: int, threshold: float, min_small: int) -> tuple[
     return (small >= min_small and small > 1) or heavy > 0, facts
 
 
+STEPS = ("compact", "optimize_indices", "cleanup")
+
+
 def maintain_rows(request_json: str, runner: Any) -> list[tuple]:
     raw = json.loads(request_json)
     table, uri, storage = raw.get("table") or raw["uri"], raw["uri"], raw.get("storage_options")
@@ -39,7 +45,31 @@ def maintain_rows(request_json: str, runner: Any) -> list[tuple]:
     dry = bool(args.get("dry_run"))
     base = {"table": table, "uri": uri, "storage_options": storage or {}}
     rows: list[dict[str, Any]] = []
+    steps = {"compact": _compact_step, "optimize_indices": _indices_step, "cleanup": _cleanup_step}
+    for name in STEPS:
+        why = cancellation.reason()
+        if why:
+            raise cancellation.Cancelled(f"table {table}: maintain was cancelled before its {name} step "
+                                         f"({why}); {_progress(rows, name)}")
+        try:
+            rows.append(steps[name](table, uri, storage, args, dry, base, runner))
+        except CompactionError as e:
+            kind = cancellation.Cancelled if isinstance(e, cancellation.Cancelled) else CompactionError
+            raise kind(f"{e.message}; maintain: the {name} step "
+                       f"{'was cancelled' if kind is cancellation.Cancelled else 'failed'}; "
+                       f"{_progress(rows, name)}") from None
+    return [tuple({**r, "table": table}[c] for c, _ in result_columns("maintain_columns")) for r in rows]
 
+
+def _progress(rows: list[dict[str, Any]], stopped: str) -> str:
+    """Which steps ran (and the version each left) before ``stopped``, and which did not run."""
+    ran = [f"{r['step']} (version {r['version']})" for r in rows if r["ran"]]
+    later = list(STEPS[STEPS.index(stopped) + 1:])
+    text = ("steps done before: " + ", ".join(ran)) if ran else "no earlier step changed the table"
+    return text + (f"; not run: {', '.join(later)}" if later else "")
+
+
+def _compact_step(table, uri, storage, args, dry, base, runner) -> dict[str, Any]:
     ds = open_dataset(table, uri, storage)
     config = ds.config() or {}
     given = {"target_rows_per_fragment": args["target_rows_per_fragment"]} if "target_rows_per_fragment" in args else {}
@@ -60,8 +90,10 @@ def maintain_rows(request_json: str, runner: Any) -> list[tuple]:
                            f"{r['deleted_rows_removed']} deleted rows removed"
                            + (f", {r['tasks_left']} tasks left for later" if r.get("tasks_left") else "")
                            + (f"; {r['conflicts']}" if r.get("conflicts") else ""))
-    rows.append(row)
+    return row
 
+
+def _indices_step(table, uri, storage, args, dry, base, runner) -> dict[str, Any]:
     ds = open_dataset(table, uri, storage)
     state = index_state(ds)
     lagging = {n: e["unindexed"] for n, e in state.items() if e["unindexed"] >= args["min_unindexed_fragments"]}
@@ -76,8 +108,10 @@ def maintain_rows(request_json: str, runner: Any) -> list[tuple]:
         row.update(ran=True, version=r["new_version"],
                    outcome=f"{r['indices_optimized']} indices: unindexed fragments "
                            f"{r['unindexed_fragments_before']} -> {r['unindexed_fragments_after']}")
-    rows.append(row)
+    return row
 
+
+def _cleanup_step(table, uri, storage, args, dry, base, runner) -> dict[str, Any]:
     ds = open_dataset(table, uri, storage)
     cutoff = datetime.now(timezone.utc) - parse_older_than(args["older_than"], table)
     old = [v for v in sorted(ds.versions(), key=lambda v: v["version"])[:-1]
@@ -94,5 +128,4 @@ def maintain_rows(request_json: str, runner: Any) -> list[tuple]:
         row.update(ran=True, version=r["version"],
                    outcome=f"{r['old_versions']} versions, {r['data_files_removed']} data files, "
                            f"{r['bytes_removed']:,} bytes removed")
-    rows.append(row)
-    return [tuple({**r, "table": table}[c] for c, _ in result_columns("maintain_columns")) for r in rows]
+    return row

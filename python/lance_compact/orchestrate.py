@@ -14,15 +14,18 @@ from __future__ import annotations
 
 import logging
 import time
+import traceback
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import lance
 from lance.optimize import Compaction, RewriteResult
 
-from . import hooks
+from . import cancellation, hooks
 from .commit import CommitOutcome, commit_results, remove_new_files
 from .errors import CompactionError
+from .failures import committed_phrase, describe
+from .secrets import redact
 from .execute import TaskOutcome
 from .options import result_columns
 from .request import CompactionRequest
@@ -54,6 +57,8 @@ class BatchFailure:
 
     message: str
     position: int | None = None
+    cancelled: bool = False  # the job was cancelled (message: why)
+    settled: bool = True  # none of its tasks still ran when the runner returned
 
 
 class BatchRunner(Protocol):
@@ -151,22 +156,80 @@ class Run:
                        "tasks_failed": 0}
         self.totals: dict[str, Any] = {}
         self.refusals: list[str] = []  # why conflicted tasks were not carried over
+        self.committed_versions: list[int] = []  # in the order they were committed
 
     def execute(self, runner: BatchRunner) -> None:
+        """Run every batch. A failure or a cancel ends the run with a message that says what
+        was committed before it (with the versions) and that nothing was after."""
+        try:
+            self._execute(runner)
+        except cancellation.Cancelled:
+            raise
+        except CompactionError as e:
+            raise CompactionError(f"{e.message}; {committed_phrase(self.versions)}") from None
+        except Exception as e:  # Lance's or ours: name it, and say what was committed
+            log.error("table %s: run failed: %s", self.request.table,
+                      redact(traceback.format_exc(), self.request.storage_options))
+            raise CompactionError(f"table {self.request.table}: the compaction failed: "
+                                  f"{type(e).__name__}: {describe(e)}; "
+                                  f"{committed_phrase(self.versions)}") from None
+        self.ended = time.time()
+
+    def _execute(self, runner: BatchRunner) -> None:
         number = 0
         while self.pending:
+            self._check_cancelled(f"before batch {number + 1}", self.pending[0].carried)
             batch = self.pending.pop(0)
             number += 1
             clock = time.monotonic()
             outcomes, failure = runner.run(self.request, batch, number)
             ran = time.monotonic()
+            if failure is not None and failure.cancelled:
+                reported = [o for o in outcomes if o.result_json is not None]
+                self._cancelled(failure.message, f"during batch {number}", reported + batch.carried,
+                                len(batch.ids) - len(outcomes), failure.settled)
             if failure is None:
                 self._commit(batch, outcomes)
             else:
                 self._failed(batch, outcomes, failure)
             log.info("table %s: batch %d: %d tasks ran in %d ms, commit took %d ms", self.request.table,
                      number, len(batch.ids), (ran - clock) * 1000, (time.monotonic() - ran) * 1000)
-        self.ended = time.time()
+
+    @property
+    def versions(self) -> list[int]:
+        """The versions this run committed so far."""
+        return list(self.committed_versions)
+
+    def _check_cancelled(self, where: str, uncommitted: list[TaskOutcome]) -> None:
+        why = cancellation.reason()
+        if why:
+            self._cancelled(why, where, uncommitted)
+
+    def _cancelled(self, why: str, where: str, uncommitted: list[TaskOutcome], stopped: int = 0,
+                   settled: bool = True) -> None:
+        """Stop: remove what finished tasks wrote and nobody committed (local tables), and
+        fail saying the statement was cancelled, what was committed before, and what was left
+        for cleanup (files of ``stopped`` tasks that never reported)."""
+        request = self.request
+        why = cancellation.reason() or why  # the statement's own cancel says more than Spark's
+        results = [RewriteResult.from_json(o.result_json) for o in uncommitted if o.result_json]
+        local = "://" not in request.uri or request.uri.startswith("file://")
+        cleanup = f"CALL lance.cleanup(table => '{request.table}', delete_unverified => true)"
+        if local:
+            removed = remove_new_files(request, results) if results else 0
+            files = (f"the {removed} files of tasks that finished but were not committed were removed"
+                     if removed else "no finished task was left uncommitted")
+            if stopped:
+                files += (f"; {stopped} tasks were stopped before they reported: a file one of them "
+                          f"was writing is left for {cleanup}")
+                if not settled:
+                    files += " (some were still running 15 s after the cancel)"
+        else:
+            files = f"files written by tasks that were not committed are left for {cleanup}"
+        log.info("table %s: cancelled %s (%s)", request.table, where, why)
+        raise cancellation.Cancelled(
+            f"table {request.table}: the compaction was cancelled {where} ({why}); "
+            f"{committed_phrase(self.versions, 'the cancel')}; {files}")
 
     def _failed(self, batch: Batch, outcomes: list[TaskOutcome], failure: BatchFailure) -> None:
         """A task of the batch failed all its attempts (its worker died, say). Without partial
@@ -196,16 +259,20 @@ class Run:
         request = self.request
         if sorted(o.task_id for o in outcomes) != sorted(batch.ids):
             raise CompactionError(
-                f"table {request.table}: {len(outcomes)} of {len(batch.ids)} tasks reported back; "
-                "nothing was committed")
+                f"table {request.table}: {len(outcomes)} of {len(batch.ids)} tasks reported back")
+        self._check_cancelled("before a commit", [o for o in outcomes if o.error is None] + batch.carried)
         hooks.before_commit(request)
         # In plan order, whatever order the tasks finished in: Lance numbers the new
         # fragments in the order of the results, and the layout must equal its own.
         done = sorted([o for o in outcomes if o.error is None] + batch.carried, key=lambda o: o.task_id)
         results = [RewriteResult.from_json(o.result_json) for o in done]
         self.counts["tasks_failed"] += sum(1 for o in outcomes if o.error is not None)
-        outcome = (commit_results(request, batch.read_version, results, self.dataset)
-                   if results else CommitOutcome())
+        outcome = CommitOutcome()
+        try:
+            if results:
+                commit_results(request, batch.read_version, results, self.dataset, outcome)
+        finally:
+            self.committed_versions += outcome.versions
         self.counts["commits"] += outcome.commits
         self.counts["tasks_rebased"] += outcome.rebased
         self.refusals += outcome.refusals

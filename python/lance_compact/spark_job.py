@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -18,8 +19,10 @@ from pyspark import SparkContext, TaskContext
 from pyspark.accumulators import AccumulatorParam, _accumulatorRegistry
 
 from . import hooks
+from .cancellation import job_cancelled
 from .errors import MARKER, CompactionError
 from .execute import TaskOutcome, check_same_pylance, execute_task
+from .failures import BUG, classify, first_part
 from .request import CompactionRequest
 from .secrets import redact
 from .orchestrate import Batch, BatchFailure
@@ -55,6 +58,7 @@ class _Executor:
         for task_id, task_json in rows:
             try:
                 hooks.task_fault(self.hooks, task_id, attempt)
+                hooks.task_sleep(self.hooks, task_id)
                 outcome = execute_task(self.table, self.uri, self.storage_options, task_id, task_json)
             except Exception as e:
                 # Spark logs a failed task's error on the executor and the driver: never a credential.
@@ -100,9 +104,14 @@ _PYTHON_ERROR = re.compile(r"^\s*([A-Za-z_][\w.]*(?:Error|Exception|Exit)): (.*)
 
 
 def job_failure(error: Exception, table: str) -> BatchFailure:
-    """What a failed Spark job says, for the user: the engine's own message if a task raised
-    one, else the task's Python error (or Spark's reason); and the partition Spark gave up on."""
+    """What a failed Spark job says, for the user: cancelled (and why), the engine's own
+    message if a task raised one, else the task's error named by kind (``failures.py``:
+    object store, corrupt file, ...); and the partition Spark gave up on. It does not say
+    what was committed: the run adds that."""
     text = str(error)
+    cancelled = job_cancelled(text)
+    if cancelled:
+        return BatchFailure(cancelled, None, cancelled=True)
     m = _GAVE_UP.search(text)
     if MARKER in text:
         return BatchFailure(text[text.index(MARKER) + len(MARKER):].strip().splitlines()[0].strip(),
@@ -113,8 +122,42 @@ def job_failure(error: Exception, table: str) -> BatchFailure:
     if cause is None:
         cause = next((line.strip() for line in text.splitlines() if line.strip()), "unknown")
     attempts = f" failed all its {m.group(2)} attempts" if m else " failed"
-    return BatchFailure(f"table {table}: a compaction task{attempts} ({cause}); nothing was committed",
+    kind = classify(cause)
+    what = "" if kind.kind == BUG else f": {kind.phrase}"
+    return BatchFailure(f"table {table}: a compaction task{attempts}{what} ({first_part(cause)})",
                         int(m.group(1)) if m else None)
+
+
+def _settle(sc: SparkContext, tag: str | None, timeout: float = 15.0) -> bool:
+    """After a job of this request failed or was cancelled: wait (bounded) until none of its
+    tasks still runs, so nothing of this run is written after the statement ends. Returns
+    whether they all ended."""
+    if not tag:
+        return True
+    tracker = sc._jsc.sc().statusTracker()
+    deadline = time.monotonic() + timeout
+    while True:
+        running = 0
+        for job in tracker.getJobIdsForTag(tag):
+            info = tracker.getJobInfo(job)
+            if info.isEmpty():
+                continue
+            for stage in info.get().stageIds():
+                s = tracker.getStageInfo(stage)
+                if not s.isEmpty():
+                    running += s.get().numActiveTasks()
+        if running == 0:
+            return True
+        if time.monotonic() > deadline:
+            log.warning("%d tasks still running %.0f s after their job failed", running, timeout)
+            return False
+        time.sleep(0.2)
+
+
+def _request_tag(sc: SparkContext) -> str | None:
+    """The job tag the JVM gave this request's jobs (EngineBridge.adopt)."""
+    tags = sc.getLocalProperty("spark.job.tags") or ""
+    return next((t for t in tags.split(",") if t.startswith("lance-compact-") and "-request-" in t), None)
 
 
 class SparkBatchRunner:
@@ -140,12 +183,13 @@ class SparkBatchRunner:
         try:
             sc.parallelize(items, len(items)).mapPartitions(
                 lambda rows: executor(outcomes, rows)).count()
-        except Exception as e:  # a task failed all its attempts
+        except Exception as e:  # a task failed all its attempts, or the job was cancelled
             failed = job_failure(e, request.table)
             # The partition Spark names is a place in the job's order, not the batch's.
             position = (order[failed.position]
                         if failed.position is not None and failed.position < len(order) else None)
-            failure = BatchFailure(failed.message, position)
+            settled = _settle(sc, _request_tag(sc))
+            failure = BatchFailure(failed.message, position, failed.cancelled, settled)
         finally:
             sc.setJobDescription(None)
             _accumulatorRegistry.pop(outcomes.aid, None)

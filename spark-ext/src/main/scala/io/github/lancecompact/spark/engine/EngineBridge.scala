@@ -9,7 +9,12 @@ import org.apache.spark.api.java.JavaSparkContext
 /** What the engine process reaches over Py4J. Every call goes Python -> JVM: the engine
  * long-polls for requests and posts their responses, so no callback server is needed, and
  * the Spark jobs a request starts run on the JVM thread paired with the engine thread that
- * serves it (Py4J's pinned threads), under the caller's job group, tags and pool.
+ * serves it (Py4J's pinned threads), under the caller's job group, tags and pool, plus a job
+ * tag of the request's own (so its jobs can be cancelled when the caller is interrupted or
+ * the engine dies).
+ *
+ * The engine also calls `heartbeat()` every few seconds (its liveness, which the waiting
+ * caller checks) and `cancelled(id)` before each batch and commit.
  */
 final class EngineBridge(sc: SparkContext) {
   import EngineBridge._
@@ -17,7 +22,14 @@ final class EngineBridge(sc: SparkContext) {
   private final class Request(val id: String, val json: String,
                               val properties: Map[String, String]) {
     val response = new CompletableFuture[String]()
+    /** The job tag of this request's Spark jobs. */
+    val tag: String = s"lance-compact-$instance-request-$id"
+    @volatile var cancelReason: String = _
   }
+
+  /** Tells this bridge's tags from those of an earlier engine's bridge in this JVM. */
+  private val instance = Instances.incrementAndGet()
+  @volatile private var lastBeat = System.nanoTime()
 
   private val ids = new AtomicLong()
   private val queue = new LinkedBlockingQueue[Request]()
@@ -28,7 +40,20 @@ final class EngineBridge(sc: SparkContext) {
   def javaSparkContext(): JavaSparkContext = JavaSparkContext.fromSparkContext(sc)
 
   /** Called by the engine once it can serve requests. */
-  def ready(): Unit = readyLatch.countDown()
+  def ready(): Unit = { lastBeat = System.nanoTime(); readyLatch.countDown() }
+
+  /** Called by the engine's heartbeat thread every [[heartbeatIntervalMs]]. */
+  def heartbeat(): Unit = lastBeat = System.nanoTime()
+
+  /** How often the engine should call [[heartbeat]]. */
+  @volatile var heartbeatIntervalMs: Long = 2000
+
+  /** Milliseconds since the engine's last heartbeat. */
+  def silentMs: Long = (System.nanoTime() - lastBeat) / 1000000
+
+  /** Why request `id`'s statement was cancelled, or null while it was not: the engine asks
+   * before each batch, each commit and each maintenance step. */
+  def cancelled(id: String): String = Option(pending.get(id)).map(_.cancelReason).orNull
 
   def awaitReady(millis: Long): Boolean = readyLatch.await(millis, TimeUnit.MILLISECONDS)
 
@@ -41,28 +66,47 @@ final class EngineBridge(sc: SparkContext) {
   /** On the calling (engine-paired) thread: the local properties of the request's caller,
    * so cancelling the caller's statement (job group, tags) cancels the engine's jobs too. */
   def adopt(id: String): Unit = {
-    val props = Option(pending.get(id)).map(_.properties).getOrElse(Map.empty)
+    val request = Option(pending.get(id))
+    val props = request.map(_.properties).getOrElse(Map.empty)
     Inherited.foreach(k => sc.setLocalProperty(k, props.getOrElse(k, null)))
+    request.foreach(r => sc.addJobTag(r.tag))
   }
 
   /** The engine's response to request `id` (JSON). */
   def respond(id: String, json: String): Unit =
     Option(pending.remove(id)).foreach(_.response.complete(json))
 
-  /** Queue a request for the engine, with the caller's local properties. */
-  private[engine] def submit(action: String, requestJson: String): CompletableFuture[String] = {
+  /** Mark request `id` cancelled (the engine stops at its next check) and cancel its
+   * running Spark jobs. */
+  private[engine] def cancel(id: String, reason: String): Unit =
+    Option(pending.get(id)).foreach { r =>
+      r.cancelReason = reason
+      cancelJobs(r)
+    }
+
+  private def cancelJobs(r: Request): Unit =
+    try sc.cancelJobsWithTag(r.tag) catch { case _: IllegalStateException => () } // context stopped
+
+  /** Queue a request for the engine, with the caller's local properties; returns its id and
+   * its future response. */
+  private[engine] def submit(action: String, requestJson: String): (String, CompletableFuture[String]) = {
     val id = ids.incrementAndGet().toString
     val body = s"""{"id":"$id","action":${quote(action)},"request":${quote(requestJson)}}"""
     val props = Inherited.flatMap(k => Option(sc.getLocalProperty(k)).map(k -> _)).toMap
     val r = new Request(id, body, props)
     pending.put(id, r)
     queue.put(r)
-    r.response
+    (id, r.response)
   }
 
-  /** Fail every request in flight (the engine process ended). */
+  /** Fail every request in flight (the engine process ended) and cancel the Spark jobs it
+   * had started for them, which would otherwise run to their end. */
   private[engine] def failAll(error: Throwable): Unit = {
-    pending.values().forEach(_.response.completeExceptionally(error))
+    pending.values().forEach { r =>
+      r.cancelReason = "the engine process ended"
+      cancelJobs(r)
+      r.response.completeExceptionally(error)
+    }
     pending.clear()
     queue.clear()
   }
@@ -74,6 +118,7 @@ object EngineBridge {
     "spark.job.tags", "spark.scheduler.pool")
 
   private val mapper = new com.fasterxml.jackson.databind.ObjectMapper()
+  private val Instances = new AtomicLong()
 
   def quote(s: String): String = mapper.writeValueAsString(s)
 }

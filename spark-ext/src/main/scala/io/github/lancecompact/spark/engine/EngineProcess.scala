@@ -5,7 +5,7 @@ import java.net.InetAddress
 import java.nio.charset.StandardCharsets
 import java.nio.file.Files
 import java.security.SecureRandom
-import java.util.concurrent.ExecutionException
+import java.util.concurrent.{ExecutionException, TimeUnit, TimeoutException}
 
 import scala.jdk.CollectionConverters._
 
@@ -21,10 +21,20 @@ import org.apache.spark.sql.SparkSession
  * then on serves every procedure call: planning, the Spark jobs that rewrite on executors,
  * commits and reports happen there, with pylance imported once. It ends with the
  * SparkContext or the JVM (it also exits when its stdin, held by this JVM, closes).
+ *
+ * A caller waits for its answer as long as the engine is alive: it sends a heartbeat every
+ * few seconds, and one silent for `spark.lance.compact.engine.heartbeatTimeout` (default
+ * 60 s) is killed, failing the call; the next call starts a new engine. A caller interrupted
+ * while waiting (Thrift's cancel, Spark Connect's interrupt) marks its request cancelled,
+ * cancels the request's Spark jobs and waits a bounded time for the engine to stop.
  */
 final class EngineProcess private (val sc: SparkContext, python: String, logPath: Option[String])
   extends Logging {
   val bridge = new EngineBridge(sc)
+  /** A silent engine (no heartbeat) is taken as hung after this long. */
+  val heartbeatTimeoutMs: Long =
+    math.max(1000L, sc.getConf.getTimeAsMs(EngineProcess.HeartbeatTimeoutConf, "60s"))
+  bridge.heartbeatIntervalMs = math.max(200L, math.min(5000L, heartbeatTimeoutMs / 5))
   private val secret = {
     val bytes = new Array[Byte](32)
     new SecureRandom().nextBytes(bytes)
@@ -54,9 +64,11 @@ final class EngineProcess private (val sc: SparkContext, python: String, logPath
     pb.redirectErrorStream(true).redirectOutput(ProcessBuilder.Redirect.appendTo(logFile))
     val started = System.nanoTime()
     process = pb.start()
-    process.onExit().thenRun(() => {
+    val p = process
+    p.onExit().thenRun(() => {
       bridge.failAll(new IllegalStateException(
-        s"the lance_compact engine process ($python) exited with code ${process.exitValue()}${logTail()}"))
+        s"the lance_compact engine process (pid ${p.pid()}, $python) exited with code ${p.exitValue()}; " +
+          s"its Spark jobs were cancelled and the next call starts a new engine. Its log: $logFile${logTail()}"))
     })
     val deadline = started + EngineProcess.StartTimeoutMs * 1000000L
     while (!bridge.awaitReady(50)) {
@@ -81,10 +93,57 @@ final class EngineProcess private (val sc: SparkContext, python: String, logPath
     server.shutdown()
   }
 
-  /** Run one request in the engine and return its response JSON. */
-  def call(action: String, requestJson: String): String =
-    try bridge.submit(action, requestJson).get()
-    catch { case e: ExecutionException => throw e.getCause }
+  /** The engine's process id (-1 before it started). */
+  def pid: Long = if (process == null) -1L else process.pid()
+
+  /** Run one request in the engine and return its response JSON. Throws an
+   * IllegalStateException when the engine dies, hangs, or does not stop after a cancel. */
+  def call(action: String, requestJson: String): String = {
+    val (id, response) = bridge.submit(action, requestJson)
+    var cancelledAt = 0L
+    try {
+      while (true) {
+        try return response.get(500, TimeUnit.MILLISECONDS)
+        catch {
+          case _: TimeoutException =>
+            if (bridge.silentMs > heartbeatTimeoutMs) hung(action)
+            if (cancelledAt != 0L && System.nanoTime() - cancelledAt > EngineProcess.CancelWaitMs * 1000000L)
+              throw new IllegalStateException(
+                s"$action was cancelled; the lance_compact engine (pid $pid) did not stop within " +
+                  s"${EngineProcess.CancelWaitMs / 1000} s and stops at its next batch or commit (its log: $logFile)")
+          case _: InterruptedException =>
+            // The statement was cancelled (Thrift's cancel, Connect's interrupt): the engine
+            // stops at its next check and answers saying so; wait for that answer.
+            if (cancelledAt == 0L) {
+              cancelledAt = System.nanoTime()
+              bridge.cancel(id, "the statement was interrupted")
+            }
+        }
+      }
+      throw new IllegalStateException("unreachable")
+    } catch {
+      case e: ExecutionException => throw e.getCause
+    } finally {
+      if (cancelledAt != 0L) Thread.currentThread().interrupt()
+    }
+  }
+
+  /** The engine sent no heartbeat for too long: kill it (its requests fail and their Spark
+   * jobs are cancelled as it exits) and fail this call. */
+  private def hung(action: String): Nothing = {
+    val silent = bridge.silentMs
+    val id = pid
+    logWarning(s"lance_compact engine (pid $id) sent no heartbeat for $silent ms: killing it")
+    if (process != null) {
+      process.destroyForcibly()
+      process.waitFor(10, TimeUnit.SECONDS)
+    }
+    throw new IllegalStateException(
+      s"the lance_compact engine process (pid $id, $python) did not answer $action: it sent no " +
+        s"heartbeat for ${silent / 1000} s (${EngineProcess.HeartbeatTimeoutConf} = " +
+        s"${heartbeatTimeoutMs / 1000} s), so it was taken as hung and killed; the next call starts a " +
+        s"new engine. Its log: $logFile${logTail()}")
+  }
 
   private def logTail(): String = {
     val lines = try Files.readAllLines(logFile.toPath, StandardCharsets.UTF_8).asScala.takeRight(20)
@@ -96,6 +155,9 @@ final class EngineProcess private (val sc: SparkContext, python: String, logPath
 object EngineProcess extends Logging {
   val StartTimeoutMs = 120000L
   val LogConf = "spark.lance.compact.engine.log"
+  val HeartbeatTimeoutConf = "spark.lance.compact.engine.heartbeatTimeout"
+  /** How long an interrupted caller waits for the engine to stop and say what it committed. */
+  val CancelWaitMs = 30000L
   private var current: Option[EngineProcess] = None
 
   /** The engine of the active session's SparkContext, started on first use. */

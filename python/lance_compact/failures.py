@@ -1,0 +1,142 @@
+"""What a failure raised by Lance (or Spark) is, for the user: the rules that name it.
+
+Lance raises ``OSError``/``ValueError``/``RuntimeError`` (and pyarrow's ``ArrowInvalid``) with
+the Rust error's text; the kind of failure is only in that text. :func:`classify` reads it
+into one of:
+
+- ``conflict``: another writer committed an incompatible change (which operation: Delete,
+  Update, Rewrite, Overwrite, Restore, Merge, CreateIndex, ...);
+- ``storage``: the object store was unreachable or refused (timeout, connection, HTTP 403,
+  404, throttling 429/503, 5xx);
+- ``missing``: the table (its ``_versions`` folder) does not exist;
+- ``corrupt``: a file the table references is corrupt, truncated or missing;
+- ``bug``: anything else, ours or Lance's.
+
+Messages built from a :class:`Failure` always contain, for other code and tests to rely on:
+"object store" for storage faults, "concurrent" and the operation for conflicts, "does not
+exist" for a missing table.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+CONFLICT, STORAGE, MISSING, CORRUPT, BUG = "conflict", "storage", "missing", "corrupt", "bug"
+
+_OPERATION = re.compile(r"concurrent transaction (\w+)", re.I)
+_HTTP = re.compile(r"status code: (\d{3})\s*([A-Za-z][A-Za-z ]*[A-Za-z])?")
+_STORE = ("generic s3 error", "generic gcs error", "generic azure error", "generic http error",
+          "generic microsoftazure error", "generic gcp error", "object_store", "objectstore",
+          "error sending request", "http error", "dns error", "connection refused",
+          "connection reset", "timed out", "operation timed out", "broken pipe", "slowdown",
+          "slow down", "throttl", "non-2xx status code")
+_CORRUPT = ("invalid range", "does not have sufficient data", "corrupt", "unexpected eof",
+            "failed to fill whole buffer", "unexpected end of file",
+            "invalid file", "not a lance file", "bad magic", "magic number", "checksum",
+            "failed to decode", "decode error", "protobuf", "invalid footer", "out of range for")
+_HTTP_WHAT = {
+    400: "the store rejected the request",
+    401: "the store did not accept the credentials",
+    403: "access denied: check the credentials and the bucket's policy",
+    404: "a path the table needs is not in the store (or the bucket does not exist)",
+    408: "the store timed out the request",
+    409: "the store reported a conflicting request",
+    412: "a conditional write was refused",
+    429: "the store is throttling requests: retry later or with fewer concurrent tasks",
+    500: "the store failed: retry later",
+    502: "a gateway in front of the store failed: retry later",
+    503: "the store is unavailable or throttling (SlowDown): retry later",
+    504: "a gateway in front of the store timed out: retry later",
+}
+
+
+@dataclass(frozen=True)
+class Failure:
+    """What a failure is (``kind``), a phrase saying so for the user, and for a conflict the
+    concurrent operation."""
+
+    kind: str
+    phrase: str
+    operation: str | None = None
+    detail: str = ""  # the first part of the original text, without source locations
+
+    def __str__(self) -> str:
+        return self.phrase
+
+
+def first_part(text: str, limit: int = 300) -> str:
+    """The original message without Rust source locations and stack traces, shortened."""
+    text = text.strip()
+    if "\n\tat " in text or "\nTraceback" in text:
+        text = text.splitlines()[0]
+    text = re.sub(r",\s*(/[^\s,]+|[\w./-]+\.rs):\d+:\d+", "", text)
+    text = text.replace("External error: ", "").strip()
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def _storage(low: str) -> str:
+    m = _HTTP.search(low)
+    if m:
+        code = int(m.group(1))
+        reason = f" {m.group(2).title()}" if m.group(2) else ""
+        what = _HTTP_WHAT.get(code) or ("the store failed: retry later" if code >= 500
+                                        else "the store refused the request")
+        kind = "refused access" if code in (401, 403) else "error"
+        return f"object store {kind} (HTTP {code}{reason}): {what}"
+    if "slowdown" in low or "slow down" in low or "throttl" in low:
+        return "object store error (throttling, SlowDown): retry later or with fewer concurrent tasks"
+    if "timed out" in low or ("timeout" in low and "retry_timeout" not in low):
+        return "object store timed out (no answer in time): check the endpoint and the network"
+    if "connection refused" in low:
+        return "object store unreachable (connection refused): check the endpoint"
+    if "connection reset" in low or "broken pipe" in low:
+        return "object store unreachable (connection reset): retry later"
+    if "dns error" in low:
+        return "object store unreachable (the endpoint's name does not resolve)"
+    if "error sending request" in low or "http error" in low:
+        return ("object store unreachable (the request could not be sent: connection refused, "
+                "reset or timed out): check the endpoint and the network")
+    return "object store error"
+
+
+def classify(error: BaseException | str) -> Failure:
+    """Name what ``error`` (an exception from Lance, or its text) is."""
+    text = str(error)
+    low = text.lower()
+    detail = first_part(text)
+    if ("commit conflict" in low or "preempted by concurrent transaction" in low
+            or "incompatible with concurrent transaction" in low or "concurrent transaction" in low):
+        m = _OPERATION.search(text)
+        op = m.group(1) if m else "change"
+        return Failure(CONFLICT, f"a concurrent {op} by another writer conflicts with this change", op, detail)
+    # Lance says "Dataset at path X was not found: Not found: X/_versions" for a missing table,
+    # and "... _versions/N.manifest was not found" for a missing version.
+    if "was not found" in low and "dataset at path" in low:
+        return Failure(MISSING, "the table does not exist", None, detail)
+    if any(s in low for s in _STORE):
+        return Failure(STORAGE, _storage(low), None, detail)
+    if "not found" in low and "/data/" in low:
+        return Failure(CORRUPT, "a data file the table references is missing", None, detail)
+    if any(s in low for s in _CORRUPT):
+        return Failure(CORRUPT, "a corrupt or unreadable file", None, detail)
+    if "no such file" in low or "not found" in low:
+        return Failure(MISSING, "a file or table does not exist", None, detail)
+    return Failure(BUG, "an unexpected error (a bug in lance_compact or Lance: please report it "
+                        "with the engine's log)", None, detail)
+
+
+def describe(error: BaseException | str) -> str:
+    """``phrase (original text)``: what the failure is, then what Lance said."""
+    f = classify(error)
+    return f"{f.phrase} ({f.detail})" if f.detail else f.phrase
+
+
+def committed_phrase(versions: list[int], after: str = "the failure") -> str:
+    """What was committed before a failure, truthfully: e.g. 'versions 5 and 7 were committed
+    before the failure; nothing after' or 'nothing was committed'."""
+    if not versions:
+        return "nothing was committed"
+    if len(versions) == 1:
+        return f"version {versions[0]} was committed before {after}; nothing after"
+    listed = ", ".join(str(v) for v in versions[:-1]) + f" and {versions[-1]}"
+    return f"versions {listed} were committed before {after}; nothing after"
