@@ -15,7 +15,9 @@ at run time from the test thread:
   the client sees a failure): e.g. a manifest PUT that commits a version.
 
 Which matching requests are hit: the ``nth`` (1-based) and the ones after it, each with
-probability ``fraction`` (seeded), at most ``limit`` of them. Every injected fault is
+probability ``fraction`` (seeded), at most ``limit`` of them; with ``after=<another fault>``
+only once that one has been injected (e.g. refuse reads of a manifest after its write's
+answer was lost). Every injected fault is
 counted (:attr:`FaultProxy.injected`, :meth:`FaultProxy.hits`) so that a test can prove
 faults were injected at all. 127.0.0.1 only; threads are daemons; sockets and waits are
 bounded; :meth:`FaultProxy.stop` ends it.
@@ -66,6 +68,7 @@ class Fault:
     fraction: float = 1.0
     limit: int | None = None
     seed: int = 0
+    after: "Fault | None" = None  # armed only once this other fault has been injected
     matched: int = 0
     injected: int = 0
     _rng: random.Random = field(default=None, repr=False)  # type: ignore[assignment]
@@ -83,6 +86,8 @@ class Fault:
     def decide(self, method: str, path: str) -> bool:
         """Whether this request gets the fault (call under the proxy's lock)."""
         if not (self._method.search(method) and self._path.search(path)):
+            return False
+        if self.after is not None and self.after.injected == 0:
             return False
         self.matched += 1
         if self.matched < self.nth or (self.limit is not None and self.injected >= self.limit):

@@ -24,6 +24,7 @@ SPARK_MASTER = "local[2]"  # one attempt per task: a fault Lance's retries did n
 MANIFEST = r"/_versions/[^?]*\.manifest$"
 DATA = r"/data/"
 LISTING = r"\?list-type=2&prefix=[^&]*_versions"
+DELETES = r"\?delete|/data/|/_deletions/"
 TIMEOUT_S = 8
 # Client-side retry budget of the catalog's object-store client: 1 retry, short request timeout.
 CLIENT = {"client_max_retries": "1", "client_retry_timeout": "15", "timeout": f"{TIMEOUT_S}s"}
@@ -69,8 +70,16 @@ def names_a_storage_fault(message: str, kinds: tuple[str, ...]) -> bool:
     return "object store" in text and any(k.lower() in text for k in kinds)
 
 
-def compact_under(spark, s3, proxy, wh, case: str, fault: dict, args: str = "", fragments: int = 24):
-    """A fresh table db.<case>; the fault switched on for one CALL lance.compact, then off.
+def says_it_landed(message: str) -> bool:
+    """A failed CALL whose compaction landed all the same says so (and not the opposite)."""
+    text = message.lower()
+    return (("landed all the same" in text or " was committed" in text or " were committed" in text)
+            and "nothing was committed" not in text and "did not land" not in text)
+
+
+def compact_under(spark, s3, proxy, wh, case: str, fault: dict | list[dict], args: str = "",
+                  fragments: int = 24):
+    """A fresh table db.<case>; the fault(s) switched on for one CALL lance.compact, then off.
     Checks everything that must hold whatever happened; returns (row or None, error text or
     None, compactions landed, the Fault)."""
     name = case.replace("-", "_")
@@ -78,7 +87,10 @@ def compact_under(spark, s3, proxy, wh, case: str, fault: dict, args: str = "", 
     before = degraded_table(uri, fragments=fragments, storage_options=s3.storage_options)
     expected = content(before)
     proxy.forwarded.clear()
-    injected = proxy.inject(**fault)
+    faults = []
+    for f in (fault if isinstance(fault, list) else [fault]):  # "after": the index of an earlier one
+        faults.append(proxy.inject(**{**f, "after": faults[f["after"]]} if "after" in f else f))
+    injected = faults[0]
     row = error = None
     try:
         row = spark.sql(f"CALL lance.compact(table => 'db.{name}', target_rows_per_fragment => 300"
@@ -89,7 +101,8 @@ def compact_under(spark, s3, proxy, wh, case: str, fault: dict, args: str = "", 
         proxy.heal()
     after = lance.dataset(uri, storage_options=s3.storage_options)
     landed = rewrites_since(after, before.version)
-    assert injected.injected >= 1, f"{case}: no fault was injected ({injected.matched} requests matched)"
+    for f in faults:
+        assert f.injected >= 1, f"{case}: no {f.mode} fault was injected ({f.matched} requests matched)"
     # No row lost, duplicated or resurrected, whatever happened.
     assert content(after) == expected
     # The answer is truthful: every compaction that landed was reported, none more.
@@ -100,14 +113,14 @@ def compact_under(spark, s3, proxy, wh, case: str, fault: dict, args: str = "", 
     else:
         outcome = f"failed, landed {landed}x" if landed else "failed, not landed"
         if landed:  # a failure after a commit must not hide it
-            assert "committed" in error.lower() and "nothing was committed" not in error.lower(), error[:2000]
+            assert says_it_landed(error), error[:2000]
     # Cleanup through the healthy proxy leaves no orphan and no missing file.
     spark.sql(f"CALL lance.cleanup(table => 'db.{name}', older_than => '0 seconds', "
               "delete_unverified => true)").collect()
     orphans, missing = orphans_and_missing(uri, s3.storage_options)
     assert not orphans and not missing, (orphans, missing)
     assert content(lance.dataset(uri, storage_options=s3.storage_options)) == expected
-    OUTCOMES.append((case, injected.injected, outcome, (error or "").split("\n")[0][:160]))
+    OUTCOMES.append((case, "+".join(str(f.injected) for f in faults), outcome, (error or "").split("\n")[0][:160]))
     return row, error, landed, injected
 
 
@@ -150,7 +163,7 @@ def test_partial_progress_keeps_what_landed_before_the_store_failed(spark, s3, p
         "partial_progress => true, max_commits => 2")
     assert landed == 1 and row is None
     assert names_a_storage_fault(error, ("503",)), error[:2000]
-    assert "committed" in error.lower(), error[:2000]
+    assert says_it_landed(error), error[:2000]
 
 
 def test_partial_progress_with_every_data_write_refused_reports_failed_tasks(spark, s3, proxy, wh):
@@ -173,6 +186,16 @@ def test_partial_progress_with_every_data_write_refused_reports_failed_tasks(spa
     ("cut-manifest-response-once", dict(mode="cut", method="PUT", path=MANIFEST, nth=2, limit=1), ""),
     ("lose-every-manifest-response-partial", dict(mode="lose", method="PUT", path=MANIFEST),
      "partial_progress => true, max_commits => 2"),
+    # ... and Lance cannot read the version back to recognise it (its HEADs refused): the
+    # CALL fails, and must say that the compaction landed all the same.
+    pytest.param(
+        "lose-manifest-response-and-check", [dict(mode="lose", method="PUT", path=MANIFEST, nth=2, limit=1),
+                                             dict(mode="status", status=503, method="HEAD", path=MANIFEST, after=0)],
+        "", marks=pytest.mark.xfail(strict=True, reason=(
+            "known bug (orchestrate/failures, issue 19 item 3): the error says 'this commit landed all the "
+            "same, as version N; nothing was committed' (self-contradictory), and Lance's 'Commit result "
+            "for version N is unknown' is named 'an unexpected error (a bug ...)' instead of an object-store "
+            "fault; remove this mark when fixed"))),
 ])
 def test_a_lost_manifest_write_response_lands_once_and_says_so(spark, s3, proxy, wh, case, fault, args):
     row, error, landed, _ = compact_under(spark, s3, proxy, wh, case, fault, args)
@@ -183,7 +206,7 @@ def test_a_lost_manifest_write_response_lands_once_and_says_so(spark, s3, proxy,
     # Truthful either way: a success reports the landed commits (checked in compact_under);
     # a failure must say that the compaction was committed.
     if row is None:
-        assert names_a_storage_fault(error, ("connection",)) and "committed" in error.lower(), error[:2000]
+        assert names_a_storage_fault(error, ("connection", "503")) and says_it_landed(error), error[:2000]
     else:
         assert row.retries == 0 and row.tasks_conflicted == 0, row
 
@@ -199,3 +222,52 @@ def test_refusals_on_version_listing_now_and_then(spark, s3, proxy, wh):
         assert names_a_storage_fault(error, ("503",)), error[:2000]
     else:
         assert landed == 1
+
+
+@pytest.mark.parametrize("case,fault", [
+    # Old manifests unreadable: nothing may be removed on a guess.
+    ("cleanup-manifest-reads-refused", dict(mode="status", status=503, method="GET", path=r"/_versions/[^?]*\.manifest")),
+    # Half the deletions refused (seeded), or their answers lost (Lance deletes in batches:
+    # S3's DeleteObjects, POST /bucket?delete; single DELETEs too).
+    ("cleanup-some-deletes-refused", dict(mode="status", status=500, method="POST|DELETE", path=DELETES,
+                                          fraction=0.5, seed=3)),
+    ("cleanup-delete-responses-lost", dict(mode="lose", method="POST|DELETE", path=DELETES)),
+])
+def test_cleanup_under_faults_never_removes_a_referenced_file(spark, s3, proxy, wh, case, fault):
+    """A table with old versions and orphans (a compaction whose commits were all refused,
+    then one that landed); cleanup under the fault either finishes or fails naming the store;
+    either way every file the latest version references is still there, and a cleanup with
+    the store healthy then leaves no orphan."""
+    name = case.replace("-", "_")
+    uri = f"{wh}/db/{name}.lance"
+    before = degraded_table(uri, fragments=24, storage_options=s3.storage_options)
+    expected = content(before)
+    call = f"CALL lance.compact(table => 'db.{name}', target_rows_per_fragment => 300)"
+    refused = proxy.inject("status", status=503, method="PUT", path=MANIFEST)
+    with pytest.raises(Exception, match="object store"):
+        spark.sql(call).collect()
+    proxy.heal()
+    assert refused.injected >= 1 and spark.sql(call).collect()[0].commits == 1
+    orphans, _ = orphans_and_missing(uri, s3.storage_options)
+    assert orphans  # the refused run's files and the old versions' files
+    injected = proxy.inject(**fault)
+    error = None
+    try:
+        spark.sql(f"CALL lance.cleanup(table => 'db.{name}', older_than => '0 seconds', "
+                  "delete_unverified => true)").collect()
+    except Exception as e:  # judged below
+        error = str(e)
+    finally:
+        proxy.heal()
+    assert injected.injected >= 1
+    _, missing = orphans_and_missing(uri, s3.storage_options)
+    assert not missing, missing
+    assert content(lance.dataset(uri, storage_options=s3.storage_options)) == expected
+    if error is not None:
+        assert "object store" in error.lower(), error[:2000]
+    spark.sql(f"CALL lance.cleanup(table => 'db.{name}', older_than => '0 seconds', "
+              "delete_unverified => true)").collect()
+    assert orphans_and_missing(uri, s3.storage_options) == (set(), set())
+    assert content(lance.dataset(uri, storage_options=s3.storage_options)) == expected
+    OUTCOMES.append((case, injected.injected, "cleanup failed" if error else "cleanup finished",
+                     (error or "").split("\n")[0][:160]))
