@@ -42,3 +42,13 @@ def rewrites_since(ds: lance.LanceDataset, version: int) -> int:
         return 0
     return sum(1 for t in ds.get_transactions(n)
                if t is not None and type(t.operation).__name__ == "Rewrite")
+
+
+def cleanup_everything(table: str) -> str:
+    """``CALL lance.cleanup`` removing every old version and every unreferenced file at once:
+    files of any age (``unverified_min_age => '0 seconds'`` where cleanup has that bound)."""
+    from lance_compact.options import spec
+
+    bounded = any(p["name"] == "unverified_min_age" for p in spec()["cleanup_parameters"])
+    return (f"CALL lance.cleanup(table => '{table}', older_than => '0 seconds', delete_unverified => true"
+            + (", unverified_min_age => '0 seconds'" if bounded else "") + ")")

@@ -21,7 +21,7 @@ import pytest
 
 from conftest import ROOT
 from degraded_table import batch, content, degraded_table
-from table_files import orphans_and_missing, rewrites_since
+from table_files import cleanup_everything, orphans_and_missing, rewrites_since
 
 ROUNDS = int(os.environ.get("LANCE_COMPACT_CHAOS_ROUNDS", "3"))
 SEED = int(os.environ.get("LANCE_COMPACT_CHAOS_SEED", "19"))
@@ -110,8 +110,8 @@ def compact_sql(table: str, partial: bool) -> str:
 
 def finish_and_clean(warehouse: Path, table: str, tmp: Path) -> subprocess.CompletedProcess:
     """An undisturbed compaction, then cleanup of everything unreferenced."""
-    p = lance_spark_sql(warehouse, compact_sql(table, False) + f"; CALL lance.cleanup(table => '{table}', "
-                        "older_than => '0 seconds', delete_unverified => true)", tmp / "final-engine.log")
+    p = lance_spark_sql(warehouse, compact_sql(table, False) + "; " + cleanup_everything(table),
+                        tmp / "final-engine.log")
     out, err = p.communicate(timeout=CALL_TIMEOUT)
     assert p.returncode == 0, err[-3000:]
     assert not wait_until_gone(p.pid)

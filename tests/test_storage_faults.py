@@ -19,7 +19,7 @@ import pytest
 from conftest import ROOT
 from degraded_table import content, degraded_table
 from fault_proxy import FaultProxy
-from table_files import orphans_and_missing, rewrites_since
+from table_files import cleanup_everything, orphans_and_missing, rewrites_since
 
 SPARK_MASTER = "local[2]"  # one attempt per task: a fault Lance's retries did not absorb fails it
 MANIFEST = r"/_versions/[^?]*\.manifest$"
@@ -117,8 +117,7 @@ def compact_under(spark, s3, proxy, wh, case: str, fault: dict | list[dict], arg
         if landed:  # a failure after a commit must not hide it
             assert says_it_landed(error, after.version), error[:2000]
     # Cleanup through the healthy proxy leaves no orphan and no missing file.
-    spark.sql(f"CALL lance.cleanup(table => 'db.{name}', older_than => '0 seconds', "
-              "delete_unverified => true)").collect()
+    spark.sql(cleanup_everything(f"db.{name}")).collect()
     orphans, missing = orphans_and_missing(uri, s3.storage_options)
     assert not orphans and not missing, (orphans, missing)
     assert content(lance.dataset(uri, storage_options=s3.storage_options)) == expected
@@ -255,8 +254,7 @@ def test_cleanup_under_faults_never_removes_a_referenced_file(spark, s3, proxy, 
     injected = proxy.inject(**fault)
     error = None
     try:
-        spark.sql(f"CALL lance.cleanup(table => 'db.{name}', older_than => '0 seconds', "
-                  "delete_unverified => true)").collect()
+        spark.sql(cleanup_everything(f"db.{name}")).collect()
     except Exception as e:  # judged below
         error = str(e)
     finally:
@@ -267,8 +265,7 @@ def test_cleanup_under_faults_never_removes_a_referenced_file(spark, s3, proxy, 
     assert content(lance.dataset(uri, storage_options=s3.storage_options)) == expected
     if error is not None:
         assert "object store" in error.lower(), error[:2000]
-    spark.sql(f"CALL lance.cleanup(table => 'db.{name}', older_than => '0 seconds', "
-              "delete_unverified => true)").collect()
+    spark.sql(cleanup_everything(f"db.{name}")).collect()
     assert orphans_and_missing(uri, s3.storage_options) == (set(), set())
     assert content(lance.dataset(uri, storage_options=s3.storage_options)) == expected
     OUTCOMES.append((case, injected.injected, "cleanup failed" if error else "cleanup finished",
