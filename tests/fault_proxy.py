@@ -116,6 +116,7 @@ class FaultProxy:
         self.requests = 0
         # (method, path, upstream status) of the latest forwarded requests, faulted or not.
         self.forwarded: deque[tuple[str, str, int]] = deque(maxlen=10_000)
+        self._connections: set[socket.socket] = set()  # open client connections, closed by stop()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -171,6 +172,13 @@ class FaultProxy:
             self.heal()
             self._server.shutdown()
             self._server.server_close()
+            with self._lock:
+                open_connections = list(self._connections)
+            for conn in open_connections:  # idle keep-alive connections end now, not at their time-out
+                try:
+                    conn.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
             self._thread.join(timeout=10)
             self._server = None
 
@@ -185,6 +193,19 @@ class _Handler(BaseHTTPRequestHandler):
     owner: FaultProxy
     protocol_version = "HTTP/1.1"  # keep-alive, as object stores are spoken to
     timeout = CLIENT_IDLE_TIMEOUT
+
+    def setup(self) -> None:
+        super().setup()
+        with self.owner._lock:
+            self.owner._connections.add(self.connection)
+
+    def finish(self) -> None:
+        with self.owner._lock:
+            self.owner._connections.discard(self.connection)
+        try:
+            super().finish()
+        except OSError:
+            pass
 
     def log_message(self, format: str, *args) -> None:  # quiet: counts are kept instead
         pass
