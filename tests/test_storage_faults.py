@@ -19,7 +19,7 @@ import pytest
 from conftest import ROOT
 from degraded_table import content, degraded_table
 from fault_proxy import FaultProxy
-from table_files import cleanup_everything, orphans_and_missing, rewrites_since
+from table_files import cleanup_everything, orphans_and_missing, rewrites_since, stored
 
 SPARK_MASTER = "local[2]"  # one attempt per task: a fault Lance's retries did not absorb fails it
 MANIFEST = r"/_versions/[^?]*\.manifest$"
@@ -251,14 +251,17 @@ def test_cleanup_under_faults_never_removes_a_referenced_file(spark, s3, proxy, 
     assert refused.injected >= 1 and spark.sql(call).collect()[0].commits == 1
     orphans, _ = orphans_and_missing(uri, s3.storage_options)
     assert orphans  # the refused run's files and the old versions' files
+    files = len(stored(uri, s3.storage_options))
     injected = proxy.inject(**fault)
-    error = None
+    error = row = None
     try:
-        spark.sql(cleanup_everything(f"db.{name}")).collect()
+        row = spark.sql(cleanup_everything(f"db.{name}")).collect()[0]
     except Exception as e:  # judged below
         error = str(e)
     finally:
         proxy.heal()
+    # Measured for the summary (Lance's own counts are reported as they are: see the docs).
+    removed = files - len(stored(uri, s3.storage_options))
     assert injected.injected >= 1
     _, missing = orphans_and_missing(uri, s3.storage_options)
     assert not missing, missing
@@ -268,5 +271,7 @@ def test_cleanup_under_faults_never_removes_a_referenced_file(spark, s3, proxy, 
     spark.sql(cleanup_everything(f"db.{name}")).collect()
     assert orphans_and_missing(uri, s3.storage_options) == (set(), set())
     assert content(lance.dataset(uri, storage_options=s3.storage_options)) == expected
-    OUTCOMES.append((case, injected.injected, "cleanup failed" if error else "cleanup finished",
-                     (error or "").split("\n")[0][:160]))
+    OUTCOMES.append((case, injected.injected,
+                     "cleanup failed" if error else
+                     f"cleanup finished: {removed} files removed, row says {row.data_files_removed} data + "
+                     f"{row.deletion_files_removed} deletion files", (error or "").split("\n")[0][:160]))
