@@ -55,11 +55,43 @@ def session_processes(sid: int) -> dict[int, str]:
     return out
 
 
+def diagnose(pid: int) -> str:
+    """Why a process is still there: its state, its threads' states and kernel wait channels,
+    and who else holds its stdin (the pipe whose end should have closed)."""
+    proc = Path(f"/proc/{pid}")
+    try:
+        state = next(line for line in (proc / "status").read_text().splitlines() if line.startswith("State"))
+        threads = sorted(
+            f"{(t / 'comm').read_text().strip()}:{(t / 'stat').read_text().rsplit(')', 1)[1].split()[0]}"
+            f"/{(t / 'wchan').read_text().strip() or '-'}" for t in (proc / "task").iterdir())
+        stdin = os.readlink(proc / "fd" / "0")
+    except (OSError, StopIteration) as e:
+        return f"pid {pid}: gone or unreadable ({e})"
+    holders = []
+    for other in Path("/proc").iterdir():
+        if not other.name.isdigit() or int(other.name) == pid:
+            continue
+        try:
+            fds = list((other / "fd").iterdir())
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(fd) == stdin:
+                    holders.append(f"{other.name} {(other / 'cmdline').read_bytes()[:120]!r}")
+                    break
+            except OSError:
+                continue
+    return f"pid {pid}: {state}; threads {threads}; stdin {stdin} also held by {holders or 'nobody'}"
+
+
 def wait_until_gone(sid: int, timeout: float = GONE_TIMEOUT) -> dict[int, str]:
-    """Wait for session ``sid`` to have no process; returns what is left (killed, then)."""
+    """Wait for session ``sid`` to have no process; returns what is left (killed, then),
+    each with a diagnosis."""
     deadline = time.monotonic() + timeout
     while (left := session_processes(sid)) and time.monotonic() < deadline:
         time.sleep(0.2)
+    left = {pid: f"{cmd} [{diagnose(pid)}]" for pid, cmd in left.items()}
     for pid in left:  # ours: end them so that a failure here leaves nothing running
         try:
             os.kill(pid, signal.SIGKILL)
@@ -151,7 +183,8 @@ def test_driver_killed_at_random_moments(chaos_warehouse, tmp_path):
                 p.kill()
                 p.communicate(timeout=60)
         left = wait_until_gone(p.pid)
-        assert not left, f"round {round_}: processes left behind: {left}"
+        assert not left, (f"round {round_} ({outcome}): processes left behind: {left}; the engine's log ends: "
+                          + "".join(log.read_text(errors="replace").splitlines(True)[-15:]))
         ds = lance.dataset(uri)
         landed = rewrites_since(ds, version)
         orphans, missing = orphans_and_missing(uri)
