@@ -197,11 +197,7 @@ def test_partial_progress_with_every_data_write_refused_reports_failed_tasks(spa
     pytest.param(
         "lose-manifest-response-and-check", [dict(mode="lose", method="PUT", path=MANIFEST, nth=2, limit=1),
                                              dict(mode="status", status=503, method="HEAD", path=MANIFEST, after=0)],
-        "", marks=pytest.mark.xfail(strict=True, reason=(
-            "known bug (orchestrate/failures, issue 19 item 3): the error says 'this commit landed all the "
-            "same, as version N; nothing was committed' (self-contradictory), and Lance's 'Commit result "
-            "for version N is unknown' is named 'an unexpected error (a bug ...)' instead of an object-store "
-            "fault; remove this mark when fixed"))),
+        ""),
 ])
 def test_a_lost_manifest_write_response_lands_once_and_says_so(spark, s3, proxy, wh, case, fault, args):
     row, error, landed, _ = compact_under(spark, s3, proxy, wh, case, fault, args)
@@ -213,7 +209,7 @@ def test_a_lost_manifest_write_response_lands_once_and_says_so(spark, s3, proxy,
     # a failure must say that the compaction was committed.
     if row is None:
         # names the store, and says that it landed (checked in compact_under)
-        assert names_a_storage_fault(error, ("connection", "503")), error[:2000]
+        assert names_a_storage_fault(error, ("connection", "503", "answer to the commit was lost")), error[:2000]
     else:
         assert row.retries == 0 and row.tasks_conflicted == 0, row
 

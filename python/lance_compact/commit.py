@@ -111,25 +111,28 @@ def _incompatible(request: CompactionRequest, error: Exception,
             f"table {request.table}: a concurrent {failure.operation} by another writer is "
             f"incompatible with compaction ({failure.detail}); this commit did not land and the "
             "table is as the other writer left it")
-    landed = _landed(request, results or [])
-    return CompactionError(f"table {request.table}: committing failed: {failure.phrase} "
-                           f"({failure.detail}); {landed}")
+    landed, version = _landed(request, results or [])
+    error = CompactionError(f"table {request.table}: committing failed: {failure.phrase} "
+                            f"({failure.detail}); {landed}")
+    error.landed_version = version  # the run counts it among what was committed
+    return error
 
 
-def _landed(request: CompactionRequest, results: list[RewriteResult]) -> str:
-    """Whether the latest version holds every file the results wrote (the commit landed)."""
+def _landed(request: CompactionRequest, results: list[RewriteResult]) -> tuple[str, int | None]:
+    """Whether the latest version holds every file the results wrote (the commit landed), in
+    words, and the version it landed as (None: it did not, or that is not known)."""
     files = {d.path for r in results for f in r.new_fragments for d in f.files}
     if not files:
-        return "this commit did not land"
+        return "this commit did not land", None
     try:
         latest = open_dataset(request.table, request.uri, request.storage_options)
         have = {d.path for f in latest.get_fragments() for d in f.metadata.files}
     except CompactionError:
         return ("whether this commit landed could not be checked: see the table's versions "
-                f"(SELECT * FROM lance.{request.table}.versions)")
+                f"(SELECT * FROM lance.{request.table}.versions)"), None
     if files <= have:
-        return f"this commit landed all the same, as version {latest.version}"
-    return f"this commit did not land (the table is at version {latest.version})"
+        return f"this commit landed all the same, as version {latest.version}", latest.version
+    return f"this commit did not land (the table is at version {latest.version})", None
 
 
 # Tries to carry deletions over when yet another change lands between carrying and committing.

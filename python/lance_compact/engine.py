@@ -103,6 +103,16 @@ def _exit_with_parent() -> None:
         os._exit(0)
 
 
+def _exit_when_orphaned() -> None:
+    """Also end when the JVM that started us is gone (we were re-parented): a child process
+    that inherited our stdin's write end would otherwise keep us alive after a SIGKILL."""
+    parent = os.getppid()
+    while True:
+        time.sleep(1)
+        if os.getppid() != parent:
+            os._exit(0)
+
+
 def _preload() -> None:
     # Overlaps the imports a first call needs with connecting to the JVM.
     import lance  # noqa: F401
@@ -150,6 +160,7 @@ def _read_driver_settings(sc: Any) -> None:
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     threading.Thread(target=_exit_with_parent, daemon=True).start()
+    threading.Thread(target=_exit_when_orphaned, daemon=True).start()
     preload = threading.Thread(target=_preload, daemon=True)
     preload.start()
 

@@ -115,6 +115,10 @@ def classify(error: BaseException | str) -> Failure:
         return Failure(MISSING, "the table does not exist", None, detail)
     if any(s in low for s in _STORE):
         return Failure(STORAGE, _storage(low), None, detail)
+    if "commit result" in low and "unknown" in low:
+        # Lance wrote the manifest but could not read the store's answer or the version back.
+        return Failure(STORAGE, "object store error (the answer to the commit was lost and the "
+                                "version could not be read back)", None, detail)
     if "not found" in low and "/data/" in low:
         return Failure(CORRUPT, "a data file the table references is missing", None, detail)
     if any(s in low for s in _CORRUPT):
