@@ -18,7 +18,7 @@ import lance
 import pytest
 
 from conftest import ROOT, compact_call, degraded_table_for
-from degraded_table import content
+from oracle import content
 
 os.environ["LANCE_COMPACT_TEST_HOOKS"] = "1"  # test hooks exist only in processes started so
 HEARTBEAT_TIMEOUT_S = 6
@@ -375,7 +375,7 @@ def test_an_unreachable_object_store_is_named(s3):
     from lance_compact.errors import CompactionError
     from lance_compact.tables import open_dataset
     from s3_server import S3Server
-    from degraded_table import degraded_table
+    from oracle import degraded_table
 
     server = S3Server().start()
     try:

@@ -20,7 +20,7 @@ import lance
 import pytest
 
 from conftest import ROOT
-from degraded_table import batch, content, degraded_table
+from oracle import batch, content, degraded_table
 from table_files import cleanup_everything, orphans_and_missing, rewrites_since
 
 ROUNDS = int(os.environ.get("LANCE_COMPACT_CHAOS_ROUNDS", "3"))

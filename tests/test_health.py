@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 
 from conftest import ROOT, refused
-from degraded_table import degraded_table
+from oracle import degraded_table
 
 CATALOG_SETTINGS = {"maintain.min_small_fragments": "4"}
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import lance
 
 from conftest import ROOT
-from degraded_table import content, degraded_table
+from oracle import content, degraded_table
 from s3_server import ACCESS_KEY_ID, SECRET_ACCESS_KEY
 
 PLANTED = (ACCESS_KEY_ID, SECRET_ACCESS_KEY)

@@ -12,7 +12,7 @@ import lance
 import pytest
 
 from conftest import ROOT
-from degraded_table import content, degraded_table
+from oracle import content, degraded_table
 
 ATTEMPTS = {
     "rmtree": "CALL lance.compact(table => 'db.t', target_rows_per_fragment => 300, "

@@ -17,7 +17,7 @@ import lance
 import pytest
 
 from conftest import ROOT
-from degraded_table import content, degraded_table
+from oracle import content, degraded_table
 from fault_proxy import FaultProxy
 from table_files import cleanup_everything, orphans_and_missing, rewrites_since, stored
 
