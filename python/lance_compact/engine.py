@@ -43,6 +43,7 @@ def _handlers(sc: Any) -> dict[str, Callable[[str], tuple[str, list[tuple]]]]:
     from . import metadata
     from .indices import optimize_indices_row
     from .maintain import maintain_rows
+    from .maintain_warehouse import maintain_warehouse_on_spark
 
     runner = SparkBatchRunner(sc)
     return {
@@ -61,6 +62,8 @@ def _handlers(sc: Any) -> dict[str, Callable[[str], tuple[str, list[tuple]]]]:
         "maintain": lambda r: (columns_ddl(result_columns("maintain_columns")), maintain_rows(r, runner)),
         "optimize_indices": lambda r: (columns_ddl(result_columns("optimize_indices_columns")),
                                        [optimize_indices_row(r)]),
+        "maintain_warehouse": lambda r: (columns_ddl(result_columns("maintain_warehouse_columns")),
+                                         maintain_warehouse_on_spark(r, sc)),
     }
 
 

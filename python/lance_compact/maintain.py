@@ -1,12 +1,20 @@
 """``CALL lance.maintain``: a table's everyday maintenance in one call -- compaction, then
 index optimization, then cleanup of old versions -- each only when the table's layout says
 it is due (thresholds are parameters), one result row per step that ran or was skipped and
-why. ``dry_run`` reports what it would do."""
+why. ``dry_run`` reports what it would do.
+
+The steps are functions of one table (:data:`STEPS`, :func:`run_step`): ``maintain`` runs
+them for its table, ``maintain_warehouse`` (``maintain_warehouse.py``) for every due table
+of a warehouse, with a runner that packs several tables' rewrite tasks into shared Spark
+jobs.
+"""
 from __future__ import annotations
 
 import json
+import time
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Callable
 
 from . import orchestrate
 from .cleanup import cleanup_row, parse_older_than
@@ -16,12 +24,34 @@ from .options import effective, procedure_args, result_columns, spec
 from .tables import open_dataset
 
 
+@dataclass(frozen=True)
+class Target:
+    """One table to maintain: its name as the user knows it, where it is, how to reach it."""
+
+    table: str
+    uri: str
+    storage_options: dict[str, str] = field(default_factory=dict)
+
+    def base(self) -> dict[str, Any]:
+        """The fields every per-table engine request starts with."""
+        return {"table": self.table, "uri": self.uri, "storage_options": self.storage_options}
+
+    def open(self):
+        return open_dataset(self.table, self.uri, self.storage_options)
+
+
+def defaults() -> dict[str, Any]:
+    """maintain's thresholds when neither the call nor a policy sets them."""
+    return {o["name"]: o["default"] for o in spec()["maintain_parameters"] if o.get("default") is not None}
+
+
 def _args(raw: dict[str, Any], table: str) -> dict[str, Any]:
-    defaults = {o["name"]: o["default"] for o in spec()["maintain_parameters"] if o.get("default") is not None}
-    return {**defaults, **procedure_args("maintain", "maintain_parameters", raw.get("params"), table)}
+    return {**defaults(), **procedure_args("maintain", "maintain_parameters", raw.get("params"), table)}
 
 
-def _compaction_due(ds, target: int, threshold: float, min_small: int) -> tuple[bool, str]:
+def compaction_due(ds, target: int, threshold: float, min_small: int) -> tuple[bool, str]:
+    """Whether compaction is due (``min_small`` fragments under ``target`` rows, or any over
+    the deletion threshold), and the facts that say so."""
     small = heavy = 0
     for f in ds.get_fragments():
         m = f.metadata
@@ -32,37 +62,36 @@ def _compaction_due(ds, target: int, threshold: float, min_small: int) -> tuple[
     return (small >= min_small and small > 1) or heavy > 0, facts
 
 
-def maintain_rows(request_json: str, runner: Any) -> list[tuple]:
-    raw = json.loads(request_json)
-    table, uri, storage = raw.get("table") or raw["uri"], raw["uri"], raw.get("storage_options")
-    args = _args(raw, table)
-    dry = bool(args.get("dry_run"))
-    base = {"table": table, "uri": uri, "storage_options": storage or {}}
-    rows: list[dict[str, Any]] = []
-
-    ds = open_dataset(table, uri, storage)
+def compact_step(t: Target, args: dict[str, Any], runner: Any, dry: bool) -> dict[str, Any]:
+    """Compaction when due; ``runner`` runs its rewrite tasks (a BatchRunner)."""
+    ds = t.open()
     config = ds.config() or {}
-    given = {"target_rows_per_fragment": args["target_rows_per_fragment"]} if "target_rows_per_fragment" in args else {}
+    given = {"target_rows_per_fragment": args["target_rows_per_fragment"]} \
+        if args.get("target_rows_per_fragment") is not None else {}
     target = effective(config, given, "target_rows_per_fragment")
     threshold = effective(config, {}, "materialize_deletions_threshold")
-    due, facts = _compaction_due(ds, target, threshold, args["min_small_fragments"])
-    row = {"step": "compact", "ran": False, "version": ds.version, "outcome": None,
+    due, facts = compaction_due(ds, target, threshold, args["min_small_fragments"])
+    row = {"step": "compact", "ran": False, "version": ds.version, "outcome": None, "bytes_rewritten": 0,
            "reason": ("due: " if due else f"not due (fewer than {args['min_small_fragments']} small fragments "
                       "and none over the deletion threshold): ") + facts}
     if due and not dry:
-        request = {**base, "params": dict(given)}
-        if "max_bytes" in args:  # a budget: the best tasks first, committed as they finish
+        request = {**t.base(), "params": dict(given)}
+        if args.get("max_bytes") is not None:  # a budget: the best tasks first, committed as they finish
             request.update(strategy="io_bounded", options={"max_bytes": str(args["max_bytes"])})
             request["params"].update(partial_progress=True, max_commits=4)
         r = dict(zip([c for c, _ in result_columns()], orchestrate.compact(json.dumps(request), runner)))
-        row.update(ran=True, version=r["new_version"],
+        row.update(ran=True, version=r["new_version"], bytes_rewritten=r["bytes_read"] or 0,
                    outcome=f"{r['tasks']} tasks, {r['fragments_removed']} fragments -> {r['fragments_added']}, "
                            f"{r['deleted_rows_removed']} deleted rows removed"
                            + (f", {r['tasks_left']} tasks left for later" if r.get("tasks_left") else "")
+                           + (f", {r['tasks_failed']} tasks failed" if r.get("tasks_failed") else "")
                            + (f"; {r['conflicts']}" if r.get("conflicts") else ""))
-    rows.append(row)
+    return row
 
-    ds = open_dataset(table, uri, storage)
+
+def optimize_indices_step(t: Target, args: dict[str, Any], runner: Any, dry: bool) -> dict[str, Any]:
+    """Lance's index optimization when an index leaves enough fragments unindexed."""
+    ds = t.open()
     state = index_state(ds)
     lagging = {n: e["unindexed"] for n, e in state.items() if e["unindexed"] >= args["min_unindexed_fragments"]}
     row = {"step": "optimize_indices", "ran": False, "version": ds.version, "outcome": None,
@@ -72,14 +101,17 @@ def maintain_rows(request_json: str, runner: Any) -> list[tuple]:
     if lagging and not dry:
         names = ",".join(sorted(lagging))
         r = dict(zip([c for c, _ in result_columns("optimize_indices_columns")],
-                     optimize_indices_row(json.dumps({**base, "params": {"indices": names}}))))
+                     optimize_indices_row(json.dumps({**t.base(), "params": {"indices": names}}))))
         row.update(ran=True, version=r["new_version"],
                    outcome=f"{r['indices_optimized']} indices: unindexed fragments "
                            f"{r['unindexed_fragments_before']} -> {r['unindexed_fragments_after']}")
-    rows.append(row)
+    return row
 
-    ds = open_dataset(table, uri, storage)
-    cutoff = datetime.now(timezone.utc) - parse_older_than(args["older_than"], table)
+
+def cleanup_step(t: Target, args: dict[str, Any], runner: Any, dry: bool) -> dict[str, Any]:
+    """Lance's cleanup when versions are older than ``older_than``."""
+    ds = t.open()
+    cutoff = datetime.now(timezone.utc) - parse_older_than(args["older_than"], t.table)
     old = [v for v in sorted(ds.versions(), key=lambda v: v["version"])[:-1]
            if v["timestamp"].astimezone(timezone.utc) < cutoff]
     row = {"step": "cleanup", "ran": False, "version": ds.version, "outcome": None,
@@ -87,12 +119,35 @@ def maintain_rows(request_json: str, runner: Any) -> list[tuple]:
                       else f"not due: no version older than {args['older_than']}")}
     if old and not dry:
         params = {"older_than": args["older_than"]}
-        if "retain_versions" in args:
+        if args.get("retain_versions") is not None:
             params["retain_versions"] = args["retain_versions"]
         r = dict(zip([c for c, _ in result_columns("cleanup_columns")],
-                     cleanup_row(json.dumps({**base, "params": params}))))
+                     cleanup_row(json.dumps({**t.base(), "params": params}))))
         row.update(ran=True, version=r["version"],
                    outcome=f"{r['old_versions']} versions, {r['data_files_removed']} data files, "
                            f"{r['bytes_removed']:,} bytes removed")
-    rows.append(row)
-    return [tuple({**r, "table": table}[c] for c, _ in result_columns("maintain_columns")) for r in rows]
+    return row
+
+
+# The steps in the order they run: compaction first (it leaves fragments for the indices to
+# cover), cleanup last (it removes what the others replaced).
+STEPS: dict[str, Callable[[Target, dict[str, Any], Any, bool], dict[str, Any]]] = {
+    "compact": compact_step, "optimize_indices": optimize_indices_step, "cleanup": cleanup_step}
+
+
+def run_step(step: str, t: Target, args: dict[str, Any], runner: Any, dry: bool) -> dict[str, Any]:
+    """One step of ``t``: its row (``step``, ``ran``, ``reason``, ``version``, ``outcome``,
+    ``elapsed_ms``, and step figures such as ``bytes_rewritten``)."""
+    clock = time.monotonic()
+    row = STEPS[step](t, args, runner, dry)
+    row["elapsed_ms"] = int((time.monotonic() - clock) * 1000)
+    return row
+
+
+def maintain_rows(request_json: str, runner: Any) -> list[tuple]:
+    raw = json.loads(request_json)
+    t = Target(raw.get("table") or raw["uri"], raw["uri"], raw.get("storage_options") or {})
+    args = _args(raw, t.table)
+    dry = bool(args.get("dry_run"))
+    rows = [run_step(s, t, args, runner, dry) for s in STEPS]
+    return [tuple({**r, "table": t.table}[c] for c, _ in result_columns("maintain_columns")) for r in rows]

@@ -153,3 +153,77 @@ class SparkBatchRunner:
         log.info("table %s: batch %d: task times %s ms", request.table, number,
                  [o.elapsed_ms for o in sorted(done, key=lambda o: o.task_id)])
         return done, failure
+
+
+class _Tagged:
+    """An accumulator seen through one table's eyes: its outcomes are tagged with the
+    table's place in a packed job (pickled into the job with the accumulator)."""
+
+    def __init__(self, outcomes: Any, k: int) -> None:
+        self.outcomes, self.k = outcomes, k
+
+    def add(self, items: list) -> None:
+        self.outcomes.add([(self.k, o) for o in items])
+
+
+def run_packed(sc: SparkContext, entries: list[tuple[CompactionRequest, Batch, int]]
+               ) -> list[tuple[list[TaskOutcome], BatchFailure | None, bool]]:
+    """Batches of several tables' runs as ONE Spark job: a partition per task, tagged with
+    its table, largest first across tables, so small tables share a job while a big
+    table's tasks still spread over every executor.
+
+    A task's error on its last attempt is caught and reported as that table's outcome, so
+    one table's failing task fails that table only: a table without partial progress gets
+    its BatchFailure (and its finished outcomes, whose files its run removes), one with
+    partial progress gets the failed outcome counted. Per entry: (outcomes, failure,
+    innocent), ``innocent`` when the whole job failed for another table's task (its run may
+    try again)."""
+    attempts = max_task_attempts(sc)
+    executors = [_Executor(r.table, r.uri, r.storage_options, r.hooks, True, attempts, lance.__version__)
+                 for r, _, _ in entries]
+    places = sorted(((k, i) for k, (_, b, _) in enumerate(entries) for i in range(len(b.ids))),
+                    key=lambda p: -(entries[p[0]][1].rows[p[1]][7] or 0))
+    items = [(k, entries[k][1].ids[i], entries[k][1].tasks[i]) for k, i in places]
+    outcomes = sc.accumulator([], _Outcomes())
+
+    def rewrite(rows: Iterator[tuple[int, int, str]]) -> Iterator[None]:
+        for k, task_id, task_json in rows:
+            executors[k](_Tagged(outcomes, k), iter([(task_id, task_json)]))
+        return iter(())
+
+    tables = len({r.table for r, _, _ in entries})
+    sc.setJobDescription(f"lance.maintain_warehouse: rewriting {len(items)} tasks of {tables} tables")
+    failed: BatchFailure | None = None
+    owner: int | None = None
+    try:
+        sc.parallelize(items, len(items)).mapPartitions(rewrite).count()
+    except Exception as e:  # a task failed all its attempts outside Lance (its worker died, say)
+        failed = job_failure(e, "(shared job)")
+        if failed.position is not None and failed.position < len(places):
+            owner = places[failed.position][0]
+    finally:
+        sc.setJobDescription(None)
+        _accumulatorRegistry.pop(outcomes.aid, None)
+    by_table: list[list[TaskOutcome]] = [[] for _ in entries]
+    for k, o in outcomes.value:
+        by_table[k].append(o)
+    out = []
+    for k, (request, batch, number) in enumerate(entries):
+        done = by_table[k]
+        if failed is not None:
+            mine = owner == k or owner is None
+            position = next((i for i, tid in enumerate(batch.ids) if tid == items[failed.position][1]), None) \
+                if owner == k else None
+            message = failed.message.replace("table (shared job)", f"table {request.table}")
+            out.append((done, BatchFailure(message, position), not mine))
+            continue
+        errors = [o for o in done if o.error is not None]
+        if errors and not request.run["partial_progress"]:
+            out.append(([o for o in done if o.error is None], BatchFailure(
+                f"table {request.table}: a compaction task failed ({errors[0].error}); nothing was committed"),
+                False))
+        else:
+            out.append((done, None, False))
+        log.info("table %s: batch %d: task times %s ms", request.table, number,
+                 [o.elapsed_ms for o in sorted(done, key=lambda o: o.task_id)])
+    return out

@@ -33,6 +33,7 @@ class LanceCatalog extends TableCatalog with SupportsNamespaces with ProcedureCa
   private var catalogName: String = "lance"
   private var warehouseRef: TableDirectory = _
   private var storage: Map[String, String] = Map.empty
+  private var maintain: Map[String, String] = Map.empty
   private var readMaxRows: Long = 1000000L
   private var distributedReads: Boolean = true
 
@@ -41,6 +42,9 @@ class LanceCatalog extends TableCatalog with SupportsNamespaces with ProcedureCa
     val root = Option(options.get("warehouse")).map(_.trim).filter(_.nonEmpty)
     storage = options.asCaseSensitiveMap().asScala.collect {
       case (k, v) if k.toLowerCase.startsWith("storage.") => k.substring("storage.".length) -> v
+    }.toMap
+    maintain = options.asCaseSensitiveMap().asScala.collect {
+      case (k, v) if k.toLowerCase.startsWith("maintain.") => k.toLowerCase -> v
     }.toMap
     warehouseRef = Option(options.get("impl")).map(_.trim).filter(_.nonEmpty) match {
       case Some(impl) =>
@@ -68,6 +72,30 @@ class LanceCatalog extends TableCatalog with SupportsNamespaces with ProcedureCa
 
   /** Lance storage options from the catalog's `storage.*` settings. */
   def storageOptions: Map[String, String] = storage
+
+  /** The catalog's maintenance policy settings `maintain.<key>` (key -> value, prefix kept). */
+  def maintainSettings: Map[String, String] = maintain
+
+  /** Every table under `namespace` (all of the warehouse when None), nested namespaces
+   * included: (namespace.table, location), as SHOW NAMESPACES / SHOW TABLES list them. */
+  def tablesUnder(namespace: Option[String]): Seq[(String, String)] = {
+    val start: Array[String] = namespace.map { n =>
+      val parts = try CatalystSqlParser.parseMultipartIdentifier(n.trim) catch {
+        case e: ParseException => throw new IllegalArgumentException(
+          s"namespace '$n' is not a namespace name: ${e.getMessage.linesIterator.next()}")
+      }
+      val local = if (parts.length > 1 && parts.head.equalsIgnoreCase(catalogName)) parts.tail else parts
+      if (!warehouseRef.namespaceExists(local.toArray)) throw new NoSuchNamespaceException(local.toArray)
+      local.toArray
+    }.getOrElse(Array.empty)
+    def walk(ns: Array[String]): Seq[(String, String)] = {
+      val here = if (ns.isEmpty) Seq.empty else warehouseRef.listTables(ns).toSeq.flatMap { id =>
+        warehouseRef.findTable(id).map(loc => ((id.namespace :+ id.name).mkString("."), loc))
+      }
+      here ++ warehouseRef.listNamespaces(ns).toSeq.flatMap(walk)
+    }
+    walk(start).sortBy(_._1)
+  }
 
   /** The location of a table argument: `namespace.table` of this catalog (optionally
    * prefixed with the catalog's name), or a path/URI inside the warehouse.

@@ -56,6 +56,9 @@ object OptionSpec {
   /** The maintain procedure's parameters (after `table`). */
   lazy val maintainParameters: Seq[OptionSpec] = section("maintain_parameters", setting = true)
 
+  /** The maintain_warehouse procedure's parameters (after `namespace`). */
+  lazy val maintainWarehouseParameters: Seq[OptionSpec] = section("maintain_warehouse_parameters", setting = true)
+
   /** The options and settings that are also named CALL parameters, in declaration order. */
   lazy val sqlParameters: Seq[OptionSpec] = all.filter(_.sql)
 }

@@ -1,0 +1,148 @@
+"""CALL lance.maintain_warehouse: a warehouse of tables in two namespaces -- degraded (one with
+a BTREE index and unindexed appends), healthy, opted out, broken -- evaluated from health and
+policy; the dry run writes nothing; the real run maintains exactly the due tables, content
+exact, worst first then priority, within budgets; the broken table fails alone; PySpark equals
+SQL; on S3 too; the long-running service runs two rounds, stops, and its metrics reach a sink."""
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import lance
+import pytest
+
+from conftest import ROOT
+from degraded_table import batch, content, degraded_table
+from index_checks import index_agrees_with_scan
+
+# Small degraded tables: 20 fragments of 30 rows, deletions (some over the threshold).
+SMALL = dict(fragments=20, rows_per_fragment=30)
+ARGS = "target_rows_per_fragment => 300, older_than => '7 days'"
+
+
+def _degraded(path, **extra):
+    shutil.rmtree(path, ignore_errors=True)
+    return degraded_table(str(path), **{**SMALL, **extra})
+
+
+@pytest.fixture(scope="module")
+def wh(warehouse):
+    """wa: degraded (indexed, with unindexed appends), healthy, opted out; wb: degraded with
+    priority 5 (as degraded as wa.degraded), broken (unreadable manifest)."""
+    paths = {}
+    paths["wa.degraded"] = warehouse / "wa" / "degraded.lance"
+    ds = _degraded(paths["wa.degraded"])
+    ds.create_scalar_index("id", index_type="BTREE")
+    lance.write_dataset(batch(50_000, 60), str(paths["wa.degraded"]), mode="append", max_rows_per_file=30)
+    paths["wa.healthy"] = warehouse / "wa" / "healthy.lance"
+    lance.write_dataset(batch(0, 600), str(paths["wa.healthy"]))
+    paths["wa.optout"] = warehouse / "wa" / "optout.lance"
+    _degraded(paths["wa.optout"]).update_config({"lance_compact.maintain.enabled": "false"})
+    paths["wb.degraded2"] = warehouse / "wb" / "degraded2.lance"
+    ds = _degraded(paths["wb.degraded2"])
+    ds.create_scalar_index("id", index_type="BTREE")
+    lance.write_dataset(batch(50_000, 60), str(paths["wb.degraded2"]), mode="append", max_rows_per_file=30)
+    ds = lance.dataset(str(paths["wb.degraded2"]))
+    ds.update_config({"lance_compact.maintain.priority": "5"})
+    broken = warehouse / "wb" / "broken.lance"
+    (broken / "_versions").mkdir(parents=True)
+    (broken / "_versions" / "1.manifest").write_bytes(b"not a manifest")
+    return paths
+
+
+def by_table(rows):
+    out = {}
+    for r in rows:
+        out.setdefault(r.table, {})[r.step] = r
+    return out
+
+
+def versions(paths):
+    return {t: lance.dataset(str(p)).version for t, p in paths.items()}
+
+
+def test_dry_run_reports_every_table_and_writes_nothing(spark, wh):
+    before = versions(wh)
+    rows = spark.sql(f"CALL lance.maintain_warehouse({ARGS}, dry_run => true)").collect()
+    assert versions(wh) == before
+    t = by_table(rows)
+    assert set(t) == {"wa.degraded", "wa.healthy", "wa.optout", "wb.degraded2", "wb.broken"}
+    for name in ("wa.degraded", "wb.degraded2"):
+        assert [r.step for r in rows if r.table == name] == ["compact", "optimize_indices", "cleanup"]
+        assert t[name]["compact"].reason.startswith("due") and not t[name]["compact"].ran
+        assert t[name]["optimize_indices"].reason.startswith("due") and "id_idx" in t[name]["optimize_indices"].reason
+        assert t[name]["compact"].health_before < 100 and t[name]["compact"].health_after is None
+    assert t["wa.healthy"]["all"].reason.startswith("skipped: healthy") and t["wa.healthy"]["all"].health_before == 100
+    assert t["wa.optout"]["all"].reason.startswith("skipped: opted out") and "table" in t["wa.optout"]["all"].reason
+    assert t["wb.broken"]["all"].error and "broken" in t["wb.broken"]["all"].error and t["wb.broken"]["all"].rank is None
+    # Worst first, then priority: the two degraded tables score alike, wb's priority 5 goes first.
+    assert t["wb.degraded2"]["compact"].health_before == t["wa.degraded"]["compact"].health_before
+    assert t["wb.degraded2"]["compact"].rank == 1 and t["wa.degraded"]["compact"].rank == 2
+    assert t["wb.degraded2"]["compact"].priority == 5
+    assert [r.table for r in rows][:3] == ["wb.degraded2"] * 3
+    assert t["wa.optout"]["all"].rank < t["wa.healthy"]["all"].rank  # degraded, though left alone
+
+
+def test_budgets_leave_tables_with_a_row_saying_which(spark, wh):
+    before = versions(wh)
+    t = by_table(spark.sql(f"CALL lance.maintain_warehouse({ARGS}, dry_run => true, max_tables => 1)").collect())
+    assert "compact" in t["wb.degraded2"] and "max_tables" in t["wa.degraded"]["all"].reason
+    t = by_table(spark.sql(f"CALL lance.maintain_warehouse(namespace => 'wa', {ARGS}, dry_run => true, "
+                           "max_bytes => 1)").collect())
+    assert set(t) == {"wa.degraded", "wa.healthy", "wa.optout"}
+    assert "max_bytes" in t["wa.degraded"]["all"].reason and not t["wa.degraded"]["all"].ran
+    assert versions(wh) == before
+
+
+def test_pyspark_equals_sql(spark, wh):
+    from lance_compact import maintain_warehouse
+
+    def same(rows):
+        return [{k: v for k, v in r.asDict().items() if k != "elapsed_ms"} for r in rows]
+
+    sql = spark.sql("CALL lance.maintain_warehouse(namespace => 'wb', target_rows_per_fragment => 300, "
+                    "dry_run => true)").collect()
+    api = maintain_warehouse(spark, "wb", target_rows_per_fragment=300, dry_run=True).collect()
+    assert same(api) == same(sql) and len(sql) == 4
+
+
+def test_the_run_maintains_exactly_the_due_tables(spark, wh):
+    before = {t: lance.dataset(str(p)) for t, p in wh.items()}
+    expected = {t: content(ds) for t, ds in before.items()}
+    rows = spark.sql(f"CALL lance.maintain_warehouse({ARGS})").collect()
+    t = by_table(rows)
+    after = {n: lance.dataset(str(p)) for n, p in wh.items()}
+    for name in ("wa.degraded", "wb.degraded2"):
+        assert t[name]["compact"].ran and t[name]["optimize_indices"].ran and not t[name]["cleanup"].ran, t[name]
+        assert t[name]["compact"].error is None and t[name]["compact"].bytes_rewritten > 0
+        assert len(after[name].get_fragments()) < len(before[name].get_fragments())
+        assert t[name]["compact"].health_after > t[name]["compact"].health_before
+        assert content(after[name]) == expected[name]
+        index_agrees_with_scan(after[name])
+    for name in ("wa.healthy", "wa.optout"):
+        assert after[name].version == before[name].version and not t[name]["all"].ran
+    assert t["wb.broken"]["all"].error
+    # Nothing is due any more: a second run leaves every table alone.
+    again = by_table(spark.sql(f"CALL lance.maintain_warehouse({ARGS})").collect())
+    assert all(s["all"].reason.startswith(("skipped", "failed")) for s in again.values()), again
+    assert versions({k: v for k, v in wh.items()}) == {n: ds.version for n, ds in after.items()}
+
+
+def test_a_table_that_fails_fails_alone(spark, warehouse):
+    """A task that fails in the shared job fails its table only (its rewritten files removed,
+    its version unchanged); the other table of the same job is compacted."""
+    good, bad = warehouse / "wf" / "good.lance", warehouse / "wf" / "bad.lance"
+    _degraded(good), _degraded(bad)
+    v = lance.dataset(str(bad)).version
+    expected = content(lance.dataset(str(good)))
+    # The data files of one of bad's fragments vanish after planning can see them: its task fails.
+    victim = lance.dataset(str(bad)).get_fragments()[3].metadata.files[0].path
+    os.remove(bad / "data" / victim)
+    t = by_table(spark.sql("CALL lance.maintain_warehouse(namespace => 'wf', target_rows_per_fragment => 300, "
+                           "older_than => '7 days')").collect())
+    assert t["wf.bad"]["compact"].error and not t["wf.bad"]["compact"].ran
+    assert t["wf.bad"]["optimize_indices"].reason.startswith("not run")
+    assert lance.dataset(str(bad)).version == v
+    assert t["wf.good"]["compact"].ran and content(lance.dataset(str(good))) == expected
