@@ -43,7 +43,6 @@ def _handlers(sc: Any) -> dict[str, Callable[[str], tuple[str, list[tuple]]]]:
     from . import metadata
     from .indices import optimize_indices_row
     from .maintain import maintain_rows
-    from .maintain_warehouse import maintain_warehouse_on_spark
 
     runner = SparkBatchRunner(sc)
     return {
@@ -62,8 +61,9 @@ def _handlers(sc: Any) -> dict[str, Callable[[str], tuple[str, list[tuple]]]]:
         "maintain": lambda r: (columns_ddl(result_columns("maintain_columns")), maintain_rows(r, runner)),
         "optimize_indices": lambda r: (columns_ddl(result_columns("optimize_indices_columns")),
                                        [optimize_indices_row(r)]),
-        "maintain_warehouse": lambda r: (columns_ddl(result_columns("maintain_warehouse_columns")),
-                                         maintain_warehouse_on_spark(r, sc)),
+        # imported on first use, like the namespace handlers: no CALL but its own needs it
+        "maintain_warehouse": lambda r: (columns_ddl(result_columns("maintain_warehouse_columns")), importlib.import_module(
+            ".maintain_warehouse", __package__).maintain_warehouse_on_spark(r, sc)),
     }
 
 
