@@ -42,7 +42,7 @@ def _handlers(sc: Any) -> dict[str, Callable[[str], tuple[str, list[tuple]]]]:
     from .warehouse import warehouse_rows
     from . import metadata
     from .indices import optimize_indices_row
-    from .maintain import maintain_rows
+    from .table_maintenance import maintain_rows
 
     runner = SparkBatchRunner(sc)
     return {
@@ -63,7 +63,10 @@ def _handlers(sc: Any) -> dict[str, Callable[[str], tuple[str, list[tuple]]]]:
                                        [optimize_indices_row(r)]),
         # imported on first use, like the namespace handlers: no CALL but its own needs it
         "maintain_warehouse": lambda r: (columns_ddl(result_columns("maintain_warehouse_columns")), importlib.import_module(
-            ".maintain_warehouse", __package__).maintain_warehouse_on_spark(r, sc)),
+            ".warehouse_maintenance", __package__).maintain_warehouse_on_spark(r, sc)),
+        "table_health": _on_first_use("system_tables", "table_health_rows"),
+        "maintenance_history": _on_first_use("system_tables", "maintenance_history_rows"),
+        "alter_properties": _on_first_use("table_properties", "alter_properties"),
     }
 
 

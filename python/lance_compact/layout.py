@@ -16,9 +16,11 @@ from typing import Any
 
 from .errors import CompactionError
 from .fragments import data_bytes, live_and_deleted
+from .health import table_health
 from .histogram import FragmentHistogram, PlotUnavailable, load_matplotlib, picture_format
 from .history import committed_at, last_compaction
 from .options import columns_ddl, convert_value, effective, result_columns, specs_of
+from .policy import resolve_policy
 from .request import CompactionRequest
 from .tables import open_dataset
 
@@ -144,6 +146,11 @@ def _layout(request_json: str) -> tuple[tuple, Any, list[int], list[int], int]:
                 sum(1 for i in ids if i not in covered[name])) for name in sorted(covered)]
 
     last = last_compaction(ds)
+    # The score and due steps of lance.system.table_health: the table's policy, not the
+    # target or threshold given to describe_layout.
+    raw = json.loads(request_json)
+    health = table_health(ds, resolve_policy(None, config, raw.get("maintain_settings"), request.table,
+                                             raw.get("catalog") or "<catalog>"))
     how = None
     if last:
         how = f"{last.fragments_removed} fragments -> {last.fragments_added}"
@@ -165,6 +172,8 @@ def _layout(request_json: str) -> tuple[tuple, Any, list[int], list[int], int]:
         "last_compacted_at": committed_at(ds, last.version) if last else None,
         "last_compaction": how,
         "fragment_deleted_rows": deleted_rows,
+        "health_score": health.score,
+        "due": list(health.due),
     }
     return (tuple(row[name] for name, _ in result_columns("layout_columns")),
             ds, live_rows, deleted_rows, target)

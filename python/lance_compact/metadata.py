@@ -94,11 +94,12 @@ def open_request(raw: dict[str, Any]):
 
 
 def describe(request_json: str) -> tuple[str, list[tuple]]:
-    """The table's schema as Spark DDL, its live rows and its version: one row."""
+    """The table's schema as Spark DDL, its live rows, its version and its config (what
+    SHOW TBLPROPERTIES shows): one row."""
     raw = json.loads(request_json)
     ds = open_request(raw)
-    return ("`schema` STRING, `rows` BIGINT, `version` BIGINT",
-            [(schema_ddl(ds.schema), ds.count_rows(), ds.version)])
+    return ("`schema` STRING, `rows` BIGINT, `version` BIGINT, `config` MAP<STRING, STRING>",
+            [(schema_ddl(ds.schema), ds.count_rows(), ds.version, dict(ds.config() or {}))])
 
 
 DRIVER_READ_MAX_BYTES = 32 << 20
@@ -160,41 +161,61 @@ def _fragments(ds) -> tuple[str, list[list]]:
             "`indices` ARRAY<STRING>"), rows
 
 
-def _operation(ds, version: int) -> str | None:
+def _operation(ds, version: int) -> tuple[str | None, Any]:
+    """(name, operation object) of the transaction that committed ``version``; the object is
+    None when pylance cannot build it, both None when the transaction is gone."""
     try:
         t = ds.read_transaction(version)
     except TypeError as e:
         # pylance 14.0.2 cannot build Rewrites that remapped indices (history.py): a Rewrite
-        return "Rewrite" if "RewrittenIndex" in str(e) else None
+        return ("Rewrite" if "RewrittenIndex" in str(e) else None), None
     except (OSError, ValueError):
-        return None
-    return type(t.operation).__name__ if t is not None and t.operation is not None else None
+        return None, None
+    if t is None or t.operation is None:
+        return None, None
+    return type(t.operation).__name__, t.operation
 
 
-def _versions(ds) -> tuple[str, list[list]]:
-    """A row per version: when, which operation, fragments and live rows (from the
-    manifest's summary), and for compactions (Lance's Rewrite) what they removed and added."""
-    rows = []
+def version_records(ds) -> list[dict[str, Any]]:
+    """Per version, oldest first: ``version``, ``timestamp`` (datetime), ``operation`` (the
+    transaction's kind), ``transaction`` (pylance's operation object, or None),
+    ``fragments`` and ``rows`` (the manifest's summary), and for compactions (Lance's
+    Rewrite) ``fragments_removed`` / ``fragments_added``. The ``versions`` metadata table and
+    lance.system.maintenance_history are both made of these."""
+    records = []
     versions = sorted(ds.versions(), key=lambda x: x["version"])
     known = {x["version"] for x in versions}
     ops = {x["version"]: _operation(ds, x["version"]) for x in versions}
     for info in versions:
         v = info["version"]
         meta = info.get("metadata") or {}
-        op = ops[v]
-        if op == "BaseOperation" and ops.get(v + 1) == "Rewrite":
+        op, obj = ops[v]
+        if op == "BaseOperation" and ops.get(v + 1, (None,))[0] == "Rewrite":
             op = "ReserveFragments"  # a compaction's first commit (no Python class in pylance)
         removed = added = None
         if op == "Rewrite" and v - 1 in known:
             now = {f.fragment_id for f in ds.checkout_version(v).get_fragments()}
             then = {f.fragment_id for f in ds.checkout_version(v - 1).get_fragments()}
             removed, added = len(then - now), len(now - then)
-        when = info.get("timestamp")
         fragments = meta.get("total_fragments")
         live = meta.get("total_rows")
-        rows.append([v, int(when.timestamp() * 1_000_000) if when else None, op,
-                     int(fragments) if fragments is not None else None,
-                     int(live) if live is not None else None, removed, added])
+        records.append({"version": v, "timestamp": info.get("timestamp"), "operation": op, "transaction": obj,
+                        "fragments": int(fragments) if fragments is not None else None,
+                        "rows": int(live) if live is not None else None,
+                        "fragments_removed": removed, "fragments_added": added})
+    return records
+
+
+def micros(when) -> int | None:
+    """A datetime as microseconds since the epoch (Spark's TIMESTAMP in JSON rows)."""
+    return int(when.timestamp() * 1_000_000) if when else None
+
+
+def _versions(ds) -> tuple[str, list[list]]:
+    """A row per version: when, which operation, fragments and live rows (from the
+    manifest's summary), and for compactions (Lance's Rewrite) what they removed and added."""
+    rows = [[r["version"], micros(r["timestamp"]), r["operation"], r["fragments"], r["rows"],
+             r["fragments_removed"], r["fragments_added"]] for r in version_records(ds)]
     return ("`version` BIGINT, `timestamp` TIMESTAMP, `operation` STRING, `fragments` BIGINT, "
             "`rows` BIGINT, `fragments_removed` BIGINT, `fragments_added` BIGINT"), rows
 

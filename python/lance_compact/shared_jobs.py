@@ -1,5 +1,5 @@
 """Rewrite tasks of several tables in shared Spark jobs: a :class:`BatchRunner` for runs
-going on side by side (one thread per table, ``maintain_warehouse.py``).
+going on side by side (one thread per table, ``warehouse_maintenance.py``).
 
 Each table's run (``orchestrate.Run``) hands its batch to :meth:`SharedJobs.run` and waits;
 the thread that owns the Spark context (the engine's request thread, so the caller's job
@@ -15,7 +15,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Callable
 
 from .execute import TaskOutcome
 from .orchestrate import Batch, BatchFailure

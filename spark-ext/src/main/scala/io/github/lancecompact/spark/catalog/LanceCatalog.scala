@@ -14,7 +14,7 @@ import org.apache.spark.sql.connector.expressions.Transform
 import org.apache.spark.sql.types.StructType
 import org.apache.spark.sql.util.CaseInsensitiveStringMap
 
-import io.github.lancecompact.spark.engine.{EnginePlugin, EngineProcess, LanceCompactException}
+import io.github.lancecompact.spark.engine.{EnginePlugin, EngineProcess, LanceCompactException, PythonEngine}
 import io.github.lancecompact.spark.procedures.Procedures
 
 /** The `lance` catalog: a warehouse of Lance datasets with maintenance procedures.
@@ -33,18 +33,15 @@ class LanceCatalog extends TableCatalog with SupportsNamespaces with ProcedureCa
   private var catalogName: String = "lance"
   private var warehouseRef: TableDirectory = _
   private var storage: Map[String, String] = Map.empty
-  private var maintain: Map[String, String] = Map.empty
   private var readMaxRows: Long = 1000000L
   private var distributedReads: Boolean = true
+  private var maintain: Map[String, String] = Map.empty
 
   override def initialize(name: String, options: CaseInsensitiveStringMap): Unit = {
     catalogName = name
     val root = Option(options.get("warehouse")).map(_.trim).filter(_.nonEmpty)
     storage = options.asCaseSensitiveMap().asScala.collect {
       case (k, v) if k.toLowerCase.startsWith("storage.") => k.substring("storage.".length) -> v
-    }.toMap
-    maintain = options.asCaseSensitiveMap().asScala.collect {
-      case (k, v) if k.toLowerCase.startsWith("maintain.") => k.toLowerCase -> v
     }.toMap
     warehouseRef = Option(options.get("impl")).map(_.trim).filter(_.nonEmpty) match {
       case Some(impl) =>
@@ -55,6 +52,9 @@ class LanceCatalog extends TableCatalog with SupportsNamespaces with ProcedureCa
           Option(options.get("single_level_ns")).exists(_.trim.toBoolean))
       case None => new Warehouse(name, root, new ObjectStore(storage))
     }
+    maintain = options.asCaseSensitiveMap().asScala.collect {
+      case (k, v) if k.toLowerCase.startsWith("maintain.") => k.substring("maintain.".length) -> v
+    }.toMap
     readMaxRows = Option(options.get("read_max_rows")).map(_.trim.toLong).getOrElse(readMaxRows)
     distributedReads = Option(options.get("distributed_reads")).map(_.trim.toBoolean).getOrElse(true)
     SparkSession.getActiveSession.foreach { spark =>
@@ -73,11 +73,12 @@ class LanceCatalog extends TableCatalog with SupportsNamespaces with ProcedureCa
   /** Lance storage options from the catalog's `storage.*` settings. */
   def storageOptions: Map[String, String] = storage
 
-  /** The catalog's maintenance policy settings `maintain.<key>` (key -> value, prefix kept). */
+  /** Maintenance policy defaults from the catalog's `maintain.*` settings (key without the
+   * prefix -> text), checked by the engine (python/lance_compact/policy.py). */
   def maintainSettings: Map[String, String] = maintain
 
   /** Every table under `namespace` (all of the warehouse when None), nested namespaces
-   * included: (namespace.table, location), as SHOW NAMESPACES / SHOW TABLES list them. */
+   * included: (namespace.table, location), as lance.system.table_health lists them. */
   def tablesUnder(namespace: Option[String]): Seq[(String, String)] = {
     val start: Array[String] = namespace.map { n =>
       val parts = try CatalystSqlParser.parseMultipartIdentifier(n.trim) catch {
@@ -88,13 +89,9 @@ class LanceCatalog extends TableCatalog with SupportsNamespaces with ProcedureCa
       if (!warehouseRef.namespaceExists(local.toArray)) throw new NoSuchNamespaceException(local.toArray)
       local.toArray
     }.getOrElse(Array.empty)
-    def walk(ns: Array[String]): Seq[(String, String)] = {
-      val here = if (ns.isEmpty) Seq.empty else warehouseRef.listTables(ns).toSeq.flatMap { id =>
-        warehouseRef.findTable(id).map(loc => ((id.namespace :+ id.name).mkString("."), loc))
-      }
-      here ++ warehouseRef.listNamespaces(ns).toSeq.flatMap(walk)
-    }
-    walk(start).sortBy(_._1)
+    warehouseRef.allTables().collect {
+      case (ns, t, location) if ns.startsWith(start) => ((ns :+ t).mkString("."), location)
+    }.sortBy(_._1)
   }
 
   /** The location of a table argument: `namespace.table` of this catalog (optionally
@@ -146,9 +143,15 @@ class LanceCatalog extends TableCatalog with SupportsNamespaces with ProcedureCa
     TableRef(s"$catalogName.${(ident.namespace :+ ident.name).mkString(".")}", location, storage, version, readMaxRows,
       distributedReads)
 
-  /** A table `ns.t`, or a metadata table `ns.t.fragments` (`versions`, `indices`) of table `ns.t`. */
+  /** A table `ns.t`, a metadata table `ns.t.fragments` (`versions`, `indices`) of table `ns.t`,
+   * or a system table `system.table_health` / `system.maintenance_history` (these two names
+   * win over tables of a warehouse namespace `system`; its other tables are reachable). */
   override def loadTable(ident: Identifier): Table = LanceCompactException.userErrors {
     if (ident.namespace.isEmpty) throw new NoSuchTableException(ident)
+    if (ident.namespace.toSeq == Seq(SystemTable.Namespace) && SystemTable.Kinds.contains(ident.name)) {
+      return new SystemTable(catalogName, ident.name,
+        () => warehouseRef.allTables().map { case (ns, t, l) => (ns.mkString("."), t, l) }, storage, maintain)
+    }
     metadataOf(ident).getOrElse(new LanceTable(ref(ident, warehouseRef.requireTable(ident))))
   }
 
@@ -173,7 +176,28 @@ class LanceCatalog extends TableCatalog with SupportsNamespaces with ProcedureCa
   override def createTable(ident: Identifier, schema: StructType, partitions: Array[Transform],
                            properties: util.Map[String, String]): Table = writesElsewhere("create")
 
-  override def alterTable(ident: Identifier, changes: TableChange*): Table = writesElsewhere("alter")
+  /** `ALTER TABLE ... SET / UNSET TBLPROPERTIES`: the table's maintenance settings
+   * (`lance_compact.maintain.*`, `lance.compaction.*`), written into the Lance table's config
+   * in one commit by the engine, which checks every key and value first. Nothing else. */
+  override def alterTable(ident: Identifier, changes: TableChange*): Table = LanceCompactException.userErrors {
+    val other = changes.filterNot(c => c.isInstanceOf[TableChange.SetProperty] || c.isInstanceOf[TableChange.RemoveProperty])
+    if (other.nonEmpty) throw new UnsupportedOperationException(
+      s"catalog $catalogName: ALTER TABLE only sets or unsets the table's maintenance properties here " +
+        s"(lance_compact.maintain.*, lance.compaction.*); ${other.map(_.getClass.getSimpleName).distinct.mkString(", ")} " +
+        "is not supported: change a table's schema or location with Lance (pylance) or lance-spark")
+    val location = warehouseRef.requireTable(ident)
+    val request = ref(ident, location).request { r =>
+      val set = r.putObject("set")
+      val unset = r.putArray("unset")
+      changes.foreach {
+        case s: TableChange.SetProperty => set.put(s.property, s.value)
+        case u: TableChange.RemoveProperty => unset.add(u.property)
+        case _ =>
+      }
+    }
+    PythonEngine.query("alter_properties", request)
+    new LanceTable(ref(ident, location))
+  }
 
   override def dropTable(ident: Identifier): Boolean = writesElsewhere("drop")
 

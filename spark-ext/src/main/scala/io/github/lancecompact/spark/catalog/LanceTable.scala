@@ -54,15 +54,20 @@ final class LanceTable(ref: TableRef) extends Table with SupportsRead with Suppo
 
   private lazy val described = {
     val row = PythonEngine.query("describe", ref.request()).rows().head
-    (StructType.fromDDL(row.getUTF8String(0).toString), row.getLong(1), row.getLong(2))
+    val config = row.getMap(3)
+    val props = (0 until config.numElements()).map(i =>
+      config.keyArray().getUTF8String(i).toString -> config.valueArray().getUTF8String(i).toString).toMap
+    (StructType.fromDDL(row.getUTF8String(0).toString), row.getLong(1), row.getLong(2), props)
   }
 
   override def name(): String = ref.name
   override def schema(): StructType = described._1
   override def capabilities(): util.Set[TableCapability] =
     util.EnumSet.of(TableCapability.BATCH_READ, TableCapability.BATCH_WRITE)
+  /** SHOW TBLPROPERTIES: the Lance table's config (its maintenance settings among them),
+   * with its location, provider and version. */
   override def properties(): util.Map[String, String] =
-    util.Map.of("location", ref.location, "provider", "lance", "version", described._3.toString)
+    (described._4 ++ Map("location" -> ref.location, "provider" -> "lance", "version" -> described._3.toString)).asJava
 
   override def newScanBuilder(options: CaseInsensitiveStringMap): ScanBuilder =
     new LanceScanBuilder(ref.copy(version = Some(ref.version.getOrElse(described._3))), schema())

@@ -24,6 +24,19 @@ trait TableDirectory {
     throw new NoSuchTableException(ident)
   }
 
+  /** The location of a table [[listTables]] just listed (no second existence check where
+   * the layout names it). */
+  def listedLocation(ident: Identifier): Option[String] = findTable(ident)
+
+  /** Every table in every namespace (nested ones included): (namespace, table, location). */
+  def allTables(): Seq[(Array[String], String, String)] = {
+    def walk(ns: Array[String]): Seq[(Array[String], String, String)] =
+      (if (ns.isEmpty) Seq.empty
+       else listTables(ns).toSeq.flatMap(id => listedLocation(id).map(l => (ns, id.name, l)))) ++
+        listNamespaces(ns).toSeq.flatMap(walk)
+    walk(Array.empty)
+  }
+
   /** A path or URI a user gave as a table, checked to lie inside the catalog's root. */
   def checkPath(path: String): String
 }

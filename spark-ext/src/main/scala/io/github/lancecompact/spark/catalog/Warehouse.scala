@@ -49,6 +49,8 @@ final class Warehouse(catalogName: String, root: Option[String],
 
   def tableExists(ident: Identifier): Boolean = store.exists(tableLocation(ident))
 
+  override def listedLocation(ident: Identifier): Option[String] = Some(tableLocation(ident))
+
   def findTable(ident: Identifier): Option[String] =
     if (namespaceExists(ident.namespace) && tableExists(ident)) Some(tableLocation(ident)) else None
 

@@ -6,7 +6,7 @@ import com.fasterxml.jackson.databind.{JsonNode, ObjectMapper}
 import org.apache.spark.QueryContext
 import org.apache.spark.sql.{AnalysisException, SparkSession}
 import org.apache.spark.sql.catalyst.InternalRow
-import org.apache.spark.sql.catalyst.util.GenericArrayData
+import org.apache.spark.sql.catalyst.util.{ArrayBasedMapData, GenericArrayData}
 import org.apache.spark.sql.connector.read.LocalScan
 import org.apache.spark.sql.types._
 import org.apache.spark.unsafe.types.UTF8String
@@ -92,6 +92,8 @@ object PythonEngine {
 
 /** The engine's JSON rows (arrays of values in schema order) as Spark's internal rows. */
 object JsonRows {
+  private val mapper = new ObjectMapper()
+
   def row(values: JsonNode, schema: StructType): InternalRow =
     InternalRow.fromSeq(schema.fields.indices.map(i => value(values.get(i), schema.fields(i).dataType)))
 
@@ -110,6 +112,10 @@ object JsonRows {
       case StringType => UTF8String.fromString(v.asText())
       case ArrayType(e, _) => new GenericArrayData(v.elements().asScala.map(value(_, e)).toArray)
       case s: StructType => row(v, s)
+      case MapType(k, e, _) =>
+        val entries = v.properties().asScala.toSeq
+        ArrayBasedMapData(entries.map(x => value(mapper.getNodeFactory.textNode(x.getKey), k)).toArray,
+          entries.map(x => value(x.getValue, e)).toArray)
       case other => throw new IllegalStateException(s"engine result type $other is not supported")
     }
 }

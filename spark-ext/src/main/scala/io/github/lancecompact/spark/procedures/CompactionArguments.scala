@@ -125,11 +125,8 @@ object CompactionArguments {
     val namespace = if (row.isNullAt(0)) None else Some(row.getUTF8String(0).toString)
     val request: ObjectNode = mapper.createObjectNode()
     namespace.foreach(request.put("namespace", _))
-    request.put("catalog", catalog.name())
     val tables = request.putArray("tables")
     catalog.tablesUnder(namespace).foreach { case (name, uri) => tables.addObject().put("table", name).put("uri", uri) }
-    val settings = request.putObject("maintain_settings")
-    catalog.maintainSettings.foreach { case (k, v) => settings.put(k, v) }
     val what = namespace.map(n => s"namespace $n").getOrElse("the warehouse")
     Bound(what, "", bindRest(catalog, what, params, row, request))
   }
@@ -160,6 +157,10 @@ object CompactionArguments {
     }
     val storage = request.putObject("storage_options")
     catalog.storageOptions.foreach { case (k, v) => storage.put(k, v) }
+    // The catalog's maintenance policy defaults (spark.sql.catalog.<name>.maintain.<key>).
+    request.put("catalog", catalog.name())
+    val settings = request.putObject("maintain_settings")
+    catalog.maintainSettings.foreach { case (k, v) => settings.put(k, v) }
     mapper.writeValueAsString(request)
   }
 }

@@ -8,7 +8,7 @@ first (then priority), within budgets; one row per table and step.
 2. order the due ones (health, then priority, then name) and apply ``max_tables`` and
    ``max_bytes`` (estimated from the manifest);
 3. maintain them ``parallelism`` at a time: each table in its own thread runs
-   ``maintain.run_step`` for compact, optimize_indices and cleanup in order (its commits
+   ``table_maintenance.run_step`` for compact, optimize_indices and cleanup in order (its commits
    atomic and in order, its conflict re-plans its own), while this (the request's) thread
    packs the rewrite tasks of every table then compacting into shared Spark jobs
    (``shared_jobs.py``). A table that fails gets its error in its row; the others go on.
@@ -29,7 +29,7 @@ from typing import Any, Callable
 from .errors import CompactionError
 from .fragments import data_bytes, live_and_deleted
 from .health import table_health
-from .maintain import STEPS, Target, run_step
+from .table_maintenance import STEPS, Target, run_step
 from .options import effective, procedure_args, result_columns, spec
 from .policy import resolve_policy
 from .secrets import redact
@@ -74,8 +74,7 @@ class Table:
 
     def args(self) -> dict[str, Any]:
         """maintain's thresholds from the table's policy."""
-        names = {o["name"] for o in spec()["maintain_parameters"]}
-        return {k: self.policy.get(k) for k in names if k != "dry_run" and self.policy.get(k) is not None}
+        return self.policy.maintain_args()
 
     def skip(self, reason: str, error: str | None = None) -> None:
         self.rows = [{"step": "all", "ran": False, "reason": reason, "outcome": None, "error": error,

@@ -4,9 +4,10 @@ it is due (thresholds are parameters), one result row per step that ran or was s
 why. ``dry_run`` reports what it would do.
 
 The steps are functions of one table (:data:`STEPS`, :func:`run_step`): ``maintain`` runs
-them for its table, ``maintain_warehouse`` (``maintain_warehouse.py``) for every due table
+them for its table, ``maintain_warehouse`` (``warehouse_maintenance.py``) for every due table
 of a warehouse, with a runner that packs several tables' rewrite tasks into shared Spark
-jobs.
+jobs. (Named ``table_maintenance``, not ``maintain``: ``lance_compact.maintain`` is the
+PySpark function, which a submodule of that name would shadow once imported.)
 """
 from __future__ import annotations
 
@@ -17,10 +18,11 @@ from datetime import datetime, timezone
 from typing import Any, Callable
 
 from . import orchestrate
-from .cleanup import cleanup_row, parse_older_than
-from .fragments import live_and_deleted
+from .cleanup import cleanup_row
+from .health import compaction_due, reclaimable
 from .indices import index_state, optimize_indices_row
-from .options import effective, procedure_args, result_columns, spec
+from .options import effective, procedure_args, result_columns
+from .policy import resolve_policy
 from .tables import open_dataset
 
 
@@ -40,26 +42,13 @@ class Target:
         return open_dataset(self.table, self.uri, self.storage_options)
 
 
-def defaults() -> dict[str, Any]:
-    """maintain's thresholds when neither the call nor a policy sets them."""
-    return {o["name"]: o["default"] for o in spec()["maintain_parameters"] if o.get("default") is not None}
-
-
-def _args(raw: dict[str, Any], table: str) -> dict[str, Any]:
-    return {**defaults(), **procedure_args("maintain", "maintain_parameters", raw.get("params"), table)}
-
-
-def compaction_due(ds, target: int, threshold: float, min_small: int) -> tuple[bool, str]:
-    """Whether compaction is due (``min_small`` fragments under ``target`` rows, or any over
-    the deletion threshold), and the facts that say so."""
-    small = heavy = 0
-    for f in ds.get_fragments():
-        m = f.metadata
-        live, deleted = live_and_deleted(m)
-        small += live < target
-        heavy += bool(m.physical_rows) and deleted / m.physical_rows > threshold
-    facts = f"{small} fragments under {target:,} rows, {heavy} over the deletion threshold {threshold:g}"
-    return (small >= min_small and small > 1) or heavy > 0, facts
+def _args(raw: dict[str, Any], t: Target) -> dict[str, Any]:
+    """The thresholds from the table's policy: call arguments, then its table properties,
+    then the catalog's maintain.* settings, then defaults (policy.py); and dry_run."""
+    call = procedure_args("maintain", "maintain_parameters", raw.get("params"), t.table)
+    policy = resolve_policy(call, t.open().config() or {}, raw.get("maintain_settings"), t.table,
+                            raw.get("catalog") or "<catalog>")
+    return {**policy.maintain_args(), "dry_run": bool(call.get("dry_run", False))}
 
 
 def compact_step(t: Target, args: dict[str, Any], runner: Any, dry: bool) -> dict[str, Any]:
@@ -70,7 +59,9 @@ def compact_step(t: Target, args: dict[str, Any], runner: Any, dry: bool) -> dic
         if args.get("target_rows_per_fragment") is not None else {}
     target = effective(config, given, "target_rows_per_fragment")
     threshold = effective(config, {}, "materialize_deletions_threshold")
-    due, facts = compaction_due(ds, target, threshold, args["min_small_fragments"])
+    # health.py's rule, so that a table's health and its maintenance agree on what is due
+    due, _, _, facts = compaction_due([f.metadata for f in ds.get_fragments()], target, threshold,
+                                      args["min_small_fragments"])
     row = {"step": "compact", "ran": False, "version": ds.version, "outcome": None, "bytes_rewritten": 0,
            "reason": ("due: " if due else f"not due (fewer than {args['min_small_fragments']} small fragments "
                       "and none over the deletion threshold): ") + facts}
@@ -111,12 +102,12 @@ def optimize_indices_step(t: Target, args: dict[str, Any], runner: Any, dry: boo
 def cleanup_step(t: Target, args: dict[str, Any], runner: Any, dry: bool) -> dict[str, Any]:
     """Lance's cleanup when versions are older than ``older_than``."""
     ds = t.open()
-    cutoff = datetime.now(timezone.utc) - parse_older_than(args["older_than"], t.table)
-    old = [v for v in sorted(ds.versions(), key=lambda v: v["version"])[:-1]
-           if v["timestamp"].astimezone(timezone.utc) < cutoff]
+    retain = args.get("retain_versions")
+    old = reclaimable(ds.versions(), args["older_than"], retain, datetime.now(timezone.utc), t.table)
+    kept = f"the newest {retain}" if retain else "the current one"
     row = {"step": "cleanup", "ran": False, "version": ds.version, "outcome": None,
-           "reason": (f"due: {len(old)} versions older than {args['older_than']}" if old
-                      else f"not due: no version older than {args['older_than']}")}
+           "reason": (f"due: {len(old)} versions older than {args['older_than']} (keeping {kept})" if old
+                      else f"not due: no version older than {args['older_than']} beyond {kept}")}
     if old and not dry:
         params = {"older_than": args["older_than"]}
         if args.get("retain_versions") is not None:
@@ -147,7 +138,7 @@ def run_step(step: str, t: Target, args: dict[str, Any], runner: Any, dry: bool)
 def maintain_rows(request_json: str, runner: Any) -> list[tuple]:
     raw = json.loads(request_json)
     t = Target(raw.get("table") or raw["uri"], raw["uri"], raw.get("storage_options") or {})
-    args = _args(raw, t.table)
+    args = _args(raw, t)
     dry = bool(args.get("dry_run"))
     rows = [run_step(s, t, args, runner, dry) for s in STEPS]
     return [tuple({**r, "table": t.table}[c] for c, _ in result_columns("maintain_columns")) for r in rows]

@@ -1,0 +1,46 @@
+package io.github.lancecompact.spark.catalog
+
+import java.util
+
+import com.fasterxml.jackson.databind.ObjectMapper
+import org.apache.spark.sql.connector.catalog.{SupportsRead, Table, TableCapability}
+import org.apache.spark.sql.connector.read.{Scan, ScanBuilder}
+import org.apache.spark.sql.types.StructType
+import org.apache.spark.sql.util.CaseInsensitiveStringMap
+
+import io.github.lancecompact.spark.engine.PythonEngine
+
+/** `lance.system.table_health` and `lance.system.maintenance_history`: a row per table (per
+ * version of each table) of the whole warehouse, computed by the engine from each table's
+ * metadata (python/lance_compact/system_tables.py). The catalog lists the tables, as
+ * `(namespace, table, location)`; the engine evaluates them side by side. Read once per
+ * query, when Spark first asks for the schema.
+ */
+final class SystemTable(catalogName: String, kind: String, tables: () => Seq[(String, String, String)],
+                        storage: Map[String, String], maintainSettings: Map[String, String]) extends Table with SupportsRead {
+  private lazy val result = {
+    val mapper = new ObjectMapper()
+    val r = mapper.createObjectNode()
+    r.put("catalog", catalogName)
+    val list = r.putArray("tables")
+    tables().foreach { case (ns, name, location) => list.addArray().add(ns).add(name).add(location) }
+    val s = r.putObject("storage_options")
+    storage.foreach { case (k, v) => s.put(k, v) }
+    val m = r.putObject("maintain_settings")
+    maintainSettings.foreach { case (k, v) => m.put(k, v) }
+    PythonEngine.query(kind, mapper.writeValueAsString(r))
+  }
+  override def name(): String = s"$catalogName.${SystemTable.Namespace}.$kind"
+  override def schema(): StructType = result.readSchema()
+  override def capabilities(): util.Set[TableCapability] = util.EnumSet.of(TableCapability.BATCH_READ)
+  override def newScanBuilder(options: CaseInsensitiveStringMap): ScanBuilder = new ScanBuilder {
+    override def build(): Scan = result
+  }
+}
+
+object SystemTable {
+  val Namespace = "system"
+  /** These two names under `system` are the system tables, even when the warehouse has a
+   * namespace `system` (its other tables stay reachable as `lance.system.<t>`). */
+  val Kinds: Set[String] = Set("table_health", "maintenance_history")
+}

@@ -1,0 +1,157 @@
+"""Maintenance policies and table health without Spark: real Lance tables on disk, the
+engine's functions called as the engine calls them."""
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+
+import lance
+import pyarrow as pa
+import pytest
+
+from lance_compact.errors import CompactionError
+from lance_compact.health import table_health
+from lance_compact.table_maintenance import maintain_rows
+from lance_compact.policy import PROPERTY_PREFIX, resolve_policy
+from lance_compact.table_properties import alter_properties
+
+
+def _write(uri: str, fragments: int, rows: int = 50, delete: str | None = None, index: bool = False,
+           appends: int = 0) -> lance.LanceDataset:
+    for i in range(fragments):
+        data = pa.table({"id": pa.array(range(i * rows, (i + 1) * rows), pa.int64())})
+        lance.write_dataset(data, uri, mode="append" if i else "create")
+    ds = lance.dataset(uri)
+    if delete:
+        ds.delete(delete)
+    if index:
+        lance.dataset(uri).create_scalar_index("id", "BTREE")
+    for j in range(appends):
+        lance.write_dataset(pa.table({"id": pa.array([10**6 + j], pa.int64())}), uri, mode="append")
+    return lance.dataset(uri)
+
+
+@pytest.fixture(scope="module")
+def tables(tmp_path_factory):
+    root = tmp_path_factory.mktemp("policies")
+    return {
+        "healthy": _write(str(root / "healthy.lance"), 1, rows=200),
+        "degraded": _write(str(root / "degraded.lance"), 20, delete="id % 3 = 0"),
+        "indexed": _write(str(root / "indexed.lance"), 2, rows=100, index=True, appends=3),
+    }
+
+
+def test_precedence_call_then_table_then_catalog_then_default():
+    config = {PROPERTY_PREFIX + "min_small_fragments": "5", PROPERTY_PREFIX + "priority": "7",
+              "lance.compaction.target_rows_per_fragment": "1000"}
+    catalog = {"maintain.min_small_fragments": "9", "maintain.older_than": "3 days", "min_unindexed_fragments": "4"}
+    p = resolve_policy({"min_small_fragments": 2, "dry_run": True}, config, catalog, "db.t", "lance")
+    assert (p.get("min_small_fragments"), p.source("min_small_fragments")) == (2, "call")
+    assert (p.priority, p.source("priority")) == (7, "table")
+    assert (p.get("target_rows_per_fragment"), p.source("target_rows_per_fragment")) == (1000, "table")
+    assert (p.get("older_than"), p.source("older_than")) == ("3 days", "catalog")
+    assert (p.get("min_unindexed_fragments"), p.source("min_unindexed_fragments")) == (4, "catalog")
+    assert (p.enabled, p.source("enabled")) == (True, "default")
+    assert p.get("retain_versions") is None and p.source("retain_versions") is None
+    p = resolve_policy(None, {}, catalog, "db.t")
+    assert (p.get("min_small_fragments"), p.source("min_small_fragments")) == (9, "catalog")
+    assert (p.get("target_rows_per_fragment"), p.source("target_rows_per_fragment")) == (1048576, "default")
+    p = resolve_policy(None, None, None, "db.t")
+    assert p.get("min_small_fragments") == 16 and p.get("older_than") == "7 days" and p.priority == 0
+    # ours beats Lance's own key; a table property beats the catalog
+    p = resolve_policy(None, {**config, PROPERTY_PREFIX + "target_rows_per_fragment": "10"},
+                       {"target_rows_per_fragment": "99"}, "db.t")
+    assert p.get("target_rows_per_fragment") == 10
+
+
+@pytest.mark.parametrize("args,config,catalog,message", [
+    (None, {PROPERTY_PREFIX + "min_small_fragments": "x"}, None,
+     "table db.t: table property lance_compact.maintain.min_small_fragments expects an integer, got 'x'"),
+    (None, None, {"maintain.enabled": "perhaps"},
+     "table db.t: catalog setting spark.sql.catalog.lance.maintain.enabled expects true or false, got 'perhaps'"),
+    ({"priority": "high"}, None, None, "table db.t: parameter priority expects an integer, got 'high'"),
+    (None, {PROPERTY_PREFIX + "older_than": "soon"}, None,
+     "table db.t: table property lance_compact.maintain.older_than expects '<n> days"),
+    (None, {PROPERTY_PREFIX + "bogus": "1"}, None,
+     "table db.t: unknown table property lance_compact.maintain.bogus; valid keys are: lance_compact.maintain.enabled"),
+    (None, None, {"maintain.bogus": "1"},
+     "unknown catalog setting spark.sql.catalog.lance.maintain.bogus; valid keys are: spark.sql.catalog.lance.maintain.enabled"),
+])
+def test_bad_policy_values_name_table_key_and_source(args, config, catalog, message):
+    with pytest.raises(CompactionError) as e:
+        resolve_policy(args, config, catalog, "db.t", "lance")
+    assert message in e.value.message
+
+
+def _maintain_due(ds, **params) -> list[str]:
+    """The steps CALL lance.maintain would run (its dry run, as the engine serves it)."""
+    request = {"table": "db.t", "uri": ds.uri, "params": {**params, "dry_run": True}}
+    rows = maintain_rows(json.dumps(request), runner=None)
+    return [r[1] for r in rows if r[2] is False and r[3].startswith("due")]
+
+
+@pytest.mark.parametrize("params", [{}, {"min_small_fragments": 2, "older_than": "0 seconds"},
+                                    {"target_rows_per_fragment": 40, "min_unindexed_fragments": 4}])
+def test_due_steps_are_maintains(tables, params):
+    for name, ds in tables.items():
+        h = table_health(ds, resolve_policy(params, ds.config(), None, name))
+        assert list(h.due) == _maintain_due(ds, **params), name
+        assert (h.score == 100) == (not h.due)
+        for step in ("compact", "optimize_indices", "cleanup"):
+            assert h.reasons[step].startswith("due" if step in h.due else "not due")
+
+
+def test_health_parts_and_ordering(tables):
+    policy = lambda ds: resolve_policy(None, ds.config(), None, "t")  # noqa: E731
+    healthy, degraded, indexed = (table_health(tables[n], policy(tables[n]))
+                                  for n in ("healthy", "degraded", "indexed"))
+    assert healthy.score == 100 and healthy.due == ()
+    assert degraded.due == ("compact",) and indexed.due == ("optimize_indices",)
+    assert degraded.score < indexed.score < healthy.score
+    p = degraded.parts
+    assert (p["fragments"], p["small_fragments"], p["small_fragment_ratio"]) == (20, 20, 1.0)
+    assert p["deleted_rows"] == 334 and p["deleted_row_ratio"] == pytest.approx(334 / 1000)
+    assert p["fragments_over_deletion_threshold"] == 20 and p["unindexed_fragments"] == 0
+    assert p["versions"] == 21 and p["reclaimable_versions"] == 0 and p["reclaimable_bytes"] is None
+    assert p["hours_since_compaction"] is None and p["last_compacted_version"] is None
+    assert indexed.parts["indices"] == {"id_idx": {"type": "BTree", "unindexed_fragments": 3}}
+    assert indexed.parts["unindexed_fragments"] == 3
+    # Eight days on, every old version is reclaimable: cleanup is due and costs points.
+    later = table_health(tables["degraded"], policy(tables["degraded"]),
+                         now=datetime.now(timezone.utc) + timedelta(days=8))
+    assert later.due == ("compact", "cleanup") and later.parts["reclaimable_versions"] == 20
+    assert later.score < degraded.score
+    kept = table_health(tables["degraded"], resolve_policy({"retain_versions": 15}, {}, None, "t"),
+                        now=datetime.now(timezone.utc) + timedelta(days=8))
+    assert kept.parts["reclaimable_versions"] == 6
+
+
+def test_compaction_shows_in_hours_since_compaction(tmp_path):
+    ds = _write(str(tmp_path / "c.lance"), 3)
+    ds.optimize.compact_files()  # versions 4 (reserve fragment ids) and 5 (the Rewrite)
+    h = table_health(lance.dataset(ds.uri), resolve_policy(None, {}, None, "t"))
+    assert h.parts["last_compacted_version"] == 5 and 0 <= h.parts["hours_since_compaction"] < 0.1
+
+
+def test_alter_properties_validates_then_writes_one_commit(tmp_path):
+    ds = _write(str(tmp_path / "p.lance"), 1)
+    request = lambda **kw: json.dumps({"table": "db.p", "uri": ds.uri, **kw})  # noqa: E731
+    _, rows = alter_properties(request(set={"lance_compact.maintain.enabled": "FALSE",
+                                            "lance.compaction.target_rows_per_fragment": "500"}))
+    assert rows == [("lance.compaction.target_rows_per_fragment", "500"), ("lance_compact.maintain.enabled", "false")]
+    version = lance.dataset(ds.uri).version
+    assert version == ds.version + 1
+    for bad, text in [({"set": {"spark.foo": "1"}}, "cannot set table property 'spark.foo'"),
+                      ({"set": {"lance.compaction.target_rows_per_fragment": "0"}}, "must be >= 1"),
+                      ({"set": {"lance_compact.maintain.priority": "1", "lance_compact.maintain.enabled": "x"}},
+                       "table property lance_compact.maintain.enabled expects true or false"),
+                      ({"unset": ["lance.auto_cleanup.interval"]}, "cannot unset")]:
+        with pytest.raises(CompactionError) as e:
+            alter_properties(request(**bad))
+        assert text in e.value.message
+        if "cannot" in text:  # a refused key: the message lists the valid ones
+            assert "valid keys are: lance_compact.maintain.enabled" in e.value.message
+        assert lance.dataset(ds.uri).version == version
+    _, rows = alter_properties(request(unset=["lance_compact.maintain.enabled", "lance_compact.maintain.priority"]))
+    assert rows == [("lance.compaction.target_rows_per_fragment", "500")]
+    assert lance.dataset(ds.uri).version == version + 1
