@@ -146,3 +146,96 @@ def test_a_table_that_fails_fails_alone(spark, warehouse):
     assert t["wf.bad"]["optimize_indices"].reason.startswith("not run")
     assert lance.dataset(str(bad)).version == v
     assert t["wf.good"]["compact"].ran and content(lance.dataset(str(good))) == expected
+
+
+
+def test_on_s3(spark, s3):
+    """A warehouse on the S3-compatible server, as a second catalog of the same session: listed
+    through Lance's object store, the degraded table maintained with its content exact, the
+    healthy one skipped; no credential in any row."""
+    from s3_server import ACCESS_KEY_ID, SECRET_ACCESS_KEY
+    from lance_compact.api import CATALOG_CLASS
+
+    wh = s3.create_bucket(f"mw-{os.getpid()}-{int(time.time()) % 100000}") + "/wh"
+    opts = s3.storage_options
+    degraded_table(f"{wh}/s/t.lance", storage_options=opts, **SMALL)
+    lance.write_dataset(batch(0, 600), f"{wh}/s/ok.lance", storage_options=opts)
+    expected = content(lance.dataset(f"{wh}/s/t.lance", storage_options=opts))
+    spark.conf.set("spark.sql.catalog.lances3", CATALOG_CLASS)
+    spark.conf.set("spark.sql.catalog.lances3.warehouse", wh)
+    for k, v in opts.items():
+        spark.conf.set(f"spark.sql.catalog.lances3.storage.{k}", v)
+    rows = spark.sql(f"CALL lances3.maintain_warehouse({ARGS})").collect()
+    t = by_table(rows)
+    assert set(t) == {"s.t", "s.ok"}
+    assert t["s.t"]["compact"].ran and t["s.t"]["compact"].error is None, t["s.t"]
+    assert t["s.ok"]["all"].reason.startswith("skipped: healthy")
+    after = lance.dataset(f"{wh}/s/t.lance", storage_options=opts)
+    assert content(after) == expected and len(after.get_fragments()) < SMALL["fragments"]
+    text = repr([r.asDict() for r in rows])
+    assert ACCESS_KEY_ID not in text and SECRET_ACCESS_KEY not in text
+
+def _service(wh, *args):
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable,
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.Popen([sys.executable, "-m", "lance_compact.maintenance_service", "--warehouse", str(wh),
+                             "--master", "local[1]", "--conf", "spark.ui.enabled=false",
+                             "--param", "target_rows_per_fragment=300", "--param", "older_than=7 days", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=wh)
+
+
+def test_the_service_runs_rounds_backs_off_stops_and_reports_metrics(tmp_path):
+    """Two bounded rounds: the degraded table is maintained in the first and left alone in the
+    second (minimum interval), the broken one fails and is backed off; the metrics reach a
+    CSV sink. A second service stops cleanly on SIGTERM between rounds."""
+    import json
+
+    wh = tmp_path / "wh"
+    _degraded(wh / "ws" / "t.lance")
+    expected = content(lance.dataset(str(wh / "ws" / "t.lance")))
+    (wh / "ws" / "broken.lance" / "_versions").mkdir(parents=True)
+    (wh / "ws" / "broken.lance" / "_versions" / "1.manifest").write_bytes(b"garbage")
+    csv = tmp_path / "metrics"
+    csv.mkdir()
+    sink = "spark.metrics.conf.*.sink.csv"
+    bounded = _service(wh, "--rounds", "2", "--every", "1s", "--min-interval", "1h", "--backoff", "1h",
+                       "--conf", f"{sink}.class=org.apache.spark.metrics.sink.CsvSink",
+                       "--conf", f"{sink}.period=1", "--conf", f"{sink}.unit=seconds",
+                       "--conf", f"{sink}.directory={csv}")
+    other = tmp_path / "other"
+    _degraded(other / "ws" / "u.lance")
+    endless = _service(other, "--every", "1h")
+    try:
+        out, err = bounded.communicate(timeout=240)
+        assert bounded.returncode == 0, err[-3000:]
+        reports = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+        first, second, stopped = reports
+        assert first["maintained"] == ["ws.t"] and first["failed"] == ["ws.broken"], first
+        assert second["maintained"] == [] and second["failed"] == []
+        assert "maintained" in second["excluded"]["ws.t"] and "backed off" in second["excluded"]["ws.broken"]
+        assert stopped == {"stopped": True, "rounds": 2, "signal": False}
+        assert content(lance.dataset(str(wh / "ws" / "t.lance"))) == expected
+
+        def last(metric):
+            files = list(csv.glob(f"*.driver.plugin.*EnginePlugin.maintenance.{metric}.csv"))
+            assert files, sorted(p.name for p in csv.iterdir())[:20]
+            return float(files[0].read_text().strip().splitlines()[-1].split(",")[1])
+        assert last("runs") == 2 and last("tables_maintained") == 1 and last("tables_failed") == 1
+        assert last("bytes_rewritten") > 0
+        assert last("table.ws.t.health") > last("table.ws.t.runs") == 1
+
+        # SIGTERM between rounds: the service ends its session and says it stopped.
+        deadline = time.monotonic() + 240
+        line = ""
+        while not line.startswith("{") and time.monotonic() < deadline:
+            line = endless.stdout.readline()
+        assert json.loads(line)["maintained"] == ["ws.u"]
+        endless.send_signal(signal.SIGTERM)
+        out, err = endless.communicate(timeout=60)
+        assert endless.returncode == 0, err[-3000:]
+        assert json.loads(out.splitlines()[-1]) == {"stopped": True, "rounds": 1, "signal": True}
+    finally:
+        for p in (bounded, endless):
+            if p.poll() is None:
+                p.kill()
+                p.wait(timeout=30)

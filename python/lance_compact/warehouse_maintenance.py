@@ -152,10 +152,10 @@ def _maintain(t: Table, jobs: SharedJobs, dry: bool, deadline: float | None) -> 
 
 def _skip_reason(t: Table, excluded: set[str]) -> tuple[str, str | None] | None:
     """Why the table is left alone before any budget (None: it is due)."""
+    if t.target.table in excluded:
+        return "skipped: excluded by the caller (exclude), not evaluated", None
     if t.error is not None:
         return "failed: the table could not be evaluated", t.error
-    if t.target.table in excluded:
-        return "skipped: excluded by the caller (exclude)", None
     if not t.policy.enabled:
         return (f"skipped: opted out (enabled=false, from the {t.policy.source('enabled')} policy: "
                 "table property lance_compact.maintain.enabled or catalog setting maintain.enabled)"), None
@@ -168,13 +168,13 @@ def _skip_reason(t: Table, excluded: set[str]) -> tuple[str, str | None] | None:
 def plan_tables(tables: list[Table], args: dict[str, Any], excluded: set[str]) -> list[Table]:
     """Rank every readable table, mark those left alone, and return the due ones to
     maintain, in order, within ``max_tables`` and ``max_bytes``."""
-    readable = sorted((t for t in tables if t.error is None),
+    readable = sorted((t for t in tables if t.error is None and t.health is not None),
                       key=lambda t: (t.score, -t.priority, t.target.table))
     for i, t in enumerate(readable):
         t.rank = i + 1
     chosen: list[Table] = []
     spent = 0
-    for t in readable + [t for t in tables if t.error is not None]:
+    for t in readable + [t for t in tables if t.error is not None or t.health is None]:
         why = _skip_reason(t, excluded)
         if why is not None:
             t.skip(*why)
@@ -208,7 +208,8 @@ def maintain_warehouse(request_json: str, run_packed: Callable) -> list[Table]:
     tables = [Table(Target(e["table"], e["uri"], storage)) for e in raw.get("tables") or []]
     workers = max(1, min(args["parallelism"], len(tables) or 1))
     with ThreadPoolExecutor(workers, thread_name_prefix="maintain-warehouse") as pool:
-        list(pool.map(lambda t: _evaluate(t, call_args, settings, catalog), tables))
+        list(pool.map(lambda t: _evaluate(t, call_args, settings, catalog),
+                      [t for t in tables if t.target.table not in excluded]))
         chosen = plan_tables(tables, args, excluded)
         log.info("maintain_warehouse: %d tables, %d due and chosen, %d threads", len(tables), len(chosen), workers)
         jobs = SharedJobs(run_packed)
