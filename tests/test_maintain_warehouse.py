@@ -83,6 +83,8 @@ def test_dry_run_reports_every_table_and_writes_nothing(spark, wh):
     assert t["wb.degraded2"]["compact"].priority == 5
     assert [r.table for r in rows][:3] == ["wb.degraded2"] * 3
     assert t["wa.optout"]["all"].rank < t["wa.healthy"]["all"].rank  # degraded, though left alone
+    ranked = sorted({(r.rank, r.health_before, -r.priority) for r in rows if r.rank is not None})
+    assert [x[0] for x in ranked] == [1, 2, 3, 4] and [x[1:] for x in ranked] == sorted(x[1:] for x in ranked)
 
 
 def test_budgets_leave_tables_with_a_row_saying_which(spark, wh):
@@ -93,6 +95,9 @@ def test_budgets_leave_tables_with_a_row_saying_which(spark, wh):
                            "max_bytes => 1)").collect())
     assert set(t) == {"wa.degraded", "wa.healthy", "wa.optout"}
     assert "max_bytes" in t["wa.degraded"]["all"].reason and not t["wa.degraded"]["all"].ran
+    t = by_table(spark.sql(f"CALL lance.maintain_warehouse({ARGS}, dry_run => true, "
+                           "max_duration => '0 seconds')").collect())
+    assert "max_duration" in t["wb.degraded2"]["all"].reason and "max_duration" in t["wa.degraded"]["all"].reason
     assert versions(wh) == before
 
 
