@@ -181,7 +181,12 @@ def _session_run(spark: Any, work: Path, wh: Path, r: dict, o: dict, i: int) -> 
         return
     dst = copy(src, wh / "b" / f"{table}.lance")
     t = time.perf_counter()
-    if r["kind"] == "api":
+    if r["kind"] == "warehouse":  # the table among the namespace's (the others are compacted)
+        rows = spark.sql(f"CALL lance.maintain_warehouse(namespace => '{ns}', "
+                         f"target_rows_per_fragment => {target})").collect()
+        row = next(x for x in rows if x.table.endswith(f".{table}") and x.step == "compact")
+        assert row.ran and row.error is None, rows
+    elif r["kind"] == "api":
         row = compact(spark, f"{ns}.{table}", target_rows_per_fragment=target,
                       **r.get("options", {})).collect()[0]
     else:
@@ -569,9 +574,13 @@ def run_suite(a: argparse.Namespace) -> tuple[list[Row], list[Target], dict]:
         py = run_probe(work, "pylance", table="big", options={"target_rows_per_fragment": t},
                        repeat=repeat, cores=None)
         anchor = add("big", "pylance compact_files, in-process (2 cores)", py["times"])
-        warm = run_probe(work, "session", master="local[2]", runs=[
-            {"table": "big", "kind": "sql", "repeat": repeat}])["runs"][0]
+        warm, together = run_probe(work, "session", master="local[2]", runs=[
+            {"table": "big", "kind": "sql", "repeat": repeat},
+            {"table": "big", "kind": "warehouse", "repeat": repeat}])["runs"]
         call = add("big", "CALL, warm, local[2]", warm["times"], anchor)
+        add("big", "CALL maintain_warehouse, warm, local[2]", together["times"], anchor,
+            note="the big table in a shared job: its tasks still one partition each")
+        check_layout(together["layout"], py["layout"], "maintain_warehouse on the big table")
         check_layout(warm["layout"], py["layout"], "CALL on the big table")
         moved = (warm["rows"][0]["bytes_read"] or 0) + (warm["rows"][0]["bytes_written"] or 0)
         bw = run_probe(work, "bandwidth", mb=256 if a.quick else 2048)

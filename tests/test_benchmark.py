@@ -31,6 +31,7 @@ def test_the_quick_benchmark_runs_every_path_and_writes_its_report(tmp_path):
                 a["seconds"] for a in report["rows"] if a["path"] == r["anchor"] and a["section"] == r["section"])
     assert len(report["targets"]) == 10
     assert any(path.startswith("CALL lance.maintain_warehouse") for s, path in rows if s == "warehouse")
+    assert ("big", "CALL maintain_warehouse, warm, local[2]") in rows
     assert report["memory"]["big"]["python_worker_mb"] > 0 and report["memory"]["big"]["driver_jvm_mb"] > 0
     assert report["bandwidth"]["read_mb_s"] > 0
     svg = (out / "results-quick.svg").read_text()

@@ -113,6 +113,19 @@ def test_pyspark_equals_sql(spark, wh):
     assert same(api) == same(sql) and len(sql) == 4
 
 
+
+def test_foreach_batch_helper_runs_the_warehouse_every_n_batches(spark, wh):
+    from lance_compact.streaming import with_warehouse_maintenance
+
+    written, rounds = [], []
+    run = with_warehouse_maintenance(spark, lambda batch, i: written.append(i), every=2, namespace="wb",
+                                     on_result=lambda i, rows: rounds.append((i, rows)),
+                                     target_rows_per_fragment=300, dry_run=True)
+    for i in range(3):
+        run(None, i)
+    assert written == [0, 1, 2] and [i for i, _ in rounds] == [0, 2]
+    assert {r.table for r in rounds[0][1]} == {"wb.degraded2", "wb.broken"}
+
 def test_the_run_maintains_exactly_the_due_tables(spark, wh):
     before = {t: lance.dataset(str(p)) for t, p in wh.items()}
     expected = {t: content(ds) for t, ds in before.items()}
