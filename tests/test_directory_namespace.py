@@ -107,3 +107,11 @@ def test_only_the_directory_namespace_is_supported(spark, tmp_path):
     spark.conf.set("spark.sql.catalog.lsrest.impl", "rest")
     with pytest.raises(Exception, match="impl 'rest' is not supported; impl=dir"):
         spark.sql("SHOW NAMESPACES IN lsrest").collect()
+
+
+def test_system_tables_cover_directory_namespaces(spark, manifest_root, flat_root):
+    for catalog, expected in (("lsdir", ("db", "events")), ("lsflat", ("default", "flat"))):
+        rows = spark.sql(f"SELECT namespace, `table`, error, health_score FROM {catalog}.system.table_health").collect()
+        assert [tuple(r)[:3] for r in rows] == [(*expected, None)] and 0 <= rows[0].health_score <= 100
+        versions = spark.sql(f"SELECT count(*) FROM {catalog}.system.maintenance_history").collect()[0][0]
+        assert versions == spark.sql(f"SELECT count(*) FROM {catalog}.{'.'.join(expected)}.versions").collect()[0][0]

@@ -45,10 +45,16 @@ def tables(warehouse):
 
 
 @pytest.fixture(scope="module")
-def lake(s3):
+def lake(s3, tmp_path_factory):
+    """An S3 warehouse: db.remote (degraded) and db.bad (a corrupt manifest)."""
+    from lance.file import LanceFileSession
+
     bucket = f"health-{os.getpid()}-{int(time.time() * 1000) % 10**9}"
     wh = s3.create_bucket(bucket) + "/wh"
     degraded_table(f"{wh}/db/remote.lance", fragments=8, storage_options=s3.storage_options)
+    garbage = tmp_path_factory.mktemp("garbage") / "1.manifest"
+    garbage.write_bytes(b"not a manifest" * 4)
+    LanceFileSession(f"{wh}/db/bad.lance/_versions", s3.storage_options).upload_file(str(garbage), "1.manifest")
     return wh
 
 
@@ -112,6 +118,11 @@ def test_every_table_has_a_row_and_the_broken_one_says_why(spark, tables):
 
 
 def test_sql_filters_orders_and_joins_it(spark, tables):
+    from lance_compact.options import result_columns
+
+    for name, section in (("table_health", "health_columns"), ("maintenance_history", "history_columns")):
+        described = [r.col_name for r in spark.sql(f"DESCRIBE TABLE lance.system.{name}").collect()]
+        assert described == [c for c, _ in result_columns(section)]
     ordered = [r[0] for r in spark.sql(
         "SELECT concat(namespace, '.', `table`) FROM lance.system.table_health "
         "WHERE error IS NULL AND array_contains(due, 'compact') ORDER BY health_score, `table`").collect()]
@@ -213,11 +224,17 @@ def test_namespace_named_system_stays_reachable(spark, tables):
 
 
 def test_object_store_warehouse(spark, lake, s3):
+    from s3_server import ACCESS_KEY_ID, SECRET_ACCESS_KEY
+
     rows = health(spark, "lake")
-    assert set(rows) == {"db.remote"}
+    assert set(rows) == {"db.remote", "db.bad"}
     remote = rows["db.remote"]
     assert remote["error"] is None and remote["due"] == ["compact"] and remote["health_score"] < 100
-    history = spark.sql("SELECT version, operation FROM lake.system.maintenance_history").collect()
+    bad = rows["db.bad"]["error"]
+    assert bad.startswith("table db.bad: ") and rows["db.bad"]["health_score"] is None
+    assert ACCESS_KEY_ID not in bad and SECRET_ACCESS_KEY not in bad
+    history = spark.sql("SELECT version, operation FROM lake.system.maintenance_history "
+                        "WHERE `table` = 'remote'").collect()
     assert [r.version for r in history] == list(range(1, remote["version"] + 1))
     assert [tuple(r) for r in spark.sql("SELECT version, operation FROM lake.db.remote.versions").collect()] \
         == [tuple(r) for r in history]

@@ -105,8 +105,8 @@ def test_health_parts_and_ordering(tables):
     policy = lambda ds: resolve_policy(None, ds.config(), None, "t")  # noqa: E731
     healthy, degraded, indexed = (table_health(tables[n], policy(tables[n]))
                                   for n in ("healthy", "degraded", "indexed"))
-    assert healthy.score == 100 and healthy.due == ()
-    assert degraded.due == ("compact",) and indexed.due == ("optimize_indices",)
+    assert healthy.score == 100 and healthy.due == []
+    assert degraded.due == ["compact"] and indexed.due == ["optimize_indices"]
     assert degraded.score < indexed.score < healthy.score
     p = degraded.parts
     assert (p["fragments"], p["small_fragments"], p["small_fragment_ratio"]) == (20, 20, 1.0)
@@ -119,7 +119,7 @@ def test_health_parts_and_ordering(tables):
     # Eight days on, every old version is reclaimable: cleanup is due and costs points.
     later = table_health(tables["degraded"], policy(tables["degraded"]),
                          now=datetime.now(timezone.utc) + timedelta(days=8))
-    assert later.due == ("compact", "cleanup") and later.parts["reclaimable_versions"] == 20
+    assert later.due == ["compact", "cleanup"] and later.parts["reclaimable_versions"] == 20
     assert later.score < degraded.score
     kept = table_health(tables["degraded"], resolve_policy({"retain_versions": 15}, {}, None, "t"),
                         now=datetime.now(timezone.utc) + timedelta(days=8))
@@ -145,6 +145,10 @@ def test_alter_properties_validates_then_writes_one_commit(tmp_path):
                       ({"set": {"lance.compaction.target_rows_per_fragment": "0"}}, "must be >= 1"),
                       ({"set": {"lance_compact.maintain.priority": "1", "lance_compact.maintain.enabled": "x"}},
                        "table property lance_compact.maintain.enabled expects true or false"),
+                      ({"set": {"lance.compaction.num_threads": "2"}},  # Lance does not read it
+                       "cannot set table property 'lance.compaction.num_threads'"),
+                      ({"set": {"lance.compaction.compaction_mode": "fast"}},
+                       "table property lance.compaction.compaction_mode must be one of reencode"),
                       ({"unset": ["lance.auto_cleanup.interval"]}, "cannot unset")]:
         with pytest.raises(CompactionError) as e:
             alter_properties(request(**bad))

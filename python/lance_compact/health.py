@@ -39,6 +39,7 @@ from typing import Any, Iterable, Mapping
 
 import lance
 
+from .cleanup import parse_older_than
 from .fragments import data_bytes, live_and_deleted
 from .history import last_compaction
 from .indices import index_state
@@ -56,7 +57,7 @@ class Health:
 
     score: int
     parts: Mapping[str, Any] = field(default_factory=dict)
-    due: tuple[str, ...] = ()
+    due: list[str] = field(default_factory=list)
     reasons: Mapping[str, str] = field(default_factory=dict)
 
 
@@ -77,14 +78,13 @@ def reclaimable(versions: list[dict[str, Any]], older_than: str, retain: int | N
                 now: datetime, table: str) -> list[int]:
     """Versions cleanup would remove: not the current one nor among the newest ``retain``,
     committed before ``now - older_than``."""
-    from .cleanup import parse_older_than
     cutoff = now - parse_older_than(older_than, table)
     ordered = sorted(versions, key=lambda v: v["version"])
     keep = max(1, retain or 1)
     return [v["version"] for v in ordered[:-keep] if v["timestamp"].astimezone(timezone.utc) < cutoff]
 
 
-def _score(parts: Mapping[str, Any], due: tuple[str, ...]) -> int:
+def _score(parts: Mapping[str, Any], due: list[str]) -> int:
     penalty = 0.0
     if "compact" in due:
         penalty += max(1.0, WEIGHTS["small_fragments"] * parts["small_fragment_ratio"]
@@ -152,7 +152,7 @@ def table_health(ds: lance.LanceDataset, policy: Policy, now: datetime | None = 
         "hours_since_compaction": hours,
         "last_compacted_version": last.version if last else None,
     }
-    due = tuple(s for s, d in zip(STEPS, (compact, bool(lagging), bool(old))) if d)
+    due = [s for s, d in zip(STEPS, (compact, bool(lagging), bool(old))) if d]
     kept = f"the newest {retain}" if retain else "the current one"
     reasons = {
         "compact": ("due: " if compact else

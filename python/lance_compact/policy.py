@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Mapping
 
+from .cleanup import parse_older_than
 from .errors import CompactionError
 from .options import OptionSpec, convert_value, option_specs, spec
 
@@ -89,7 +90,6 @@ def _convert(table: str, key: str, value: Any, where: str) -> Any:
     except CompactionError as e:
         raise CompactionError(e.message.replace(f"option {key}", where, 1)) from None
     if key == "older_than":
-        from .cleanup import parse_older_than
         try:
             parse_older_than(v, table)
         except CompactionError as e:

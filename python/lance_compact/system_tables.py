@@ -80,7 +80,8 @@ def _kind(operation: str | None) -> tuple[str, bool]:
             None: ("unknown", False)}.get(operation, ("write", False))
 
 
-def _details(r: dict[str, Any]) -> str | None:
+def _details(r: dict[str, Any], indexed: set[str]) -> str | None:
+    """What the version did, in words; ``indexed``: names of indices earlier versions built."""
     op, t = r["operation"], r["transaction"]
     if op == "Rewrite":
         if r["fragments_removed"] is None:
@@ -89,13 +90,18 @@ def _details(r: dict[str, Any]) -> str | None:
     if op == "ReserveFragments":
         return "fragment ids reserved for the compaction committed next"
     if op == "CreateIndex" and t is not None:
-        new = sorted({ix.name for ix in t.new_indices or []})
-        removed = len(t.removed_indices or [])
         covered = {ix.name: len(ix.fragment_ids or []) for ix in t.new_indices or []}
-        what = "optimized" if removed else "built"
-        return f"{'indices' if len(new) > 1 else 'index'} {', '.join(new)} {what}: covers " + ", ".join(
-            f"{c} fragments" + (f" ({n})" if len(new) > 1 else "") for n, c in sorted(covered.items())) + (
-            f", {removed} segments replaced" if removed else "")
+        removed = len(t.removed_indices or [])
+        names = sorted(covered)
+        if removed:
+            what = f"optimized: {removed} segment{'s' if removed != 1 else ''} replaced by one covering"
+        elif indexed & set(names):
+            what = "optimized: a new segment covers"  # num_indices_to_merge=0: a delta
+        else:
+            what = "built: covers"
+        indexed.update(names)
+        return (f"{'indices' if len(names) > 1 else 'index'} {', '.join(names)} {what} "
+                + ", ".join(f"{c} fragments" + (f" ({n})" if len(names) > 1 else "") for n, c in sorted(covered.items())))
     if op == "UpdateConfig" and t is not None and t.config_updates is not None:
         updates = t.config_updates.updates or {}
         set_ = sorted(f"{k}={v}" for k, v in updates.items() if v is not None)
@@ -117,11 +123,11 @@ def maintenance_history_rows(request_json: str) -> tuple[str, list[tuple]]:
 
     def rows_of(namespace: str, name: str, uri: str) -> list[dict[str, Any]]:
         ds = open_dataset(f"{namespace}.{name}", uri, storage)
-        out = []
+        out, indexed = [], set()
         for r in version_records(ds):
             kind, maintenance = _kind(r["operation"])
             out.append({**r, "namespace": namespace, "table": name, "timestamp": micros(r["timestamp"]),
-                        "kind": kind, "maintenance": maintenance, "details": _details(r)})
+                        "kind": kind, "maintenance": maintenance, "details": _details(r, indexed)})
         return out
 
     columns = result_columns("history_columns")

@@ -7,8 +7,11 @@ Keys accepted:
 * ``lance_compact.maintain.<key>``: the maintenance policy (policy.py), checked with the
   key's type;
 * ``lance.compaction.<option>``: Lance's own compaction defaults (Lance applies them to every
-  compaction of the table), limited to the compaction options of parameters.json with their
-  types.
+  compaction of the table), limited to the compaction options of parameters.json that Lance
+  reads from the config (pylance 14.0.2 reads all but ``num_threads`` and
+  ``excluded_fragment_ids``: checked by storing an invalid value and compacting), with their
+  types. Lance fails every compaction of a table whose ``lance.compaction.*`` value it cannot
+  parse, so checking before writing matters.
 
 Any other key is refused: the catalog maintains tables and does not set what other Lance
 features or writers read from the config (a typo would otherwise be stored and silently
@@ -26,9 +29,18 @@ from .policy import LANCE_COMPACTION_PREFIX, PROPERTY_PREFIX, policy_specs
 from .tables import open_dataset
 
 
+# Compaction options Lance does not read from the table's config.
+NOT_LANCE_CONFIG = frozenset({"num_threads", "excluded_fragment_ids"})
+
+
+def lance_config_specs() -> dict[str, OptionSpec]:
+    """The ``lance.compaction.<option>`` keys accepted (option -> spec)."""
+    return {k: o for k, o in option_specs().items() if k not in NOT_LANCE_CONFIG}
+
+
 def valid_keys() -> list[str]:
     return ([PROPERTY_PREFIX + k for k in sorted(policy_specs())]
-            + [LANCE_COMPACTION_PREFIX + k for k in sorted(option_specs())])
+            + [LANCE_COMPACTION_PREFIX + k for k in sorted(lance_config_specs())])
 
 
 def _spec(key: str) -> OptionSpec | None:
@@ -36,7 +48,7 @@ def _spec(key: str) -> OptionSpec | None:
     if k.startswith(PROPERTY_PREFIX):
         return policy_specs().get(k[len(PROPERTY_PREFIX):])
     if k.startswith(LANCE_COMPACTION_PREFIX):
-        return option_specs().get(k[len(LANCE_COMPACTION_PREFIX):])
+        return lance_config_specs().get(k[len(LANCE_COMPACTION_PREFIX):])
     return None
 
 

@@ -9,12 +9,13 @@ import org.apache.spark.sql.types.StructType
 import org.apache.spark.sql.util.CaseInsensitiveStringMap
 
 import io.github.lancecompact.spark.engine.PythonEngine
+import io.github.lancecompact.spark.procedures.OptionSpec
 
 /** `lance.system.table_health` and `lance.system.maintenance_history`: a row per table (per
  * version of each table) of the whole warehouse, computed by the engine from each table's
  * metadata (python/lance_compact/system_tables.py). The catalog lists the tables, as
- * `(namespace, table, location)`; the engine evaluates them side by side. Read once per
- * query, when Spark first asks for the schema.
+ * `(namespace, table, location)`; the engine evaluates them side by side when the query is
+ * planned (the schema is parameters.json's, so DESCRIBE costs nothing).
  */
 final class SystemTable(catalogName: String, kind: String, tables: () => Seq[(String, String, String)],
                         storage: Map[String, String], maintainSettings: Map[String, String]) extends Table with SupportsRead {
@@ -31,7 +32,7 @@ final class SystemTable(catalogName: String, kind: String, tables: () => Seq[(St
     PythonEngine.query(kind, mapper.writeValueAsString(r))
   }
   override def name(): String = s"$catalogName.${SystemTable.Namespace}.$kind"
-  override def schema(): StructType = result.readSchema()
+  override def schema(): StructType = OptionSpec.columns(SystemTable.Columns(kind))
   override def capabilities(): util.Set[TableCapability] = util.EnumSet.of(TableCapability.BATCH_READ)
   override def newScanBuilder(options: CaseInsensitiveStringMap): ScanBuilder = new ScanBuilder {
     override def build(): Scan = result
@@ -42,5 +43,6 @@ object SystemTable {
   val Namespace = "system"
   /** These two names under `system` are the system tables, even when the warehouse has a
    * namespace `system` (its other tables stay reachable as `lance.system.<t>`). */
-  val Kinds: Set[String] = Set("table_health", "maintenance_history")
+  val Columns: Map[String, String] = Map("table_health" -> "health_columns", "maintenance_history" -> "history_columns")
+  val Kinds: Set[String] = Columns.keySet
 }

@@ -59,6 +59,10 @@ object OptionSpec {
   /** The maintain_warehouse procedure's parameters (after `namespace`). */
   lazy val maintainWarehouseParameters: Seq[OptionSpec] = section("maintain_warehouse_parameters", setting = true)
 
+  /** A result's columns (a `*_columns` section, as the engine answers them) as a schema. */
+  def columns(section: String): StructType = StructType.fromDDL(
+    root.get(section).elements().asScala.map(c => s"`${c.get("name").asText}` ${c.get("type").asText}").mkString(", "))
+
   /** The options and settings that are also named CALL parameters, in declaration order. */
   lazy val sqlParameters: Seq[OptionSpec] = all.filter(_.sql)
 }
