@@ -54,6 +54,10 @@ TABLES = {
         "frags100k": ("many_fragments", dict(fragments=2000, rows_per_fragment=10)),
     },
 }
+# The warehouse section: many small degraded tables (a third indexed, with unindexed appends)
+# and many tiny ones for the health table.
+WAREHOUSE = {"full": {"tables": dict(tables=60, fragments=35, rows_per_fragment=100, dim=16), "tiny": 1000},
+             "quick": {"tables": dict(tables=6, fragments=12, rows_per_fragment=20, dim=4), "tiny": 30}}
 TARGETS = {"streaming": 100_000, "big": 1_048_576, "big4x": 1_048_576, "binary": 1_048_576,
            "frags1k": 100, "frags50k": 100, "frags100k": 100_000}
 
@@ -177,7 +181,12 @@ def _session_run(spark: Any, work: Path, wh: Path, r: dict, o: dict, i: int) -> 
         return
     dst = copy(src, wh / "b" / f"{table}.lance")
     t = time.perf_counter()
-    if r["kind"] == "api":
+    if r["kind"] == "warehouse":  # the table among the namespace's (the others are compacted)
+        rows = spark.sql(f"CALL lance.maintain_warehouse(namespace => '{ns}', "
+                         f"target_rows_per_fragment => {target})").collect()
+        row = next(x for x in rows if x.table.endswith(f".{table}") and x.step == "compact")
+        assert row.ran and row.error is None, rows
+    elif r["kind"] == "api":
         row = compact(spark, f"{ns}.{table}", target_rows_per_fragment=target,
                       **r.get("options", {})).collect()[0]
     else:
@@ -293,7 +302,98 @@ def probe_bandwidth(work: Path, mb: int) -> dict:
     return {"write_mb_s": mb / write, "read_mb_s": mb / read}
 
 
-PROBES = {"pylance": probe_pylance, "session": probe_session, "memory": probe_memory,
+def _same_content(a: Any, b: Any) -> bool:
+    return a.to_table().sort_by("id").equals(b.to_table().sort_by("id"))
+
+
+def probe_warehouse_pylance(work: Path, repeat: int) -> dict:
+    """pylance in one process, table after table: compact_files, optimize_indices,
+    cleanup_old_versions -- what maintain does to each -- on fresh copies of the tables."""
+    import datetime
+    import lance
+
+    src = work / "tables" / "warehouse"
+    names = sorted(p.name for p in src.iterdir() if p.name.endswith(".lance"))
+    times = []
+    for i in range(repeat + 1):  # the first run warms this process
+        dst = work / "runs" / "pylance-warehouse"
+        shutil.rmtree(dst, ignore_errors=True)
+        shutil.copytree(src, dst)
+        os.sync()
+        t = time.perf_counter()
+        for name in names:
+            ds = lance.dataset(str(dst / name))
+            ds.optimize.compact_files()
+            ds.optimize.optimize_indices()
+            ds.cleanup_old_versions(older_than=datetime.timedelta(0))
+        if i:
+            times.append(time.perf_counter() - t)
+        for name in names:
+            assert _same_content(lance.dataset(str(dst / name)), lance.dataset(str(src / name))), name
+    return {"times": times, "tables": len(names)}
+
+
+def probe_warehouse_session(work: Path, repeat: int) -> dict:
+    """A warm PySpark session: per run, fresh copies of the tables maintained by a CALL
+    lance.maintain per table, and other fresh copies by one CALL lance.maintain_warehouse;
+    then the health of the tiny tables (SELECT * FROM lance.system.table_health)."""
+    import lance
+
+    src = work / "tables" / "warehouse"
+    names = sorted(p.name[:-6] for p in src.iterdir() if p.name.endswith(".lance"))
+    wh = work / f"whw_{os.getpid()}"
+    shutil.rmtree(wh, ignore_errors=True)
+    wh.mkdir(parents=True)
+    spark = _session("local[2]", wh)
+
+    def fresh(ns: str) -> None:
+        shutil.copytree(src, wh / ns)
+        os.sync()
+
+    def loop(ns: str) -> list:
+        return [r for n in names for r in spark.sql(
+            f"CALL lance.maintain(table => '{ns}.{n}', older_than => '0 seconds')").collect()]
+
+    def together(ns: str) -> list:
+        return spark.sql(f"CALL lance.maintain_warehouse(namespace => '{ns}', older_than => '0 seconds', "
+                         f"parallelism => 16)").collect()
+
+    fresh("warm1"), fresh("warm2")  # warm: engine, workers, both code paths
+    loop("warm1"), together("warm2")
+    out: dict[str, Any] = {"loop": [], "together": []}
+    for i in range(repeat):
+        for kind, run in (("loop", loop), ("together", together)):
+            ns = f"{kind}{i}"
+            fresh(ns)
+            t = time.perf_counter()
+            rows = run(ns)
+            out[kind].append(time.perf_counter() - t)
+            assert not [r for r in rows if getattr(r, "error", None)], [r for r in rows if r.error]
+            for n in names:
+                assert _same_content(lance.dataset(str(wh / ns / f"{n}.lance")),
+                                     lance.dataset(str(src / f"{n}.lance"))), f"{kind} changed the rows of {n}"
+            if kind == "together":
+                out["ran"] = sorted({r.table.split(".")[1] for r in rows if r.ran})
+                assert len(out["ran"]) == len(names), rows
+    for child in wh.iterdir():
+        shutil.rmtree(child)
+    shutil.copytree(work / "tables" / "tiny", wh / "tiny")
+    os.sync()
+    spark.sql("SELECT * FROM lance.system.table_health").collect()  # warm
+    out["health"] = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        health = spark.sql("SELECT * FROM lance.system.table_health").collect()
+        out["health"].append(time.perf_counter() - t)
+    out["health_tables"] = len(health)
+    assert all(h.error is None for h in health), [h for h in health if h.error][:3]
+    spark.stop()
+    shutil.rmtree(wh, ignore_errors=True)
+    return out
+
+
+PROBES = {"warehouse_pylance": probe_warehouse_pylance, "warehouse_session": probe_warehouse_session,
+          "pylance": probe_pylance, "session": probe_session, "memory": probe_memory,
           "scaling": probe_scaling, "bandwidth": probe_bandwidth}
 
 
@@ -364,6 +464,20 @@ def med(xs: list[float]) -> float:
     return statistics.median(xs) if xs else float("nan")
 
 
+def build_warehouse(work: Path, size: str) -> None:
+    """The warehouse section's tables (kept between runs, like the others)."""
+    spec = json.dumps(WAREHOUSE[size], sort_keys=True)
+    stamp = work / "tables" / "warehouse.json"
+    if stamp.exists() and stamp.read_text() == spec:
+        return
+    (work / "tables").mkdir(parents=True, exist_ok=True)
+    print(f"  making the warehouse tables: {spec}", flush=True)
+    tables.warehouse(str(work / "tables" / "warehouse"), **WAREHOUSE[size]["tables"])
+    tables.tiny_tables(str(work / "tables" / "tiny"), WAREHOUSE[size]["tiny"])
+    os.sync()
+    stamp.write_text(spec)
+
+
 def build_tables(work: Path, size: str, names: list[str]) -> dict:
     import lance
 
@@ -388,8 +502,8 @@ def build_tables(work: Path, size: str, names: list[str]) -> dict:
     return info
 
 
-SECTIONS = ["streaming", "big", "binary", "memory", "scaling", "planning"]
-NEEDS = {"streaming": ["streaming"], "big": ["big"], "binary": ["binary"],
+SECTIONS = ["streaming", "big", "binary", "memory", "scaling", "planning", "warehouse"]
+NEEDS = {"warehouse": [], "streaming": ["streaming"], "big": ["big"], "binary": ["binary"],
          "memory": ["big", "big4x"], "scaling": ["frags1k", "frags50k"], "planning": ["frags100k"]}
 
 
@@ -399,6 +513,8 @@ def run_suite(a: argparse.Namespace) -> tuple[list[Row], list[Target], dict]:
     repeat = a.repeat or (1 if a.quick else 3)
     sections = a.only or SECTIONS
     info = build_tables(work, size, sorted({t for s in sections for t in NEEDS[s]}))
+    if "warehouse" in sections:
+        build_warehouse(work, size)
     rows: list[Row] = []
     targets: list[Target] = []
     extra: dict[str, Any] = {"tables": info, "cpus": len(os.sched_getaffinity(0)), "size": size}
@@ -458,9 +574,13 @@ def run_suite(a: argparse.Namespace) -> tuple[list[Row], list[Target], dict]:
         py = run_probe(work, "pylance", table="big", options={"target_rows_per_fragment": t},
                        repeat=repeat, cores=None)
         anchor = add("big", "pylance compact_files, in-process (2 cores)", py["times"])
-        warm = run_probe(work, "session", master="local[2]", runs=[
-            {"table": "big", "kind": "sql", "repeat": repeat}])["runs"][0]
+        warm, together = run_probe(work, "session", master="local[2]", runs=[
+            {"table": "big", "kind": "sql", "repeat": repeat},
+            {"table": "big", "kind": "warehouse", "repeat": repeat}])["runs"]
         call = add("big", "CALL, warm, local[2]", warm["times"], anchor)
+        add("big", "CALL maintain_warehouse, warm, local[2]", together["times"], anchor,
+            note="the big table in a shared job: its tasks still one partition each")
+        check_layout(together["layout"], py["layout"], "maintain_warehouse on the big table")
         check_layout(warm["layout"], py["layout"], "CALL on the big table")
         moved = (warm["rows"][0]["bytes_read"] or 0) + (warm["rows"][0]["bytes_written"] or 0)
         bw = run_probe(work, "bandwidth", mb=256 if a.quick else 2048)
@@ -536,6 +656,22 @@ def run_suite(a: argparse.Namespace) -> tuple[list[Row], list[Target], dict]:
                    anchor, note=f"{warm['rows'][0]['tasks']} tasks over {warm['rows'][0]['fragments']:,} fragments")
         targets.append(Target("planning 100,000 fragments in CALL", "< 5 s", f"{plan.seconds:.2f} s",
                               plan.seconds < 5))
+    if "warehouse" in sections:
+        py = run_probe(work, "warehouse_pylance", repeat=repeat)
+        n = py["tables"]
+        anchor = add("warehouse", f"pylance loop over {n} tables (compact, indices, cleanup)", py["times"])
+        sess = run_probe(work, "warehouse_session", repeat=repeat)
+        add("warehouse", f"CALL lance.maintain per table, {n} tables, warm", sess["loop"], anchor)
+        together = add("warehouse", f"CALL lance.maintain_warehouse, {n} tables, warm", sess["together"], anchor,
+                       note=f"{len(sess['ran'])} tables maintained")
+        health = add("warehouse", f"health of {sess['health_tables']:,} tables (system.table_health)",
+                     sess["health"])
+        targets += [
+            Target(f"maintain_warehouse, {n} small degraded tables", "<= 2x the pylance loop",
+                   f"{together.ratio:.2f}x", together.ratio <= 2),
+            Target(f"health of {sess['health_tables']:,} tables", "< 10 s", f"{health.seconds:.2f} s",
+                   health.seconds < 10),
+        ]
     return rows, targets, extra
 
 

@@ -68,3 +68,32 @@ def many_fragments(uri: str, fragments: int, rows_per_fragment: int, small: int 
         lance.write_dataset(pa.table({"id": ids, "text": pa.array(np.char.mod("r%d", ids % 1000))}),
                             uri, mode="append")
     return lance.dataset(uri)
+
+
+def warehouse(root: str, tables: int = 60, fragments: int = 35, rows_per_fragment: int = 100,
+              dim: int = 16, indexed_every: int = 3) -> list[str]:
+    """``tables`` small degraded tables ``<root>/t<i>.lance``: ``fragments`` fragments of
+    ``rows_per_fragment`` rows, 10% of the rows deleted in every third fragment; every
+    ``indexed_every``-th table has a BTREE index on ``id`` and then two unindexed appends."""
+    shutil.rmtree(root, ignore_errors=True)
+    uris = []
+    for i in range(tables):
+        uri = f"{root}/t{i:04d}.lance"
+        lance.write_dataset(rows(i * 1_000_000, fragments * rows_per_fragment, dim), uri,
+                            max_rows_per_file=rows_per_fragment)
+        ds = lance.dataset(uri)
+        ds.delete(f"((id - {i * 1_000_000}) / {rows_per_fragment}) % 3 = 0 AND id % 10 = 0")
+        if indexed_every and i % indexed_every == 0:
+            ds.create_scalar_index("id", index_type="BTREE")
+            for a in range(2):
+                lance.write_dataset(rows(i * 1_000_000 + 900_000 + a * rows_per_fragment, rows_per_fragment, dim),
+                                    uri, mode="append")
+        uris.append(uri)
+    return uris
+
+
+def tiny_tables(root: str, tables: int = 1000) -> None:
+    """``tables`` tables of one 10-row fragment each, ``<root>/t<i>.lance``."""
+    shutil.rmtree(root, ignore_errors=True)
+    for i in range(tables):
+        lance.write_dataset(rows(i * 10, 10, 4), f"{root}/t{i:04d}.lance")

@@ -17,7 +17,7 @@ def test_the_quick_benchmark_runs_every_path_and_writes_its_report(tmp_path):
     report = json.loads((out / "results-quick.json").read_text())
     rows = {(r["section"], r["path"]) for r in report["rows"]}
     sections = {s for s, _ in rows}
-    assert sections == {"streaming", "big", "binary", "memory", "scaling", "planning"}
+    assert sections == {"streaming", "big", "binary", "memory", "scaling", "planning", "warehouse"}
     for path in ["pylance compact_files, in-process (2 cores)", "spark-sql: first statement of a fresh session",
                  "spark-sql: CALL, warm", "PySpark compact(), warm, local[2]", "CALL, warm, local[1]",
                  "spark-sql: first statement, no EnginePlugin", "CALL, warm no-op"]:
@@ -29,7 +29,9 @@ def test_the_quick_benchmark_runs_every_path_and_writes_its_report(tmp_path):
         if r["anchor"]:
             assert r["anchor"] in anchors and r["ratio"] == r["seconds"] / next(
                 a["seconds"] for a in report["rows"] if a["path"] == r["anchor"] and a["section"] == r["section"])
-    assert len(report["targets"]) == 8
+    assert len(report["targets"]) == 10
+    assert any(path.startswith("CALL lance.maintain_warehouse") for s, path in rows if s == "warehouse")
+    assert ("big", "CALL maintain_warehouse, warm, local[2]") in rows
     assert report["memory"]["big"]["python_worker_mb"] > 0 and report["memory"]["big"]["driver_jvm_mb"] > 0
     assert report["bandwidth"]["read_mb_s"] > 0
     svg = (out / "results-quick.svg").read_text()

@@ -264,7 +264,7 @@ def test_maintain_stops_between_steps_when_cancelled(warehouse, request):
     """maintain asks before each step (in the engine the probe asks the JVM; here it says
     cancelled after the first question): the compaction ran, the rest did not."""
     from lance_compact import cancellation
-    from lance_compact.maintain import maintain_rows
+    from lance_compact.table_maintenance import maintain_rows
 
     t, path = degraded_table_for(warehouse, request, fragments=4)
     lance.dataset(str(path)).optimize.compact_files(target_rows_per_fragment=1000)

@@ -11,7 +11,7 @@ import pytest
 
 from lance_compact.errors import CompactionError
 from lance_compact.health import table_health
-from lance_compact.maintain import maintain_rows
+from lance_compact.table_maintenance import maintain_rows
 from lance_compact.policy import PROPERTY_PREFIX, resolve_policy
 from lance_compact.table_properties import alter_properties
 

@@ -1,10 +1,11 @@
 """Distributed compaction of Lance datasets on Apache Spark."""
 from .api import (LanceCompaction, call_procedure, cleanup, compact,
                   configure_spark_with_lance_compact, describe_layout, jar_path, maintain,
+                  maintain_warehouse,
                   optimize_indices, plan_compaction, spark_conf)
 from .errors import CompactionError
 from .histogram import FragmentHistogram
 
 __all__ = ["CompactionError", "FragmentHistogram", "LanceCompaction", "call_procedure", "cleanup",
            "compact", "configure_spark_with_lance_compact", "describe_layout", "jar_path",
-           "maintain", "optimize_indices", "plan_compaction", "spark_conf"]
+           "maintain", "maintain_warehouse", "optimize_indices", "plan_compaction", "spark_conf"]

@@ -207,12 +207,13 @@ class LanceCompaction:
         return call_procedure(self._spark, procedure, self._table, self._catalog, params)
 
 
-def call_procedure(spark: Any, procedure: str, table: str, catalog: str = "lance",
+def call_procedure(spark: Any, procedure: str, table: str | None, catalog: str = "lance",
                    params: Mapping[str, Any] | None = None) -> Any:
     """``CALL <catalog>.<procedure>(table => ..., ...)`` with bound parameters (no quoting
-    of values into SQL); a dict value becomes ``map(...)``."""
-    args: dict[str, Any] = {"table": table}
-    named = ["table => :table"]
+    of values into SQL); a dict value becomes ``map(...)``; ``table=None`` passes no table
+    (procedures of the whole warehouse)."""
+    args: dict[str, Any] = {} if table is None else {"table": table}
+    named = [] if table is None else ["table => :table"]
     for i, (k, v) in enumerate((params or {}).items()):
         if isinstance(v, Mapping):
             pairs = []
@@ -262,6 +263,21 @@ def maintain(spark: Any, table: str, catalog: str = "lance", **params: Any) -> A
     >>> maintain(spark, "db.events", older_than="1 day").show()
     """
     return call_procedure(spark, "maintain", table, catalog, params)
+
+
+def maintain_warehouse(spark: Any, namespace: str | None = None, catalog: str = "lance",
+                       **params: Any) -> Any:
+    """Maintain every table of the warehouse, or of ``namespace``, that needs it
+    (``CALL lance.maintain_warehouse``): worst health first, then priority, within
+    ``max_tables``, ``max_bytes`` and ``max_duration``; the maintain thresholds
+    (``target_rows_per_fragment``, ``min_small_fragments``, ``older_than``, ...) as defaults
+    for every table; ``dry_run=True`` writes nothing. A DataFrame with a row per table and step.
+
+    >>> maintain_warehouse(spark, "db", max_duration="10 minutes").show()
+    """
+    if namespace is not None:
+        params = {"namespace": namespace, **params}
+    return call_procedure(spark, "maintain_warehouse", None, catalog, params)
 
 
 def plan_compaction(spark: Any, table: str, *, catalog: str = "lance", strategy: str | None = None,

@@ -38,6 +38,11 @@ def serving(probe: Callable[[], str | None] | None) -> Iterator[None]:
         _local.probe = previous
 
 
+def current_probe() -> Callable[[], str | None] | None:
+    """This thread's probe, for work this request hands to other threads (``serving`` there)."""
+    return getattr(_local, "probe", None)
+
+
 def reason() -> str | None:
     """Why the current request was cancelled, or None while it was not."""
     probe = getattr(_local, "probe", None)

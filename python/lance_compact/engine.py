@@ -42,7 +42,7 @@ def _handlers(sc: Any) -> dict[str, Callable[[str], tuple[str, list[tuple]]]]:
     from .warehouse import warehouse_rows
     from . import metadata
     from .indices import optimize_indices_row
-    from .maintain import maintain_rows
+    from .table_maintenance import maintain_rows
 
     runner = SparkBatchRunner(sc)
     return {
@@ -61,6 +61,9 @@ def _handlers(sc: Any) -> dict[str, Callable[[str], tuple[str, list[tuple]]]]:
         "maintain": lambda r: (columns_ddl(result_columns("maintain_columns")), maintain_rows(r, runner)),
         "optimize_indices": lambda r: (columns_ddl(result_columns("optimize_indices_columns")),
                                        [optimize_indices_row(r)]),
+        # imported on first use, like the namespace handlers: no CALL but its own needs it
+        "maintain_warehouse": lambda r: (columns_ddl(result_columns("maintain_warehouse_columns")), importlib.import_module(
+            ".warehouse_maintenance", __package__).maintain_warehouse_on_spark(r, sc)),
         "table_health": _on_first_use("system_tables", "table_health_rows"),
         "maintenance_history": _on_first_use("system_tables", "maintenance_history_rows"),
         "alter_properties": _on_first_use("table_properties", "alter_properties"),

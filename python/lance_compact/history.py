@@ -13,8 +13,8 @@ import lance
 @dataclass(frozen=True)
 class LastCompaction:
     version: int            # the version the compaction committed
-    fragments_removed: int
-    fragments_added: int
+    fragments_removed: int | None  # None: the version before was cleaned up and the
+    fragments_added: int | None    # Rewrite's transaction cannot be decoded
 
 
 def _is_rewrite(dataset: lance.LanceDataset, version: int) -> bool | None:
@@ -58,7 +58,17 @@ def last_compaction(dataset: lance.LanceDataset) -> LastCompaction | None:
     if version is None or version < 2:
         return None
     # A Rewrite only replaces fragments: the ids it removed and added, from the manifests.
-    before = {f.fragment_id for f in dataset.checkout_version(version - 1).get_fragments()}
+    try:
+        before = {f.fragment_id for f in dataset.checkout_version(version - 1).get_fragments()}
+    except (OSError, ValueError):
+        # The version before was cleaned up: the counts from the Rewrite's own groups, if
+        # its transaction can be decoded (None when not: an unknown count is not made up).
+        try:
+            groups = dataset.checkout_version(version).get_transactions(1)[0].operation.groups
+            return LastCompaction(version, sum(len(g.old_fragments) for g in groups),
+                                  sum(len(g.new_fragments) for g in groups))
+        except Exception:
+            return LastCompaction(version, None, None)
     after = {f.fragment_id for f in dataset.checkout_version(version).get_fragments()}
     return LastCompaction(version, len(before - after), len(after - before))
 

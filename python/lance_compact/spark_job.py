@@ -197,3 +197,110 @@ class SparkBatchRunner:
         log.info("table %s: batch %d: task times %s ms", request.table, number,
                  [o.elapsed_ms for o in sorted(done, key=lambda o: o.task_id)])
         return done, failure
+
+
+class _Tagged:
+    """An accumulator seen through one table's eyes: its outcomes are tagged with the
+    table's place in a packed job (pickled into the job with the accumulator)."""
+
+    def __init__(self, outcomes: Any, k: int) -> None:
+        self.outcomes, self.k = outcomes, k
+
+    def add(self, items: list) -> None:
+        self.outcomes.add([(self.k, o) for o in items])
+
+
+# Tasks reading less than this share a partition with others (at least one partition per
+# core): a Spark task costs tens of milliseconds of scheduling and a Python round trip, about
+# what rewriting a small table's fragments costs. Bigger tasks get a partition each.
+SMALL_TASK_BYTES = 32 << 20
+
+
+def pack_partitions(sized: list[tuple[int, int, int, str]], cores: int
+                    ) -> list[list[tuple[int, int, str]]]:
+    """(bytes, table index, task id, task JSON) -> partitions of (table index, task id, task
+    JSON): each big task alone, the small ones spread over ``max(cores, total / SMALL_TASK_BYTES)``
+    partitions, largest first onto the lightest (so the partitions end together)."""
+    ordered = sorted(sized, key=lambda t: -t[0])
+    big = [[(k, tid, tj)] for b, k, tid, tj in ordered if b >= SMALL_TASK_BYTES]
+    small = [t for t in ordered if t[0] < SMALL_TASK_BYTES]
+    if not small:
+        return big
+    n = min(len(small), max(cores, -(-sum(t[0] for t in small) // SMALL_TASK_BYTES)))
+    bins: list[list[tuple[int, int, str]]] = [[] for _ in range(n)]
+    loads = [0] * n
+    for b, k, tid, tj in small:
+        i = loads.index(min(loads))
+        bins[i].append((k, tid, tj))
+        loads[i] += b or 1
+    return big + bins
+
+
+def run_packed(sc: SparkContext, entries: list[tuple[CompactionRequest, Batch, int]]
+               ) -> list[tuple[list[TaskOutcome], BatchFailure | None, bool]]:
+    """Batches of several tables' runs as ONE Spark job: every task tagged with its table, a
+    partition per big task and small tasks packed together (:func:`pack_partitions`), so many
+    small tables cost one job of a few partitions while a big table's tasks still spread over
+    every executor.
+
+    A task's error on its last attempt is caught and reported as that table's outcome, so
+    one table's failing task fails that table only: a table without partial progress gets
+    its BatchFailure (and its finished outcomes, whose files its run removes), one with
+    partial progress gets the failed outcome counted. Per entry: (outcomes, failure,
+    innocent), ``innocent`` when the whole job failed for another table's task (its run may
+    try again)."""
+    attempts = max_task_attempts(sc)
+    executors = [_Executor(r.table, r.uri, r.storage_options, r.hooks, True, attempts, lance.__version__)
+                 for r, _, _ in entries]
+    sized = [(entries[k][1].rows[i][7] or 0, k, entries[k][1].ids[i], entries[k][1].tasks[i])
+             for k, (_, b, _) in enumerate(entries) for i in range(len(b.ids))]
+    parts = pack_partitions(sized, sc.defaultParallelism)
+    outcomes = sc.accumulator([], _Outcomes())
+
+    def rewrite(rows: Iterator[list[tuple[int, int, str]]]) -> Iterator[None]:
+        for part in rows:
+            for k, task_id, task_json in part:
+                executors[k](_Tagged(outcomes, k), iter([(task_id, task_json)]))
+        return iter(())
+
+    tables = len({r.table for r, _, _ in entries})
+    sc.setJobDescription(f"lance.maintain_warehouse: rewriting {len(sized)} tasks of {tables} tables "
+                         f"in {len(parts)} partitions")
+    failed: BatchFailure | None = None
+    owner: int | None = None
+    failed_task: int | None = None
+    try:
+        sc.parallelize(parts, len(parts)).mapPartitions(rewrite).count()
+    except Exception as e:  # a task failed all its attempts outside Lance (its worker died, say)
+        failed = job_failure(e, "(shared job)")
+        if failed.position is not None and failed.position < len(parts):
+            owners = {k for k, _, _ in parts[failed.position]}
+            if len(owners) == 1:  # a partition of one table's tasks: that table's failure
+                owner = owners.pop()
+                failed_task = parts[failed.position][0][1] if len(parts[failed.position]) == 1 else None
+    finally:
+        sc.setJobDescription(None)
+        _accumulatorRegistry.pop(outcomes.aid, None)
+    by_table: list[list[TaskOutcome]] = [[] for _ in entries]
+    for k, o in outcomes.value:
+        by_table[k].append(o)
+    out = []
+    for k, (request, batch, number) in enumerate(entries):
+        done = by_table[k]
+        if failed is not None:
+            mine = owner == k or owner is None
+            position = next((i for i, tid in enumerate(batch.ids) if tid == failed_task), None) \
+                if owner == k else None
+            message = failed.message.replace("table (shared job)", f"table {request.table}")
+            out.append((done, BatchFailure(message, position), not mine))
+            continue
+        errors = [o for o in done if o.error is not None]
+        if errors and not request.run["partial_progress"]:
+            out.append(([o for o in done if o.error is None], BatchFailure(
+                f"table {request.table}: a compaction task failed ({errors[0].error}); nothing was committed"),
+                False))
+        else:
+            out.append((done, None, False))
+        log.info("table %s: batch %d: task times %s ms", request.table, number,
+                 [o.elapsed_ms for o in sorted(done, key=lambda o: o.task_id)])
+    return out

@@ -77,6 +77,23 @@ class LanceCatalog extends TableCatalog with SupportsNamespaces with ProcedureCa
    * prefix -> text), checked by the engine (python/lance_compact/policy.py). */
   def maintainSettings: Map[String, String] = maintain
 
+  /** Every table under `namespace` (all of the warehouse when None), nested namespaces
+   * included: (namespace.table, location), as lance.system.table_health lists them. */
+  def tablesUnder(namespace: Option[String]): Seq[(String, String)] = {
+    val start: Array[String] = namespace.map { n =>
+      val parts = try CatalystSqlParser.parseMultipartIdentifier(n.trim) catch {
+        case e: ParseException => throw new IllegalArgumentException(
+          s"namespace '$n' is not a namespace name: ${e.getMessage.linesIterator.next()}")
+      }
+      val local = if (parts.length > 1 && parts.head.equalsIgnoreCase(catalogName)) parts.tail else parts
+      if (!warehouseRef.namespaceExists(local.toArray)) throw new NoSuchNamespaceException(local.toArray)
+      local.toArray
+    }.getOrElse(Array.empty)
+    warehouseRef.allTables().collect {
+      case (ns, t, location) if ns.startsWith(start) => ((ns :+ t).mkString("."), location)
+    }.sortBy(_._1)
+  }
+
   /** The location of a table argument: `namespace.table` of this catalog (optionally
    * prefixed with the catalog's name), or a path/URI inside the warehouse.
    */

@@ -13,6 +13,8 @@ import org.apache.spark.sql.SparkSession
  * statement that names the catalog. Without it everything works the same, the first CALL
  * of a session only waits longer.
  *
+ * It registers `maintain_warehouse`'s metrics ([[MaintenanceMetrics]]) with Spark's metrics system.
+ *
  * It also makes Spark redact every catalog storage option (`spark.sql.catalog.<name>.storage.*`:
  * keys, key ids, tokens) in the event log and the UI, whose default pattern misses names such
  * as `aws_access_key_id`; it extends `spark.redaction.regex` before Spark records its settings.
@@ -22,6 +24,8 @@ class EnginePlugin extends SparkPlugin {
     override def init(sc: SparkContext, ctx: PluginContext): util.Map[String, String] = {
       // The context's own conf (SparkEnv shares it): Spark reads the pattern when it redacts.
       Option(SparkEnv.get).foreach(env => EnginePlugin.redactStorageOptions(env.conf))
+      // maintain_warehouse's figures, under plugin.<this class>.maintenance.* in every sink.
+      Option(ctx).foreach(_.metricRegistry().register("maintenance", MaintenanceMetrics.registry))
       val t = new Thread(() => {
         // The engine needs the session (its Python setting); it exists once start-up ends.
         val deadline = System.nanoTime() + 120L * 1000000000L

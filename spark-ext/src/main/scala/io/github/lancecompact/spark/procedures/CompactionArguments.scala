@@ -57,6 +57,12 @@ object CompactionArguments {
   /** The parameters of maintain. */
   val maintain: Array[ProcedureParameter] = after(table, OptionSpec.maintainParameters)
 
+  private val namespace = ProcedureParameter.in("namespace", StringType).defaultValue("NULL")
+    .comment("A namespace of the catalog (db, or a.b for a nested one): its tables and those of the namespaces under it; default: every table of the warehouse").build()
+
+  /** The parameters of maintain_warehouse. */
+  val maintainWarehouse: Array[ProcedureParameter] = after(namespace, OptionSpec.maintainWarehouseParameters)
+
   /** Some of them, in the same relative order (for procedures that take fewer). */
   def subset(names: String*): Array[ProcedureParameter] = compaction.filter(p => names.contains(p.name))
 
@@ -110,7 +116,24 @@ object CompactionArguments {
     val request: ObjectNode = mapper.createObjectNode()
     request.put("table", tableArg)
     request.put("uri", uri)
-    request.put("catalog", catalog.name()) // whose registered strategies apply
+    Bound(tableArg, uri, bindRest(catalog, tableArg, params, row, request))
+  }
+
+  /** Bind maintain_warehouse's row: the namespace's tables (listed by the catalog, the way
+   * SHOW TABLES lists them) with their locations, the parameters, the catalog's maintain.*
+   * settings. */
+  def bindWarehouse(catalog: LanceCatalog, params: Array[ProcedureParameter], row: InternalRow): Bound = {
+    val namespace = if (row.isNullAt(0)) None else Some(row.getUTF8String(0).toString)
+    val request: ObjectNode = mapper.createObjectNode()
+    namespace.foreach(request.put("namespace", _))
+    val tables = request.putArray("tables")
+    catalog.tablesUnder(namespace).foreach { case (name, uri) => tables.addObject().put("table", name).put("uri", uri) }
+    val what = namespace.map(n => s"namespace $n").getOrElse("the warehouse")
+    Bound(what, "", bindRest(catalog, what, params, row, request))
+  }
+
+  private def bindRest(catalog: LanceCatalog, tableArg: String, params: Array[ProcedureParameter],
+                       row: InternalRow, request: ObjectNode): String = {
     val values = request.putObject("params")
     val optionMap = request.putObject("options")
     params.zipWithIndex.drop(1).filterNot { case (_, i) => row.isNullAt(i) }.foreach { case (p, i) =>
@@ -139,6 +162,6 @@ object CompactionArguments {
     request.put("catalog", catalog.name())
     val settings = request.putObject("maintain_settings")
     catalog.maintainSettings.foreach { case (k, v) => settings.put(k, v) }
-    Bound(tableArg, uri, mapper.writeValueAsString(request))
+    mapper.writeValueAsString(request)
   }
 }

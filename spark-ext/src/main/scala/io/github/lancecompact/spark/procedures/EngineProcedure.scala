@@ -8,14 +8,16 @@ import org.apache.spark.sql.connector.read.Scan
 import org.apache.spark.sql.types.StructType
 
 import io.github.lancecompact.spark.catalog.LanceCatalog
-import io.github.lancecompact.spark.engine.{LanceCompactException, PythonEngine, ResultScan}
+import io.github.lancecompact.spark.engine.{LanceCompactException, MaintenanceMetrics, PythonEngine, ResultScan}
 
 /** A procedure that binds its arguments and hands them to the engine: each procedure says
  * only its name, what it does, which parameters it takes and which engine call it makes.
  */
 abstract class EngineProcedure(catalog: LanceCatalog, procedureName: String, summary: String,
                                parameters: Array[ProcedureParameter],
-                               run: (String, String) => ResultScan) extends UnboundProcedure {
+                               run: (String, String) => ResultScan,
+                               binder: (LanceCatalog, Array[ProcedureParameter], InternalRow) => CompactionArguments.Bound =
+                                 CompactionArguments.bind) extends UnboundProcedure {
   override def name(): String = procedureName
 
   override def description(): String =
@@ -33,7 +35,7 @@ abstract class EngineProcedure(catalog: LanceCatalog, procedureName: String, sum
     override def parameters(): Array[ProcedureParameter] = EngineProcedure.this.parameters
     override def isDeterministic: Boolean = false
     override def call(input: InternalRow): util.Iterator[Scan] = LanceCompactException.userErrors {
-      val b = CompactionArguments.bind(catalog, EngineProcedure.this.parameters, input)
+      val b = binder(catalog, EngineProcedure.this.parameters, input)
       util.List.of[Scan](run(b.table, b.request)).iterator()
     }
   }
@@ -72,3 +74,18 @@ final class OptimizeIndicesProcedure(catalog: LanceCatalog) extends EngineProced
 final class MaintainProcedure(catalog: LanceCatalog) extends EngineProcedure(catalog, "maintain",
   "Everyday maintenance: compacts, optimizes indices and cleans up old versions, each only when due; one row per step (ran or skipped, and why); dry_run reports only.",
   CompactionArguments.maintain, PythonEngine.maintain)
+
+/** `CALL lance.maintain_warehouse([namespace], ...)`: every table of the warehouse (or of a
+ * namespace) evaluated from its health and policy, the due ones maintained (worst first, then
+ * priority) within budgets; a row per table and step. Its figures go to [[MaintenanceMetrics]]. */
+final class MaintainWarehouseProcedure(catalog: LanceCatalog) extends EngineProcedure(catalog, "maintain_warehouse",
+  "Maintains every table of the warehouse (or of namespace) that its health says needs it: compaction, index optimization and cleanup as maintain does, worst health first then priority, within max_tables, max_bytes and max_duration; opted-out (lance_compact.maintain.enabled=false) and healthy tables are reported as skipped; one row per table and step; dry_run reports only.",
+  CompactionArguments.maintainWarehouse, MaintainWarehouseProcedure.run, CompactionArguments.bindWarehouse)
+
+object MaintainWarehouseProcedure {
+  def run(what: String, request: String): ResultScan = {
+    val scan = PythonEngine.query("maintain_warehouse", request)
+    MaintenanceMetrics.record(scan.readSchema(), scan.rows())
+    scan
+  }
+}

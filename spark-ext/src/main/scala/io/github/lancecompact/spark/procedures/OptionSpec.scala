@@ -56,6 +56,9 @@ object OptionSpec {
   /** The maintain procedure's parameters (after `table`). */
   lazy val maintainParameters: Seq[OptionSpec] = section("maintain_parameters", setting = true)
 
+  /** The maintain_warehouse procedure's parameters (after `namespace`). */
+  lazy val maintainWarehouseParameters: Seq[OptionSpec] = section("maintain_warehouse_parameters", setting = true)
+
   /** A result's columns (a `*_columns` section, as the engine answers them) as a schema. */
   def columns(section: String): StructType = StructType.fromDDL(
     root.get(section).elements().asScala.map(c => s"`${c.get("name").asText}` ${c.get("type").asText}").mkString(", "))

@@ -15,7 +15,8 @@ object Procedures {
     "plan_compaction" -> (c => new PlanCompactionProcedure(c)),
     "describe_layout" -> (c => new DescribeLayoutProcedure(c)),
     "optimize_indices" -> (c => new OptimizeIndicesProcedure(c)),
-    "maintain" -> (c => new MaintainProcedure(c))
+    "maintain" -> (c => new MaintainProcedure(c)),
+    "maintain_warehouse" -> (c => new MaintainWarehouseProcedure(c))
   )
 
   def names: Seq[String] = builders.keys.toSeq.sorted

@@ -40,4 +40,31 @@ object LanceMaintenance extends Logging {
       }
     }
   }
+
+  /** The same for every table of the warehouse (or of `namespace`): `CALL <catalog>.maintain_warehouse`
+   * every `every` micro-batches, with `params` (bound each round with `max_duration`, `max_tables`
+   * or `max_bytes`). */
+  def withWarehouseMaintenance(every: Int, namespace: Option[String] = None, params: Map[String, Any] = Map.empty,
+                               catalog: String = "lance", onResult: (Long, Seq[Row]) => Unit = (_, _) => ())
+                              (write: (DataFrame, Long) => Unit): (DataFrame, Long) => Unit = {
+    require(every >= 1, s"every must be >= 1, got $every")
+    val what = namespace.map(n => s"namespace $n").getOrElse("the warehouse")
+    var batches = 0L
+    (batch: DataFrame, batchId: Long) => {
+      write(batch, batchId)
+      batches += 1
+      if ((batches - 1) % every == 0) {
+        val args: Map[String, Any] = params ++ namespace.map("namespace" -> _)
+        val named = args.keys.toSeq.sorted.map(k => s"$k => :$k").mkString(", ")
+        try {
+          val rows = batch.sparkSession.sql(s"CALL $catalog.maintain_warehouse($named)", args).collect().toSeq
+          logInfo(s"maintenance of $what after batch $batchId: " +
+            s"${rows.filter(_.getAs[Boolean]("ran")).map(_.getAs[String]("table")).distinct.size} tables maintained")
+          onResult(batchId, rows)
+        } catch {
+          case e: Exception => logWarning(s"maintenance of $what after batch $batchId failed: ${e.getMessage.linesIterator.next()}")
+        }
+      }
+    }
+  }
 }

@@ -1,0 +1,201 @@
+"""A warehouse kept maintained by a long-running Spark application::
+
+    python -m lance_compact.maintenance_service --warehouse s3://bucket/wh --every 10m \\
+        --min-interval 1h --param max_duration='10 minutes' [--namespace db] [--rounds N]
+
+    spark-submit --master spark://... --jars "$(python -c 'import lance_compact as l; print(l.jar_path())')" \\
+        "$(python -c 'import lance_compact.maintenance_service as m; print(m.__file__)')" --every 10m ...
+
+Every ``--every`` it runs one ``CALL lance.maintain_warehouse`` (the same procedure SQL users
+call, with ``--param key=value`` as its arguments). Between rounds it remembers, per table:
+
+- when it was last maintained: tables maintained less than ``--min-interval`` ago are passed
+  as ``exclude`` (the procedure reports them as skipped);
+- how often it failed in a row: a failing table is left alone for ``--backoff`` after its
+  first failure, doubling after each further one, at most ``--max-backoff``.
+
+Each round prints one JSON line (tables maintained, failed, backed off, skipped; seconds).
+``--rounds N`` stops after N rounds. SIGTERM or SIGINT stops it cleanly: during a round the
+round finishes (each table's commits are atomic: a table is either maintained or not), then it
+exits; a second signal cancels the round's Spark jobs (tables whose rewrite was cancelled
+commit nothing) and exits. The figures also reach Spark's metrics system (``EnginePlugin``'s
+source ``maintenance.*``) for whatever sink the application configures.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import re
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+log = logging.getLogger("lance_compact.maintenance_service")
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def seconds(text: str) -> float:
+    """'90s', '10m', '1h', '2d' (or a plain number of seconds)."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", text)
+    if not m:
+        raise argparse.ArgumentTypeError(f"expected a duration such as 90s, 10m, 1h, 2d; got {text!r}")
+    return float(m.group(1)) * _UNITS[m.group(2) or "s"]
+
+
+def _value(text: str) -> Any:
+    """A --param value: integer, true/false, or text."""
+    if re.fullmatch(r"-?\d+", text):
+        return int(text)
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
+    return text
+
+
+@dataclass
+class TableState:
+    """What the service remembers of one table between rounds."""
+
+    maintained_at: float | None = None
+    failures: int = 0
+    retry_at: float = 0.0
+
+
+class Service:
+    """The rounds, the per-table memory (minimum interval, back-off) and the stop flag."""
+
+    def __init__(self, spark: Any, namespace: str | None, params: dict[str, Any], every: float,
+                 min_interval: float, backoff: float, max_backoff: float, catalog: str = "lance") -> None:
+        self.spark, self.namespace, self.params, self.catalog = spark, namespace, params, catalog
+        self.every, self.min_interval = every, min_interval
+        self.backoff, self.max_backoff = backoff, max_backoff
+        self.tables: dict[str, TableState] = {}
+        self.stop = threading.Event()
+        self.signals = 0
+
+    def on_signal(self, signum: int, frame: Any) -> None:
+        self.signals += 1
+        self.stop.set()
+        if self.signals == 1:
+            log.warning("signal %d: stopping after the current round", signum)
+        else:  # abandon: cancel the round's jobs from another thread (this one is in a Py4J call)
+            log.warning("signal %d again: cancelling the current round's Spark jobs", signum)
+            threading.Thread(target=self.spark.sparkContext.cancelAllJobs, daemon=True).start()
+
+    def excluded(self, now: float) -> dict[str, str]:
+        """Tables left out of the next round, and why."""
+        out = {}
+        for name, s in self.tables.items():
+            if s.retry_at > now:
+                out[name] = f"backed off for {s.retry_at - now:.0f} s after {s.failures} failures"
+            elif s.maintained_at is not None and now - s.maintained_at < self.min_interval:
+                out[name] = f"maintained {now - s.maintained_at:.0f} s ago"
+        return out
+
+    def round(self, number: int) -> dict[str, Any]:
+        from .api import maintain_warehouse
+
+        started = time.monotonic()
+        excluded = self.excluded(started)
+        params = dict(self.params)
+        if excluded:
+            params["exclude"] = ",".join(sorted(set(excluded) | set(filter(None, str(params.get("exclude", "")).split(",")))))
+        rows = maintain_warehouse(self.spark, self.namespace, self.catalog, **params).collect()
+        now = time.monotonic()
+        per_table: dict[str, list] = {}
+        for r in rows:
+            per_table.setdefault(r.table, []).append(r)
+        maintained, failed = [], []
+        for name, rs in per_table.items():
+            s = self.tables.setdefault(name, TableState())
+            if any(r.error for r in rs):
+                s.failures += 1
+                s.retry_at = now + min(self.max_backoff, self.backoff * 2 ** (s.failures - 1))
+                failed.append(name)
+            elif any(r.ran for r in rs):
+                s.maintained_at, s.failures, s.retry_at = now, 0, 0.0
+                maintained.append(name)
+        return {"round": number, "maintained": sorted(maintained), "failed": sorted(failed),
+                "excluded": excluded, "tables": len(per_table),
+                "seconds": round(now - started, 3)}
+
+    def run(self, rounds: int | None) -> int:
+        number = 0
+        while not self.stop.is_set() and (rounds is None or number < rounds):
+            number += 1
+            try:
+                report = self.round(number)
+            except Exception as e:  # the warehouse could not be listed, say: try again next round
+                report = {"round": number, "error": str(e).splitlines()[0] if str(e) else type(e).__name__}
+            print(json.dumps(report), flush=True)
+            if rounds is not None and number >= rounds:
+                break
+            self.stop.wait(self.every)
+        print(json.dumps({"stopped": True, "rounds": number, "signal": self.signals > 0}), flush=True)
+        return number
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m lance_compact.maintenance_service",
+                                description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--warehouse", help="the catalog's warehouse (path or URI); unset: the application's "
+                                       "spark.sql.catalog.<catalog>.* settings")
+    p.add_argument("--catalog", default="lance")
+    p.add_argument("--namespace", help="maintain only this namespace (and those under it)")
+    p.add_argument("--every", type=seconds, default=seconds("10m"), help="time between rounds (default 10m)")
+    p.add_argument("--min-interval", type=seconds, default=seconds("1h"),
+                   help="leave a table alone this long after it was maintained (default 1h)")
+    p.add_argument("--backoff", type=seconds, default=seconds("10m"),
+                   help="leave a failing table alone this long, doubling per failure in a row (default 10m)")
+    p.add_argument("--max-backoff", type=seconds, default=seconds("1d"), help="at most this long (default 1d)")
+    p.add_argument("--rounds", type=int, help="stop after this many rounds (default: run until stopped)")
+    p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
+                   help="an argument of CALL lance.maintain_warehouse (max_duration='10 minutes', "
+                        "older_than='7 days', max_tables=50, ...); repeatable")
+    p.add_argument("--storage", action="append", default=[], metavar="KEY=VALUE",
+                   help="a Lance storage option of the warehouse (prefer a --properties-file of "
+                        "spark.sql.catalog.<catalog>.storage.* settings: command lines are visible)")
+    p.add_argument("--master", help="Spark master (default: spark-submit's, else local[*])")
+    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark setting; repeatable")
+    a = p.parse_args(argv)
+    for opt in ("param", "storage", "conf"):
+        for kv in getattr(a, opt):
+            if "=" not in kv:
+                p.error(f"--{opt} expects KEY=VALUE, got {kv!r}")
+    return a
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    a = parse_args(argv)
+    from pyspark.sql import SparkSession
+
+    from .api import configure_spark_with_lance_compact
+
+    builder = SparkSession.builder.appName("lance-compact-maintenance")
+    if a.master:
+        builder = builder.master(a.master)
+    for kv in a.conf:
+        k, v = kv.split("=", 1)
+        builder = builder.config(k, v)
+    storage = dict(kv.split("=", 1) for kv in a.storage)
+    spark = configure_spark_with_lance_compact(builder, warehouse=a.warehouse, catalog=a.catalog,
+                                               storage_options=storage or None).getOrCreate()
+    params = {k: _value(v) for k, v in (kv.split("=", 1) for kv in a.param)}
+    service = Service(spark, a.namespace, params, a.every, a.min_interval, a.backoff, a.max_backoff, a.catalog)
+    signal.signal(signal.SIGTERM, service.on_signal)
+    signal.signal(signal.SIGINT, service.on_signal)
+    try:
+        service.run(a.rounds)
+    finally:
+        spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

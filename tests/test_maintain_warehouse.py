@@ -1,0 +1,259 @@
+"""CALL lance.maintain_warehouse: a warehouse of tables in two namespaces -- degraded (one with
+a BTREE index and unindexed appends), healthy, opted out, broken -- evaluated from health and
+policy; the dry run writes nothing; the real run maintains exactly the due tables, content
+exact, worst first then priority, within budgets; the broken table fails alone; PySpark equals
+SQL; on S3 too; the long-running service runs two rounds, stops, and its metrics reach a sink."""
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import lance
+import pytest
+
+from conftest import ROOT
+from degraded_table import batch, content, degraded_table
+from index_checks import index_agrees_with_scan
+
+# Small degraded tables: 20 fragments of 30 rows, deletions (some over the threshold).
+SMALL = dict(fragments=20, rows_per_fragment=30)
+ARGS = "target_rows_per_fragment => 300, older_than => '7 days'"
+
+
+def _degraded(path, **extra):
+    shutil.rmtree(path, ignore_errors=True)
+    return degraded_table(str(path), **{**SMALL, **extra})
+
+
+@pytest.fixture(scope="module")
+def wh(warehouse):
+    """wa: degraded (indexed, with unindexed appends), healthy, opted out; wb: degraded with
+    priority 5 (as degraded as wa.degraded), broken (unreadable manifest)."""
+    paths = {}
+    paths["wa.degraded"] = warehouse / "wa" / "degraded.lance"
+    ds = _degraded(paths["wa.degraded"])
+    ds.create_scalar_index("id", index_type="BTREE")
+    lance.write_dataset(batch(50_000, 60), str(paths["wa.degraded"]), mode="append", max_rows_per_file=30)
+    paths["wa.healthy"] = warehouse / "wa" / "healthy.lance"
+    lance.write_dataset(batch(0, 600), str(paths["wa.healthy"]))
+    paths["wa.optout"] = warehouse / "wa" / "optout.lance"
+    _degraded(paths["wa.optout"]).update_config({"lance_compact.maintain.enabled": "false"})
+    paths["wb.degraded2"] = warehouse / "wb" / "degraded2.lance"
+    ds = _degraded(paths["wb.degraded2"])
+    ds.create_scalar_index("id", index_type="BTREE")
+    lance.write_dataset(batch(50_000, 60), str(paths["wb.degraded2"]), mode="append", max_rows_per_file=30)
+    ds = lance.dataset(str(paths["wb.degraded2"]))
+    ds.update_config({"lance_compact.maintain.priority": "5"})
+    broken = warehouse / "wb" / "broken.lance"
+    (broken / "_versions").mkdir(parents=True)
+    (broken / "_versions" / "1.manifest").write_bytes(b"not a manifest")
+    return paths
+
+
+def by_table(rows):
+    out = {}
+    for r in rows:
+        out.setdefault(r.table, {})[r.step] = r
+    return out
+
+
+def versions(paths):
+    return {t: lance.dataset(str(p)).version for t, p in paths.items()}
+
+
+def test_dry_run_reports_every_table_and_writes_nothing(spark, wh):
+    before = versions(wh)
+    rows = spark.sql(f"CALL lance.maintain_warehouse({ARGS}, dry_run => true)").collect()
+    assert versions(wh) == before
+    t = by_table(rows)
+    assert set(t) == {"wa.degraded", "wa.healthy", "wa.optout", "wb.degraded2", "wb.broken"}
+    for name in ("wa.degraded", "wb.degraded2"):
+        assert [r.step for r in rows if r.table == name] == ["compact", "optimize_indices", "cleanup"]
+        assert t[name]["compact"].reason.startswith("due") and not t[name]["compact"].ran
+        assert t[name]["optimize_indices"].reason.startswith("due") and "id_idx" in t[name]["optimize_indices"].reason
+        assert t[name]["compact"].health_before < 100 and t[name]["compact"].health_after is None
+    assert t["wa.healthy"]["all"].reason.startswith("skipped: healthy") and t["wa.healthy"]["all"].health_before == 100
+    assert t["wa.optout"]["all"].reason.startswith("skipped: opted out") and "table" in t["wa.optout"]["all"].reason
+    assert t["wb.broken"]["all"].error and "broken" in t["wb.broken"]["all"].error and t["wb.broken"]["all"].rank is None
+    # Worst first, then priority: the two degraded tables score alike, wb's priority 5 goes first.
+    assert t["wb.degraded2"]["compact"].health_before == t["wa.degraded"]["compact"].health_before
+    assert t["wb.degraded2"]["compact"].rank == 1 and t["wa.degraded"]["compact"].rank == 2
+    assert t["wb.degraded2"]["compact"].priority == 5
+    assert [r.table for r in rows][:3] == ["wb.degraded2"] * 3
+    assert t["wa.optout"]["all"].rank < t["wa.healthy"]["all"].rank  # degraded, though left alone
+    ranked = sorted({(r.rank, r.health_before, -r.priority) for r in rows if r.rank is not None})
+    assert [x[0] for x in ranked] == [1, 2, 3, 4] and [x[1:] for x in ranked] == sorted(x[1:] for x in ranked)
+
+
+def test_budgets_leave_tables_with_a_row_saying_which(spark, wh):
+    before = versions(wh)
+    t = by_table(spark.sql(f"CALL lance.maintain_warehouse({ARGS}, dry_run => true, max_tables => 1)").collect())
+    assert "compact" in t["wb.degraded2"] and "max_tables" in t["wa.degraded"]["all"].reason
+    t = by_table(spark.sql(f"CALL lance.maintain_warehouse(namespace => 'wa', {ARGS}, dry_run => true, "
+                           "max_bytes => 1)").collect())
+    assert set(t) == {"wa.degraded", "wa.healthy", "wa.optout"}
+    assert "max_bytes" in t["wa.degraded"]["all"].reason and not t["wa.degraded"]["all"].ran
+    t = by_table(spark.sql(f"CALL lance.maintain_warehouse({ARGS}, dry_run => true, "
+                           "max_duration => '0 seconds')").collect())
+    assert "max_duration" in t["wb.degraded2"]["all"].reason and "max_duration" in t["wa.degraded"]["all"].reason
+    assert versions(wh) == before
+
+
+def test_pyspark_equals_sql(spark, wh):
+    from lance_compact import maintain_warehouse
+
+    def same(rows):
+        return [{k: v for k, v in r.asDict().items() if k != "elapsed_ms"} for r in rows]
+
+    sql = spark.sql("CALL lance.maintain_warehouse(namespace => 'wb', target_rows_per_fragment => 300, "
+                    "dry_run => true)").collect()
+    api = maintain_warehouse(spark, "wb", target_rows_per_fragment=300, dry_run=True).collect()
+    assert same(api) == same(sql) and len(sql) == 4
+
+
+
+def test_foreach_batch_helper_runs_the_warehouse_every_n_batches(spark, wh):
+    from lance_compact.streaming import with_warehouse_maintenance
+
+    written, rounds = [], []
+    run = with_warehouse_maintenance(spark, lambda batch, i: written.append(i), every=2, namespace="wb",
+                                     on_result=lambda i, rows: rounds.append((i, rows)),
+                                     target_rows_per_fragment=300, dry_run=True)
+    for i in range(3):
+        run(None, i)
+    assert written == [0, 1, 2] and [i for i, _ in rounds] == [0, 2]
+    assert {r.table for r in rounds[0][1]} == {"wb.degraded2", "wb.broken"}
+
+def test_the_run_maintains_exactly_the_due_tables(spark, wh):
+    before = {t: lance.dataset(str(p)) for t, p in wh.items()}
+    expected = {t: content(ds) for t, ds in before.items()}
+    rows = spark.sql(f"CALL lance.maintain_warehouse({ARGS})").collect()
+    t = by_table(rows)
+    after = {n: lance.dataset(str(p)) for n, p in wh.items()}
+    for name in ("wa.degraded", "wb.degraded2"):
+        assert t[name]["compact"].ran and t[name]["optimize_indices"].ran and not t[name]["cleanup"].ran, t[name]
+        assert t[name]["compact"].error is None and t[name]["compact"].bytes_rewritten > 0
+        assert len(after[name].get_fragments()) < len(before[name].get_fragments())
+        assert t[name]["compact"].health_after > t[name]["compact"].health_before
+        assert content(after[name]) == expected[name]
+        index_agrees_with_scan(after[name])
+    for name in ("wa.healthy", "wa.optout"):
+        assert after[name].version == before[name].version and not t[name]["all"].ran
+    assert t["wb.broken"]["all"].error
+    # Nothing is due any more: a second run leaves every table alone.
+    again = by_table(spark.sql(f"CALL lance.maintain_warehouse({ARGS})").collect())
+    assert all(s["all"].reason.startswith(("skipped", "failed")) for s in again.values()), again
+    assert versions({k: v for k, v in wh.items()}) == {n: ds.version for n, ds in after.items()}
+
+
+def test_a_table_that_fails_fails_alone(spark, warehouse):
+    """A task that fails in the shared job fails its table only (its rewritten files removed,
+    its version unchanged); the other table of the same job is compacted."""
+    good, bad = warehouse / "wf" / "good.lance", warehouse / "wf" / "bad.lance"
+    _degraded(good), _degraded(bad)
+    v = lance.dataset(str(bad)).version
+    expected = content(lance.dataset(str(good)))
+    # The data files of one of bad's fragments vanish after planning can see them: its task fails.
+    victim = lance.dataset(str(bad)).get_fragments()[3].metadata.files[0].path
+    os.remove(bad / "data" / victim)
+    t = by_table(spark.sql("CALL lance.maintain_warehouse(namespace => 'wf', target_rows_per_fragment => 300, "
+                           "older_than => '7 days')").collect())
+    assert t["wf.bad"]["compact"].error and not t["wf.bad"]["compact"].ran
+    assert t["wf.bad"]["optimize_indices"].reason.startswith("not run")
+    assert lance.dataset(str(bad)).version == v
+    assert t["wf.good"]["compact"].ran and content(lance.dataset(str(good))) == expected
+
+
+
+def test_on_s3(spark, s3):
+    """A warehouse on the S3-compatible server, as a second catalog of the same session: listed
+    through Lance's object store, the degraded table maintained with its content exact, the
+    healthy one skipped; no credential in any row."""
+    from s3_server import ACCESS_KEY_ID, SECRET_ACCESS_KEY
+    from lance_compact.api import CATALOG_CLASS
+
+    wh = s3.create_bucket(f"mw-{os.getpid()}-{int(time.time()) % 100000}") + "/wh"
+    opts = s3.storage_options
+    degraded_table(f"{wh}/s/t.lance", storage_options=opts, **SMALL)
+    lance.write_dataset(batch(0, 600), f"{wh}/s/ok.lance", storage_options=opts)
+    expected = content(lance.dataset(f"{wh}/s/t.lance", storage_options=opts))
+    spark.conf.set("spark.sql.catalog.lances3", CATALOG_CLASS)
+    spark.conf.set("spark.sql.catalog.lances3.warehouse", wh)
+    for k, v in opts.items():
+        spark.conf.set(f"spark.sql.catalog.lances3.storage.{k}", v)
+    rows = spark.sql(f"CALL lances3.maintain_warehouse({ARGS})").collect()
+    t = by_table(rows)
+    assert set(t) == {"s.t", "s.ok"}
+    assert t["s.t"]["compact"].ran and t["s.t"]["compact"].error is None, t["s.t"]
+    assert t["s.ok"]["all"].reason.startswith("skipped: healthy")
+    after = lance.dataset(f"{wh}/s/t.lance", storage_options=opts)
+    assert content(after) == expected and len(after.get_fragments()) < SMALL["fragments"]
+    text = repr([r.asDict() for r in rows])
+    assert ACCESS_KEY_ID not in text and SECRET_ACCESS_KEY not in text
+
+def _service(wh, *args):
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable,
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.Popen([sys.executable, "-m", "lance_compact.maintenance_service", "--warehouse", str(wh),
+                             "--master", "local[1]", "--conf", "spark.ui.enabled=false",
+                             "--param", "target_rows_per_fragment=300", "--param", "older_than=7 days", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=wh)
+
+
+def test_the_service_runs_rounds_backs_off_stops_and_reports_metrics(tmp_path):
+    """Two bounded rounds: the degraded table is maintained in the first and left alone in the
+    second (minimum interval), the broken one fails and is backed off; the metrics reach a
+    CSV sink. A second service stops cleanly on SIGTERM between rounds."""
+    import json
+
+    wh = tmp_path / "wh"
+    _degraded(wh / "ws" / "t.lance")
+    expected = content(lance.dataset(str(wh / "ws" / "t.lance")))
+    (wh / "ws" / "broken.lance" / "_versions").mkdir(parents=True)
+    (wh / "ws" / "broken.lance" / "_versions" / "1.manifest").write_bytes(b"garbage")
+    csv = tmp_path / "metrics"
+    csv.mkdir()
+    sink = "spark.metrics.conf.*.sink.csv"
+    bounded = _service(wh, "--rounds", "2", "--every", "1s", "--min-interval", "1h", "--backoff", "1h",
+                       "--conf", f"{sink}.class=org.apache.spark.metrics.sink.CsvSink",
+                       "--conf", f"{sink}.period=1", "--conf", f"{sink}.unit=seconds",
+                       "--conf", f"{sink}.directory={csv}")
+    other = tmp_path / "other"
+    _degraded(other / "ws" / "u.lance")
+    endless = _service(other, "--every", "1h")
+    try:
+        out, err = bounded.communicate(timeout=240)
+        assert bounded.returncode == 0, err[-3000:]
+        reports = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+        first, second, stopped = reports
+        assert first["maintained"] == ["ws.t"] and first["failed"] == ["ws.broken"], first
+        assert second["maintained"] == [] and second["failed"] == []
+        assert "maintained" in second["excluded"]["ws.t"] and "backed off" in second["excluded"]["ws.broken"]
+        assert stopped == {"stopped": True, "rounds": 2, "signal": False}
+        assert content(lance.dataset(str(wh / "ws" / "t.lance"))) == expected
+
+        def last(metric):
+            files = list(csv.glob(f"*.driver.plugin.*EnginePlugin.maintenance.{metric}.csv"))
+            assert files, sorted(p.name for p in csv.iterdir())[:20]
+            return float(files[0].read_text().strip().splitlines()[-1].split(",")[1])
+        assert last("runs") == 2 and last("tables_maintained") == 1 and last("tables_failed") == 1
+        assert last("bytes_rewritten") > 0
+        assert last("table.ws.t.health") > last("table.ws.t.runs") == 1
+
+        # SIGTERM between rounds: the service ends its session and says it stopped.
+        deadline = time.monotonic() + 240
+        line = ""
+        while not line.startswith("{") and time.monotonic() < deadline:
+            line = endless.stdout.readline()
+        assert json.loads(line)["maintained"] == ["ws.u"]
+        endless.send_signal(signal.SIGTERM)
+        out, err = endless.communicate(timeout=60)
+        assert endless.returncode == 0, err[-3000:]
+        assert json.loads(out.splitlines()[-1]) == {"stopped": True, "rounds": 1, "signal": True}
+    finally:
+        for p in (bounded, endless):
+            if p.poll() is None:
+                p.kill()
+                p.wait(timeout=30)
