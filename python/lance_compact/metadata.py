@@ -7,6 +7,7 @@ Every answer is ``(schema DDL, rows)`` with JSON-safe values (timestamps as micr
 from __future__ import annotations
 
 import base64
+import datetime
 import decimal
 import json
 from typing import Any
@@ -15,74 +16,54 @@ import pyarrow as pa
 
 from .errors import CompactionError
 from .fragments import data_bytes, live_and_deleted
+from .history import undecodable_rewrite
+from .indices import index_state
+from .spark_types import schema_ddl
 from .tables import open_dataset
 
 
-def spark_type(t: pa.DataType) -> str:
-    """The Spark SQL type of an Arrow type (fixed-size-list vectors become arrays)."""
-    if pa.types.is_boolean(t):
-        return "BOOLEAN"
-    if pa.types.is_int8(t):
-        return "TINYINT"
-    if pa.types.is_int16(t) or pa.types.is_uint8(t):
-        return "SMALLINT"
-    if pa.types.is_int32(t) or pa.types.is_uint16(t):
-        return "INT"
-    if pa.types.is_int64(t) or pa.types.is_uint32(t):
-        return "BIGINT"
-    if pa.types.is_uint64(t):
-        return "DECIMAL(20,0)"
-    if pa.types.is_float16(t) or pa.types.is_float32(t):
-        return "FLOAT"
-    if pa.types.is_float64(t):
-        return "DOUBLE"
-    if pa.types.is_decimal(t):
-        return f"DECIMAL({t.precision},{t.scale})"
-    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
-        return "STRING"
-    if pa.types.is_binary(t) or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
-        return "BINARY"
-    if pa.types.is_date(t):
-        return "DATE"
-    if pa.types.is_timestamp(t):
-        return "TIMESTAMP" if t.tz else "TIMESTAMP_NTZ"
-    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
-        return f"ARRAY<{spark_type(t.value_type)}>"
-    if pa.types.is_struct(t):
-        return "STRUCT<" + ", ".join(f"`{f.name}`: {spark_type(f.type)}" for f in t) + ">"
-    if pa.types.is_map(t):
-        return f"MAP<{spark_type(t.key_type)}, {spark_type(t.item_type)}>"
+_EPOCH_DAY = datetime.date(1970, 1, 1)
+_EPOCH = datetime.datetime(1970, 1, 1)
+_MICRO = datetime.timedelta(microseconds=1)
+
+
+def _json_value(v: Any, t: pa.DataType) -> Any:
+    """A value of Arrow type ``t`` as the JVM reads it back (Scala ``JsonRows``): structs as
+    arrays in field order, maps as objects, decimals as text, binary as base64, dates as days
+    and timestamps as microseconds since the epoch."""
+    if v is None:
+        return None
     if pa.types.is_dictionary(t):
-        return spark_type(t.value_type)
-    raise CompactionError(f"Arrow type {t} has no Spark type here")
-
-
-def schema_ddl(schema: pa.Schema) -> str:
-    return ", ".join(f"`{f.name}` {spark_type(f.type)}" for f in schema)
-
-
-def _json_value(v: Any) -> Any:
+        return _json_value(v, t.value_type)
+    if pa.types.is_struct(t):
+        return [_json_value(v.get(f.name), f.type) for f in t]
+    if pa.types.is_map(t):
+        return {str(k): _json_value(x, t.item_type) for k, x in v}
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return [_json_value(x, t.value_type) for x in v]
     if isinstance(v, decimal.Decimal):
         return str(v)
     if isinstance(v, (bytes, bytearray)):
         return base64.b64encode(v).decode()
-    if isinstance(v, dict):
-        return [_json_value(x) for x in v.values()]
-    if isinstance(v, list):
-        return [_json_value(x) for x in v]
+    if isinstance(v, datetime.datetime):
+        epoch = _EPOCH.replace(tzinfo=datetime.timezone.utc) if v.tzinfo else _EPOCH
+        return (v - epoch) // _MICRO
+    if isinstance(v, datetime.date):
+        return (v - _EPOCH_DAY).days
     return v
 
 
 def _rows(table: pa.Table) -> list[list]:
-    """Rows of ``table`` in schema order; dates as days and timestamps as microseconds since
-    the epoch, binary as base64 (what the JVM side reads back)."""
+    """Rows of ``table`` in schema order, as :func:`_json_value` writes values; top-level
+    timestamps and dates are cast in Arrow (exact for nanoseconds)."""
     columns = []
     for f, col in zip(table.schema, table.columns):
-        if pa.types.is_timestamp(f.type):
-            col = col.cast(pa.timestamp("us", f.type.tz)).cast(pa.int64())
-        elif pa.types.is_date(f.type):
-            col = col.cast(pa.date32()).cast(pa.int32())
-        columns.append([_json_value(v) for v in col.to_pylist()])
+        t = f.type
+        if pa.types.is_timestamp(t):
+            col, t = col.cast(pa.timestamp("us", t.tz)).cast(pa.int64()), pa.int64()
+        elif pa.types.is_date(t):
+            col, t = col.cast(pa.date32()).cast(pa.int32()), pa.int32()
+        columns.append([_json_value(v, t) for v in col.to_pylist()])
     return [list(r) for r in zip(*columns)] if columns else [[] for _ in range(table.num_rows)]
 
 
@@ -141,11 +122,9 @@ METADATA_TABLES = ("fragments", "versions", "indices")
 
 def _fragments(ds) -> tuple[str, list[list]]:
     covering: dict[int, list[str]] = {}
-    for ix in ds.list_indices():
-        if ix["name"].startswith("__"):
-            continue
-        for fid in ix["fragment_ids"] or []:
-            covering.setdefault(fid, []).append(ix["name"])
+    for name, e in index_state(ds).items():
+        for fid in e["covered"]:
+            covering.setdefault(fid, []).append(name)
     rows = []
     for f in ds.get_fragments():
         m = f.metadata
@@ -167,8 +146,7 @@ def _operation(ds, version: int) -> tuple[str | None, Any]:
     try:
         t = ds.read_transaction(version)
     except TypeError as e:
-        # pylance 14.0.2 cannot build Rewrites that remapped indices (history.py): a Rewrite
-        return ("Rewrite" if "RewrittenIndex" in str(e) else None), None
+        return ("Rewrite" if undecodable_rewrite(e) else None), None
     except (OSError, ValueError):
         return None, None
     if t is None or t.operation is None:
@@ -221,16 +199,8 @@ def _versions(ds) -> tuple[str, list[list]]:
 
 
 def _indices(ds) -> tuple[str, list[list]]:
-    fragment_ids = {f.fragment_id for f in ds.get_fragments()}
-    by_name: dict[str, dict[str, Any]] = {}
-    for ix in ds.list_indices():
-        if ix["name"].startswith("__"):
-            continue
-        e = by_name.setdefault(ix["name"], {"type": ix["type"], "fields": list(ix["fields"]),
-                                            "covered": set()})
-        e["covered"] |= set(ix["fragment_ids"] or []) & fragment_ids
-    rows = [[name, e["type"], e["fields"], len(e["covered"]),
-             sorted(fragment_ids - e["covered"])] for name, e in sorted(by_name.items())]
+    rows = [[name, e["type"], e["fields"], len(e["covered"]), e["unindexed_ids"]]
+            for name, e in sorted(index_state(ds).items())]
     return ("`name` STRING, `type` STRING, `columns` ARRAY<STRING>, `fragments_covered` BIGINT, "
             "`unindexed_fragments` ARRAY<BIGINT>"), rows
 
