@@ -131,11 +131,6 @@ def layout_result(request_json: str) -> tuple[str, list[tuple]]:
     return columns_ddl(result_columns("histogram_columns")), [(line,) for line in lines]
 
 
-def layout_row(request_json: str) -> tuple:
-    """One row in the columns of parameters.json's ``layout_columns``."""
-    return _layout(request_json)[0]
-
-
 def _layout(request_json: str) -> tuple[tuple, Any, list[int], list[int], int]:
     """The layout row, with the dataset, live and deleted rows per fragment and the target.
 
