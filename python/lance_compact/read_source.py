@@ -25,7 +25,7 @@ def read_plan(request_json: str) -> tuple[str, list[list]]:
     holds ``partition_bytes`` of data files (Spark's maxPartitionBytes); a fragment larger
     than that is a group of its own. One row per group: ``(fragment_ids JSON, rows, bytes)``."""
     from .fragments import data_bytes, live_and_deleted  # pylance, on the driver's engine only
-    from .metadata import open_request
+    from .table_reads import open_request
 
     raw = json.loads(request_json)
     ds = open_request(raw)
@@ -79,7 +79,7 @@ class LanceFragmentReader(DataSourceReader):
     def _read(self, partition: InputPartition) -> Iterator[Any]:
         import pyarrow as pa
 
-        from .metadata import open_request
+        from .table_reads import open_request
         from .spark_types import arrow_type_for_spark
 
         ids = partition.value

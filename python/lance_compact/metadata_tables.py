@@ -1,120 +1,16 @@
-"""What the catalog shows of a table without a procedure: its schema in Spark types, its rows
-(read on the driver, for checks), and its metadata tables ``fragments``, ``versions`` and
-``indices`` -- the facts Lance keeps in its manifests, as SQL tables.
-
-Every answer is ``(schema DDL, rows)`` with JSON-safe values (timestamps as microseconds).
-"""
+"""A table's metadata tables ``fragments``, ``versions`` and ``indices`` (``lance.db.t.fragments``
+...): the facts Lance keeps in its manifests, as SQL tables. Every answer is
+``(schema DDL, rows)`` with JSON-safe values (timestamps as microseconds)."""
 from __future__ import annotations
 
-import base64
-import datetime
-import decimal
 import json
 from typing import Any
-
-import pyarrow as pa
 
 from .errors import CompactionError
 from .fragments import data_bytes, live_and_deleted
 from .history import undecodable_rewrite
 from .indices import index_state
-from .spark_types import schema_ddl
-from .tables import open_dataset
-
-
-_EPOCH_DAY = datetime.date(1970, 1, 1)
-_EPOCH = datetime.datetime(1970, 1, 1)
-_MICRO = datetime.timedelta(microseconds=1)
-
-
-def _json_value(v: Any, t: pa.DataType) -> Any:
-    """A value of Arrow type ``t`` as the JVM reads it back (Scala ``JsonRows``): structs as
-    arrays in field order, maps as objects, decimals as text, binary as base64, dates as days
-    and timestamps as microseconds since the epoch."""
-    if v is None:
-        return None
-    if pa.types.is_dictionary(t):
-        return _json_value(v, t.value_type)
-    if pa.types.is_struct(t):
-        return [_json_value(v.get(f.name), f.type) for f in t]
-    if pa.types.is_map(t):
-        return {str(k): _json_value(x, t.item_type) for k, x in v}
-    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
-        return [_json_value(x, t.value_type) for x in v]
-    if isinstance(v, decimal.Decimal):
-        return str(v)
-    if isinstance(v, (bytes, bytearray)):
-        return base64.b64encode(v).decode()
-    if isinstance(v, datetime.datetime):
-        epoch = _EPOCH.replace(tzinfo=datetime.timezone.utc) if v.tzinfo else _EPOCH
-        return (v - epoch) // _MICRO
-    if isinstance(v, datetime.date):
-        return (v - _EPOCH_DAY).days
-    return v
-
-
-def _rows(table: pa.Table) -> list[list]:
-    """Rows of ``table`` in schema order, as :func:`_json_value` writes values; top-level
-    timestamps and dates are cast in Arrow (exact for nanoseconds)."""
-    columns = []
-    for f, col in zip(table.schema, table.columns):
-        t = f.type
-        if pa.types.is_timestamp(t):
-            col, t = col.cast(pa.timestamp("us", t.tz)).cast(pa.int64()), pa.int64()
-        elif pa.types.is_date(t):
-            col, t = col.cast(pa.date32()).cast(pa.int32()), pa.int32()
-        columns.append([_json_value(v, t) for v in col.to_pylist()])
-    return [list(r) for r in zip(*columns)] if columns else [[] for _ in range(table.num_rows)]
-
-
-def open_request(raw: dict[str, Any]):
-    """The dataset a read request names (``table``, ``uri``, ``storage_options``, ``version``)."""
-    version = raw.get("version")
-    return open_dataset(raw.get("table") or raw["uri"], raw["uri"], raw.get("storage_options"),
-                        version=int(version) if version is not None else None)
-
-
-def describe(request_json: str) -> tuple[str, list[tuple]]:
-    """The table's schema as Spark DDL, its live rows, its version and its config (what
-    SHOW TBLPROPERTIES shows): one row."""
-    raw = json.loads(request_json)
-    ds = open_request(raw)
-    return ("`schema` STRING, `rows` BIGINT, `version` BIGINT, `config` MAP<STRING, STRING>",
-            [(schema_ddl(ds.schema), ds.count_rows(), ds.version, dict(ds.config() or {}))])
-
-
-DRIVER_READ_MAX_BYTES = 32 << 20
-
-
-def read(request_json: str) -> tuple[str, list[list]]:
-    """Rows of the table (``columns``, Lance ``filter``, ``version``) read on the driver; a
-    read that would return more than ``max_rows`` rows or ``DRIVER_READ_MAX_BYTES`` of data
-    is refused (``distributed_reads=false``, or no Python data source)."""
-    raw = json.loads(request_json)
-    ds = open_request(raw)
-    table_name = raw.get("table") or raw["uri"]
-    columns = raw.get("columns")
-    filt = raw.get("filter") or None
-    limit = int(raw.get("max_rows", 1_000_000))
-    if raw.get("count_only"):
-        return "`count` BIGINT", [[ds.count_rows(filter=filt)]]
-    n = ds.count_rows(filter=filt)
-    if n > limit:
-        raise CompactionError(
-            f"table {table_name}: this driver-side read would return {n:,} rows, more than "
-            f"spark.sql.catalog.<name>.read_max_rows = {limit:,}; leave "
-            "spark.sql.catalog.<name>.distributed_reads on (the default) to read on the executors")
-    names = columns if columns is not None else ds.schema.names
-    table = ds.to_table(columns=names, filter=filt)
-    if table.nbytes > DRIVER_READ_MAX_BYTES:
-        # The rows cross to the JVM as JSON, many times their Arrow size: refuse rather than
-        # exhaust the driver's heap.
-        raise CompactionError(
-            f"table {table_name}: this driver-side read holds {table.nbytes / 2**20:,.0f} MiB of "
-            f"data, more than the {DRIVER_READ_MAX_BYTES >> 20} MiB a driver read carries; leave "
-            "spark.sql.catalog.<name>.distributed_reads on (the default) to read on the executors")
-    schema = pa.schema([ds.schema.field(c) for c in names])
-    return schema_ddl(schema), _rows(table)
+from .table_reads import open_request
 
 
 METADATA_TABLES = ("fragments", "versions", "indices")
