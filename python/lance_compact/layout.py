@@ -18,7 +18,8 @@ from . import driver_conf
 from .errors import CompactionError
 from .fragments import data_bytes, live_and_deleted
 from .health import table_health
-from .histogram import FragmentHistogram, PlotUnavailable, load_matplotlib, picture_format
+from .histogram import FragmentHistogram
+from .histogram_picture import PlotUnavailable, load_matplotlib, picture_format
 from .history import committed_at, last_compaction
 from .indices import index_state
 from .options import columns_ddl, convert_value, effective, result_columns, specs_of
