@@ -35,25 +35,37 @@ def warehouse(tmp_path_factory) -> Path:
     return wh
 
 
-@pytest.fixture(scope="module")
-def spark(warehouse, request):
-    """A module may set SPARK_MASTER (e.g. local[2,3] to give tasks 3 attempts)."""
+def spark_environment() -> None:
+    """What a test module's Spark driver and its Python workers need in their environment:
+    local addresses only, this Python, and on their path the example strategy
+    (examples/my_planners.py) and the tests' concurrent-writer hooks (tests/writers.py)."""
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in [str(ROOT / "examples"), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")] if p)
+
+
+def lance_session(master: str, app: str, warehouse: str, conf: dict | None = None, **configure):
+    """A local Spark session with the lance catalog over ``warehouse`` (no UI, logs at ERROR);
+    ``conf``: more Spark settings; ``configure``: configure_spark_with_lance_compact's."""
     from pyspark.sql import SparkSession
     from lance_compact import configure_spark_with_lance_compact
 
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    # Python workers find the example strategy (examples/my_planners.py) on their path.
-    # and the tests' concurrent-writer hooks (tests/writers.py).
-    os.environ["PYTHONPATH"] = os.pathsep.join(
-        p for p in [str(ROOT / "examples"), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")] if p)
-    builder = (SparkSession.builder.master(getattr(request.module, "SPARK_MASTER", "local[2]")).appName("lance-compact-tests")
-               .config("spark.ui.enabled", "false")
-               .config("spark.sql.shuffle.partitions", "2"))
-    session = configure_spark_with_lance_compact(
-        builder, warehouse=str(warehouse), strategies=STRATEGIES,
-        picture_dir=str(warehouse.parent)).getOrCreate()
+    spark_environment()
+    builder = SparkSession.builder.master(master).appName(app).config("spark.ui.enabled", "false")
+    for k, v in (conf or {}).items():
+        builder = builder.config(k, v)
+    session = configure_spark_with_lance_compact(builder, warehouse=warehouse, **configure).getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
+    return session
+
+
+@pytest.fixture(scope="module")
+def spark(warehouse, request):
+    """A module may set SPARK_MASTER (e.g. local[2,3] to give tasks 3 attempts)."""
+    session = lance_session(getattr(request.module, "SPARK_MASTER", "local[2]"), "lance-compact-tests",
+                            str(warehouse), {"spark.sql.shuffle.partitions": "2"}, strategies=STRATEGIES,
+                            picture_dir=str(warehouse.parent))
     yield session
     session.stop()
 

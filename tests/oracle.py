@@ -4,7 +4,7 @@ live row, sorted by id; ``layout``: fragments, rows, deletions), read with pylan
 tests judge the product by Lance's own view. The tests' concurrent writers (writers.py) use it
 in the engine's process too (tests/ is on its PYTHONPATH).
 
-examples/degraded_table.py is the demo's own generator (``bin/demo``); the tests do not use it."""
+The demo (``bin/demo``, examples/degraded_table.py) makes and checks its table with these too."""
 from __future__ import annotations
 
 import lance

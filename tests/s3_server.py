@@ -55,6 +55,12 @@ class S3Server:
                                        + (f"; log: {self.log}" if self.log else ""))
                 time.sleep(0.2)
 
+    def fresh_bucket(self, prefix: str) -> str:
+        """A new bucket named after ``prefix``, this process and the time: ``s3://<bucket>``."""
+        import os
+        import time
+        return self.create_bucket(f"{prefix}-{os.getpid()}-{int(time.time() * 1000) % 10**9}")
+
     def create_bucket(self, name: str) -> str:
         import boto3
         boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1",

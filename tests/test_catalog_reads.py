@@ -198,3 +198,70 @@ def test_driver_reads_when_asked_and_their_cap(spark, warehouse, table):
     assert spark_rows(df) == pylance_rows(lance.dataset(str(path)), ["id", "payload"], "id < 40")
     with pytest.raises(Exception, match="more than spark.sql.catalog.<name>.read_max_rows = 50"):
         spark.sql("SELECT * FROM lance_driver.db.reads").collect()
+
+
+def _samples():
+    """Three values (one null) of every example Arrow type of the type map, by type."""
+    import datetime
+    import decimal
+
+    import pyarrow as pa
+
+    ints = [1, None, 7]
+    samples = {
+        pa.bool_(): [True, None, False], pa.uint64(): [2**64 - 1, None, 0],
+        pa.decimal128(12, 3): [decimal.Decimal("1.250"), None, decimal.Decimal("-3.000")],
+        pa.date32(): [datetime.date(2026, 1, 1), None, datetime.date(2026, 2, 3)],
+        pa.large_list(pa.int32()): [[1, 2], None, []],
+        pa.list_(pa.float32(), 3): [[1.0, 2.0, 3.0], None, [4.0, 5.0, 6.0]],
+        pa.struct([("a", pa.int64()), ("b", pa.list_(pa.int64())), ("t", pa.timestamp("us")), ("d", pa.date32()),
+                   ("m", pa.decimal128(5, 2))]):
+            [{"a": 1, "b": [1], "t": datetime.datetime(2026, 1, 1, 0, 0, 1), "d": datetime.date(2026, 1, 2),
+              "m": decimal.Decimal("1.50")}, None, {"a": 2, "b": [], "t": None, "d": None, "m": None}],
+        pa.map_(pa.string(), pa.int64()): [[("k", 1)], None, []],
+        pa.dictionary(pa.int32(), pa.string()): ["x", None, "y"],
+    }
+    for t in (pa.int8(), pa.int16(), pa.uint8(), pa.int32(), pa.uint16(), pa.int64(), pa.uint32()):
+        samples[t] = ints
+    for t in (pa.float16(), pa.float32(), pa.float64()):
+        samples[t] = [0.5, None, 1.5]
+    for t in (pa.string(), pa.large_string()):
+        samples[t] = ["a", None, "é"]
+    for t in (pa.binary(), pa.large_binary(), pa.binary(2)):
+        samples[t] = [b"ab", None, b"cd"]
+    for t in (pa.timestamp("ns"), pa.timestamp("us", "UTC")):
+        samples[t] = [datetime.datetime(2026, 1, 1, 0, 0, 1), None, datetime.datetime(2026, 3, 1, 12, 0)]
+    return samples
+
+
+def test_every_type_of_the_type_map_reads_on_the_driver_and_the_executors(spark, warehouse):
+    """Every Arrow type the one type map (spark_types.RULES) knows gets the Spark type the map
+    names, and reads the same through the engine's JSON rows (Scala JsonRows, the driver
+    path) as through the distributed reads: the JVM accepts every type the map produces."""
+    import numpy as np
+    import pyarrow as pa
+
+    from lance_compact.api import CATALOG_CLASS
+    from lance_compact.spark_types import RULES, schema_ddl
+
+    samples = _samples()
+    examples = [t for _, _, ts in RULES for t in ts]
+    assert [t for t in examples if t not in samples] == []  # a new rule needs a sample here
+    columns = {"id": pa.array([0, 1, 2], pa.int64())}
+    columns.update({f"c{i}": pa.array([np.float16(v) if v is not None else None for v in samples[t]], t)
+                    if pa.types.is_float16(t) else pa.array(samples[t], t) for i, t in enumerate(examples)})
+    path = warehouse / "db" / "all_types.lance"
+    shutil.rmtree(path, ignore_errors=True)
+    table = pa.table(columns)
+    lance.write_dataset(table, str(path))
+    want = spark.createDataFrame([], schema_ddl(lance.dataset(str(path)).schema)).schema
+    spark.conf.set("spark.sql.catalog.lance_driver", CATALOG_CLASS)
+    spark.conf.set("spark.sql.catalog.lance_driver.warehouse", str(warehouse))
+    spark.conf.set("spark.sql.catalog.lance_driver.distributed_reads", "false")
+    by_executors = spark.table("lance.db.all_types")
+    on_driver = spark.table("lance_driver.db.all_types")
+    assert "(Python)" not in on_driver._jdf.queryExecution().executedPlan().toString()
+    for df in (by_executors, on_driver):
+        assert [f.dataType.simpleString() for f in df.schema] == [f.dataType.simpleString() for f in want]
+    assert spark_rows(on_driver) == spark_rows(by_executors)
+    assert sum(v is None for v in spark_rows(on_driver)[1]) == len(examples)  # the nulls arrive

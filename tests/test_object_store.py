@@ -4,7 +4,6 @@ and never shown: every log, error, plan row, result row and event log is grepped
 import json
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -14,7 +13,7 @@ from lance.file import LanceFileSession
 from pyspark.errors import AnalysisException
 
 import stress
-from conftest import ROOT
+from conftest import ROOT, lance_session
 from oracle import content, degraded_table
 from s3_server import ACCESS_KEY_ID, SECRET_ACCESS_KEY
 
@@ -25,30 +24,17 @@ PLANTED = (ACCESS_KEY_ID, SECRET_ACCESS_KEY)
 @pytest.fixture(scope="module")
 def wh(s3):
     """A fresh bucket per module run: s3://<bucket>/wh."""
-    bucket = f"lance-{os.getpid()}-{int(time.time() * 1000) % 10**9}"
-    return s3.create_bucket(bucket) + "/wh"
+    return s3.fresh_bucket("lance") + "/wh"
 
 
 @pytest.fixture(scope="module")
 def spark(s3, wh, tmp_path_factory):
-    from pyspark.sql import SparkSession
-    from lance_compact import configure_spark_with_lance_compact
-
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYTHONPATH"] = os.pathsep.join(
-        p for p in [str(ROOT / "examples"), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")] if p)
     assert not any(k.startswith(("AWS_ACCESS", "AWS_SECRET", "AWS_SESSION", "AWS_ENDPOINT")) for k in os.environ), \
         "credentials and the endpoint must come from storage options"
     events = tmp_path_factory.mktemp("events")
-    builder = (SparkSession.builder.master(SPARK_MASTER).appName("lance-compact-s3-tests")
-               .config("spark.ui.enabled", "false")
-               .config("spark.eventLog.enabled", "true")
-               .config("spark.eventLog.dir", str(events))
-               .config("spark.eventLog.compress", "false"))
-    session = configure_spark_with_lance_compact(
-        builder, warehouse=wh, storage_options=s3.storage_options).getOrCreate()
-    session.sparkContext.setLogLevel("ERROR")
+    session = lance_session(SPARK_MASTER, "lance-compact-s3-tests", wh,
+                            {"spark.eventLog.enabled": "true", "spark.eventLog.dir": str(events),
+                             "spark.eventLog.compress": "false"}, storage_options=s3.storage_options)
     session.events = events
     yield session
     session.stop()

@@ -35,12 +35,18 @@ def data_files(path):
     return sorted(os.listdir(path / "data"))
 
 
-def test_partial_progress_commits_in_groups(spark, table):
+def compact_once(spark, table, args: str | None = None, plan: bool = False):
+    """The arrange-act of the tests here: (the table before, the number of tasks planned when
+    ``plan``, the CALL's metrics row, the table after)."""
     t, path = table
     before = lance.dataset(str(path))
-    n = planned(spark, t)
-    r = call(spark, t, "partial_progress => true, max_commits => 3")
-    after = lance.dataset(str(path))
+    n = planned(spark, t) if plan else None
+    r = call(spark, t, args) if args else call(spark, t)
+    return before, n, r, lance.dataset(str(path))
+
+
+def test_partial_progress_commits_in_groups(spark, table):
+    before, n, r, after = compact_once(spark, table, "partial_progress => true, max_commits => 3", plan=True)
     assert n > 3 and r.tasks == n and r.commits == 3 and r.tasks_failed == 0
     assert r.new_version == after.version
     assert content(after) == content(before)
@@ -97,10 +103,8 @@ def test_a_task_failing_every_attempt_fails_the_call_and_changes_nothing(spark, 
 
 def test_a_concurrent_delete_is_carried_over_onto_the_new_fragments(spark, table):
     t, path = table
-    before = lance.dataset(str(path))
-    n = planned(spark, t)
-    r = call(spark, t, "options => map('test_before_commit', 'writers.delete_in_first_fragment')")
-    after = lance.dataset(str(path))
+    before, n, r, after = compact_once(spark, table,
+        "options => map('test_before_commit', 'writers.delete_in_first_fragment')", plan=True)
     # the untouched tasks commit as planned, the touched one with the delete carried over
     assert r.tasks == n and r.tasks_rebased == 1 and r.retries == 0 and r.commits == 2
     gone = ids(before) - ids(after)
@@ -111,10 +115,9 @@ def test_a_concurrent_delete_is_carried_over_onto_the_new_fragments(spark, table
 
 def test_without_carrying_over_the_touched_task_is_replanned(spark, table):
     t, path = table
-    before = lance.dataset(str(path))
-    r = call(spark, t, "options => map('test_before_commit', 'writers.delete_in_first_fragment', "
-                       "'carry_over_deletes', 'false')")
-    after = lance.dataset(str(path))
+    before, _, r, after = compact_once(spark, table,
+        "options => map('test_before_commit', 'writers.delete_in_first_fragment', "
+        "'carry_over_deletes', 'false')")
     assert r.retries == 1 and r.tasks_conflicted == 0 and r.tasks_rebased == 0 and r.commits == 2
     assert after.count_rows() == before.count_rows() - 5
     assert call(spark, t).tasks == 0  # fully compacted after the retry
@@ -135,11 +138,8 @@ def test_without_retries_conflicted_tasks_are_dropped_not_forced(spark, table):
 
 
 def test_a_delete_touching_every_fragment_before_every_commit_still_lands(spark, table):
-    t, path = table
-    before = lance.dataset(str(path))
-    n = planned(spark, t)
-    r = call(spark, t, "options => map('test_before_commit', 'writers.delete_everywhere')")
-    after = lance.dataset(str(path))
+    before, n, r, after = compact_once(spark, table,
+        "options => map('test_before_commit', 'writers.delete_everywhere')", plan=True)
     assert r.tasks == n and r.tasks_rebased == n and r.retries == 0 and r.tasks_conflicted == 0
     assert len(after.get_fragments()) < len(before.get_fragments())
     deleted = set(x for x in ids(before) if x % 97 == 0)
@@ -148,21 +148,17 @@ def test_a_delete_touching_every_fragment_before_every_commit_still_lands(spark,
 
 def test_retries_are_bounded_under_endless_conflicts(spark, table):
     t, path = table
-    before = lance.dataset(str(path))
-    r = call(spark, t, "max_retries => 2, options => map('test_before_commit', 'writers.delete_everywhere', "
-                       "'carry_over_deletes', 'false')")
-    after = lance.dataset(str(path))
+    before, _, r, after = compact_once(
+        spark, table, "max_retries => 2, options => map('test_before_commit', 'writers.delete_everywhere', "
+        "'carry_over_deletes', 'false')")
     assert r.retries == 2 and r.tasks_conflicted >= 1 and r.tasks == 0
     deleted = set(x for x in ids(before) if x % 97 in (0, 1, 2))
     assert ids(after) == ids(before) - deleted
 
 
 def test_a_concurrent_append_is_compatible(spark, table):
-    t, path = table
-    before = lance.dataset(str(path))
-    n = planned(spark, t)
-    r = call(spark, t, "options => map('test_before_commit', 'writers.append_rows')")
-    after = lance.dataset(str(path))
+    before, n, r, after = compact_once(spark, table,
+        "options => map('test_before_commit', 'writers.append_rows')", plan=True)
     assert r.retries == 0 and r.commits == 1 and r.tasks == n
     assert after.count_rows() == before.count_rows() + 25
 

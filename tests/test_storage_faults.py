@@ -8,15 +8,12 @@ cleanup afterwards (the proxy healthy) leaves no orphan and no missing file.
 The catalog reaches the store through the proxy with few client retries and a short request
 timeout (``client_max_retries``, ``timeout``) so that a fault that outlasts Lance's retries
 fails in seconds; the tests check the table directly against moto."""
-import os
 import re
-import sys
-import time
 
 import lance
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, lance_session
 from oracle import content, degraded_table
 from fault_proxy import FaultProxy
 from table_files import cleanup_everything, orphans_and_missing, rewrites_since, stored
@@ -44,23 +41,13 @@ def proxy(s3):
 
 @pytest.fixture(scope="module")
 def wh(s3):
-    return s3.create_bucket(f"faults-{os.getpid()}-{int(time.time() * 1000) % 10**9}") + "/wh"
+    return s3.fresh_bucket("faults") + "/wh"
 
 
 @pytest.fixture(scope="module")
 def spark(s3, proxy, wh):
-    from pyspark.sql import SparkSession
-    from lance_compact import configure_spark_with_lance_compact
-
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYTHONPATH"] = os.pathsep.join(
-        p for p in [str(ROOT / "examples"), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")] if p)
-    builder = (SparkSession.builder.master(SPARK_MASTER).appName("lance-compact-fault-tests")
-               .config("spark.ui.enabled", "false"))
     options = {**s3.storage_options, "aws_endpoint": proxy.endpoint, **CLIENT}
-    session = configure_spark_with_lance_compact(builder, warehouse=wh, storage_options=options).getOrCreate()
-    session.sparkContext.setLogLevel("ERROR")
+    session = lance_session(SPARK_MASTER, "lance-compact-fault-tests", wh, storage_options=options)
     yield session
     session.stop()
 

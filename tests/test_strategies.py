@@ -45,28 +45,32 @@ def task_groups(tasks):
 SEEDS = range(25)
 
 
-@pytest.mark.parametrize("seed", SEEDS)
-def test_default_groups_exactly_what_lance_plans(tmp_path, seed):
-    ds = random_layout(tmp_path / "t.lance", seed)
-    options = random_options(random.Random(seed))
+@pytest.fixture(params=SEEDS)
+def seeded(request, tmp_path):
+    """Per seed: its random numbers and a random layout made with the same seed."""
+    return random.Random(request.param), random_layout(tmp_path / "t.lance", request.param)
+
+
+def selects_only(plan, allowed: set[int]) -> bool:
+    return all(set(t.fragment_ids) <= allowed for t in plan.tasks)
+
+
+def test_default_groups_exactly_what_lance_plans(seeded):
+    rng, ds = seeded
+    options = random_options(rng)
     ours = get_planner("default", "t").plan(ds, options)
     assert [t.fragment_ids for t in ours.tasks] == task_groups(Compaction.plan(ds, options).tasks)
     assert all(t.selected for t in ours.tasks)
 
 
-@pytest.mark.parametrize("seed", SEEDS)
-def test_deletion_only_never_selects_clean_fragments(tmp_path, seed):
-    ds = random_layout(tmp_path / "t.lance", seed)
+def test_deletion_only_never_selects_clean_fragments(seeded):
+    rng, ds = seeded
     with_deletions = {f.fragment_id for f in ds.get_fragments() if f.metadata.deletion_file}
-    plan = get_planner("deletion_only", "t").plan(ds, random_options(random.Random(seed)))
-    for t in plan.tasks:
-        assert set(t.fragment_ids) <= with_deletions
+    assert selects_only(get_planner("deletion_only", "t").plan(ds, random_options(rng)), with_deletions)
 
 
-@pytest.mark.parametrize("seed", SEEDS)
-def test_incremental_never_selects_fragments_unchanged_since_its_version(tmp_path, seed):
-    rng = random.Random(seed)
-    ds = random_layout(tmp_path / "t.lance", seed)
+def test_incremental_never_selects_fragments_unchanged_since_its_version(seeded):
+    rng, ds = seeded
     since = ds.version
     old = {f.fragment_id: (f.metadata.deletion_file and f.metadata.deletion_file.num_deleted_rows)
            for f in ds.get_fragments()}
@@ -78,15 +82,12 @@ def test_incremental_never_selects_fragments_unchanged_since_its_version(tmp_pat
     changed = {f.fragment_id for f in ds.get_fragments()
                if f.fragment_id not in old
                or (f.metadata.deletion_file and f.metadata.deletion_file.num_deleted_rows) != old[f.fragment_id]}
-    plan = get_planner("incremental", "t", {"since_version": since}).plan(ds, random_options(rng))
-    for t in plan.tasks:
-        assert set(t.fragment_ids) <= changed
+    assert selects_only(get_planner("incremental", "t", {"since_version": since}).plan(ds, random_options(rng)),
+                        changed)
 
 
-@pytest.mark.parametrize("seed", SEEDS)
-def test_io_bounded_stays_within_budget_and_takes_the_best_first(tmp_path, seed):
-    rng = random.Random(seed)
-    ds = random_layout(tmp_path / "t.lance", seed)
+def test_io_bounded_stays_within_budget_and_takes_the_best_first(seeded):
+    rng, ds = seeded
     options = random_options(rng)
     full = get_planner("default", "t").plan(ds, options)
     budget = {"max_bytes": rng.randint(1, 3) * 20_000, "max_fragments": rng.randint(2, 20)}

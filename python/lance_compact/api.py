@@ -280,13 +280,17 @@ def maintain_warehouse(spark: Any, namespace: str | None = None, catalog: str = 
     return call_procedure(spark, "maintain_warehouse", None, catalog, params)
 
 
+def _compaction(spark: Any, table: str, catalog: str, strategy: str | None,
+                options: Mapping[str, Any]) -> LanceCompaction:
+    """The compaction :func:`compact` runs and :func:`plan_compaction` plans."""
+    job = LanceCompaction(spark, table, catalog).options(**options)
+    return job.strategy(strategy) if strategy else job
+
+
 def plan_compaction(spark: Any, table: str, *, catalog: str = "lance", strategy: str | None = None,
                     **options: Any) -> Any:
     """Dry run of :func:`compact`: a DataFrame with a row per task; writes nothing."""
-    job = LanceCompaction(spark, table, catalog).options(**options)
-    if strategy:
-        job.strategy(strategy)
-    return job.plan()
+    return _compaction(spark, table, catalog, strategy, options).plan()
 
 
 def compact(spark: Any, table: str, *, catalog: str = "lance", strategy: str | None = None,
@@ -295,7 +299,4 @@ def compact(spark: Any, table: str, *, catalog: str = "lance", strategy: str | N
 
     >>> compact(spark, "db.events", target_rows_per_fragment=1_048_576).show()
     """
-    job = LanceCompaction(spark, table, catalog).options(**options)
-    if strategy:
-        job.strategy(strategy)
-    return job.execute()
+    return _compaction(spark, table, catalog, strategy, options).execute()

@@ -18,7 +18,6 @@ Index and transaction files of abandoned writes are left to Lance's 7-day rule.
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import time
@@ -29,8 +28,8 @@ from urllib.parse import urlparse
 from lance.file import LanceFileSession
 
 from .errors import CompactionError
-from .options import procedure_args, result_columns
-from .tables import open_dataset
+from .options import result_columns
+from .request import ProcedureRequest
 
 _UNITS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 7 * 86400}
 
@@ -132,11 +131,9 @@ def _file_info(uri: str, storage_options: dict | None) -> Callable[[str], tuple[
 
 def cleanup_row(request_json: str) -> tuple:
     """Run (or explain) Lance's cleanup; one row in parameters.json's ``cleanup_columns``."""
-    raw = json.loads(request_json)
-    table, uri = raw.get("table") or raw["uri"], raw["uri"]
-    storage = raw.get("storage_options")
-    args = procedure_args("cleanup", "cleanup_parameters", raw.get("params"), table)
-    if raw.get("options"):
+    request = ProcedureRequest.from_json(request_json, "cleanup")
+    table, uri, storage, args = request.table, request.uri, request.storage_options, request.args
+    if request.raw.get("options"):
         raise CompactionError(f"table {table}: cleanup takes no options map")
     dry_run = args.pop("dry_run", False)
     unverified = args.get("delete_unverified", False)
@@ -152,7 +149,7 @@ def cleanup_row(request_json: str) -> tuple:
         kwargs["older_than"] = parse_older_than(args["older_than"], table)
     if "retain_versions" in args:
         kwargs["retain_versions"] = args["retain_versions"]
-    ds = open_dataset(table, uri, storage)
+    ds = request.open()
     counted: set[str] = set()  # files Lance's own dry run already counts
     if dry_run:
         explained = ds.explain_cleanup_old_versions(**kwargs)
@@ -162,7 +159,7 @@ def cleanup_row(request_json: str) -> tuple:
         stats = ds.cleanup_old_versions(**kwargs)
     data_removed = deletions_removed = bytes_removed = 0
     if unverified:
-        ds = open_dataset(table, uri, storage)
+        ds = request.open()
         file_info = _file_info(uri, storage)
         cutoff = time.time() - min_age.total_seconds()
         session = LanceFileSession(uri.rstrip("/"), storage or None)

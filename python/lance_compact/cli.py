@@ -3,8 +3,14 @@
     lance-spark-sql --warehouse DIR_OR_URI [spark-sql arguments...]
     lance-spark-sql --warehouse /data/wh -e "CALL lance.compact(table => 'db.events')"
 
-``--warehouse`` (or ``$LANCE_WAREHOUSE``) is the catalog's warehouse; every other argument
-goes to spark-sql (``--master``, ``--conf``, ``-e``, ``-f``, ...). Spark is the pyspark
+``--warehouse`` (or ``$LANCE_WAREHOUSE``) is the catalog's warehouse. Every other argument
+passes to spark-sql unchanged and in order (``--master``, ``--conf``, ``-e``, ``-f``, ...),
+except these, which this command merges with its own settings: ``--jars``, ``--conf
+spark.jars=...``, ``--conf spark.plugins=...``, ``--properties-file`` and secret ``--conf``
+settings (below). Ours are recognized as ``--name value`` or ``--name=value`` (``-c`` for
+``--conf``); spark-sql's options are not listed here, so a value of one of them that is
+literally one of these names would be read as ours (spark-submit's ``--option=value`` form
+avoids that). Spark is the pyspark
 package installed beside this one; the driver's engine and the executors run this Python.
 The Spark settings are :func:`lance_compact.api.spark_conf`'s, the ones
 ``configure_spark_with_lance_compact`` gives a PySpark session. ``$LANCE_COMPACT_START_ENGINE=false``
@@ -43,16 +49,6 @@ METASTORE_CONF = {
 }
 DRIVER_JAVA_OPTIONS = "-Dderby.stream.error.file=/dev/null"
 
-# spark-sql options whose value is passed on as it is (so a value is never taken for one of ours).
-_VALUE_OPTIONS = {"-e", "-f", "-i", "-d", "--define", "--hiveconf", "--hivevar", "--database",
-                  "--master", "--deploy-mode", "--name", "--class", "--packages",
-                  "--exclude-packages", "--repositories", "--py-files", "--files", "--archives",
-                  "--properties-file", "--driver-memory", "--driver-java-options",
-                  "--driver-library-path", "--driver-class-path", "--executor-memory",
-                  "--proxy-user", "--driver-cores", "--total-executor-cores", "--executor-cores",
-                  "--num-executors", "--queue", "--principal", "--keytab"}
-
-
 def spark_home() -> str:
     """The Spark of the installed pyspark package (found without importing pyspark)."""
     spec = importlib.util.find_spec("pyspark")
@@ -61,14 +57,27 @@ def spark_home() -> str:
     return str(Path(list(spec.submodule_search_locations)[0]))
 
 
-def _conf_value(arg: str, value: str | None) -> tuple[str | None, int]:
-    """The ``key=value`` of a ``--conf``/``-c`` argument (separate or ``--conf=``), and how
-    many arguments it takes; (None, 0) if ``arg`` is not one."""
-    if arg in ("--conf", "-c") and value is not None:
-        return value, 2
-    if arg.startswith("--conf="):
-        return arg.split("=", 1)[1], 1
-    return None, 0
+def _ours(argv: list[str], names: tuple[str, ...]):
+    """Walk ``argv`` in order, yielding ``(name, value, given)`` for an option in ``names``
+    (``--name value`` or ``--name=value``; ``--conf``/``-c`` as ``"--conf"`` with its
+    ``key=value``) and ``(None, None, [arg])`` for each other argument, which passes on as it is.
+    A ``--conf`` always takes the next argument, so its value is never read as an option."""
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        value = argv[i + 1] if i + 1 < len(argv) else None
+        name, eq, inline = arg.partition("=")
+        if name in names and eq:  # --name=value
+            yield ("--conf" if name == "-c" else name), inline, [arg]
+            i += 1
+        elif arg in names and value is not None:  # --name value
+            yield ("--conf" if arg == "-c" else arg), value, argv[i:i + 2]
+            i += 2
+        elif arg == "--warehouse" and arg in names:
+            raise SystemExit(f"lance-spark-sql: --warehouse needs a value\n{USAGE}")
+        else:
+            yield None, None, [arg]
+            i += 1
 
 
 def parse_args(argv: list[str]) -> tuple[str | None, str | None, str | None, list[str]]:
@@ -79,36 +88,19 @@ def parse_args(argv: list[str]) -> tuple[str | None, str | None, str | None, lis
     jars: list[str] = []
     plugins: list[str] = []
     rest: list[str] = []
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
-        value = argv[i + 1] if i + 1 < len(argv) else None
-        conf, used = _conf_value(arg, value)
-        if arg == "--warehouse":
-            if value is None:
-                raise SystemExit(f"lance-spark-sql: --warehouse needs a value\n{USAGE}")
-            warehouse, i = value, i + 2
-        elif arg.startswith("--warehouse="):
-            warehouse, i = arg.split("=", 1)[1], i + 1
-        elif arg == "--jars" and value is not None:
+    for name, value, given in _ours(argv, ("--warehouse", "--jars", "--conf", "-c")):
+        if name == "--warehouse":
+            warehouse = value
+        elif name == "--jars":
             jars.append(value)
-            i += 2
-        elif arg.startswith("--jars="):
-            jars.append(arg.split("=", 1)[1])
-            i += 1
-        elif conf is not None and conf.startswith(("spark.jars=", "spark.plugins=")):
-            key, v = conf.split("=", 1)
+        elif name == "--conf" and value.startswith(("spark.jars=", "spark.plugins=")):
+            key, v = value.split("=", 1)
             (jars if key == "spark.jars" else plugins).append(v)
-            i += used
-        elif arg in _VALUE_OPTIONS or arg in ("--conf", "-c"):
-            rest.extend(argv[i:i + 2])
-            i += 2
         else:
-            if arg in ("-h", "--help"):
+            if given[0] in ("-h", "--help"):
                 print(USAGE + "\n  --warehouse DIR_OR_URI  the lance catalog's warehouse "
                       "(default $LANCE_WAREHOUSE)\nspark-sql's own options:", file=sys.stderr)
-            rest.append(arg)
-            i += 1
+            rest.extend(given)
     return warehouse, ",".join(jars) or None, ",".join(plugins) or None, rest
 
 
@@ -118,25 +110,14 @@ def _take_secrets(rest: list[str]) -> tuple[list[str], dict[str, str], str | Non
     kept: list[str] = []
     secret: dict[str, str] = {}
     properties = None
-    i = 0
-    while i < len(rest):
-        arg = rest[i]
-        value = rest[i + 1] if i + 1 < len(rest) else None
-        conf, used = _conf_value(arg, value)
-        if conf is not None and "=" in conf and is_sensitive(conf.split("=", 1)[0]):
-            key, v = conf.split("=", 1)
+    for name, value, given in _ours(rest, ("--conf", "-c", "--properties-file")):
+        if name == "--conf" and "=" in value and is_sensitive(value.split("=", 1)[0]):
+            key, v = value.split("=", 1)
             secret[key] = v
-            i += used
-        elif arg == "--properties-file" and value is not None:
-            properties, i = value, i + 2
-        elif arg.startswith("--properties-file="):
-            properties, i = arg.split("=", 1)[1], i + 1
-        elif arg in _VALUE_OPTIONS or arg in ("--conf", "-c"):
-            kept.extend(rest[i:i + 2])
-            i += 2
+        elif name == "--properties-file":
+            properties = value
         else:
-            kept.append(arg)
-            i += 1
+            kept.extend(given)
     return kept, secret, properties
 
 

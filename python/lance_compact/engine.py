@@ -40,7 +40,7 @@ def _handlers(sc: Any) -> dict[str, Callable[[str], tuple[str, list[tuple]]]]:
     from .options import columns_ddl, result_columns
     from .spark_job import SparkBatchRunner
     from .warehouse import warehouse_rows
-    from . import metadata
+    from . import metadata_tables, table_reads
     from .indices import optimize_indices_row
     from .table_maintenance import maintain_rows
 
@@ -51,13 +51,13 @@ def _handlers(sc: Any) -> dict[str, Callable[[str], tuple[str, list[tuple]]]]:
         "layout": layout_result,  # the layout row, or the histogram's lines
         "cleanup": lambda r: (columns_ddl(result_columns("cleanup_columns")), [cleanup_row(r)]),
         "warehouse": lambda r: ("`name` STRING, `kind` STRING", warehouse_rows(r)),
-        "describe": metadata.describe,
-        "read": metadata.read,
+        "describe": table_reads.describe,
+        "read": table_reads.read,
         # imported on first use: lance.namespace alone takes about 1 s to import cold, and
         # neither is on a CALL's path
         "read_plan": _on_first_use("read_source", "read_plan"),
         "namespace": _on_first_use("namespaces", "namespace_rows"),
-        "metadata": metadata.metadata_table,
+        "metadata": metadata_tables.metadata_table,
         "maintain": lambda r: (columns_ddl(result_columns("maintain_columns")), maintain_rows(r, runner)),
         "optimize_indices": lambda r: (columns_ddl(result_columns("optimize_indices_columns")),
                                        [optimize_indices_row(r)]),

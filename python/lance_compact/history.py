@@ -17,14 +17,19 @@ class LastCompaction:
     fragments_added: int | None    # Rewrite's transaction cannot be decoded
 
 
+def undecodable_rewrite(error: TypeError) -> bool:
+    """Whether reading a transaction failed on pylance 14.0.2's known gap: it cannot decode a
+    Rewrite that remapped indices (its RewrittenIndex binding takes more arguments than it
+    passes). Only a Rewrite carries those, so such a transaction is a Rewrite."""
+    return "RewrittenIndex" in str(error)
+
+
 def _is_rewrite(dataset: lance.LanceDataset, version: int) -> bool | None:
     """Whether ``version`` was committed by a Rewrite; None when its transaction is gone."""
     try:
         t = dataset.checkout_version(version).get_transactions(1)[0]
     except TypeError as e:
-        # pylance 14.0.2 cannot decode a Rewrite that remapped indices (its RewrittenIndex
-        # binding takes more arguments than it passes); only a Rewrite carries those.
-        if "RewrittenIndex" in str(e):
+        if undecodable_rewrite(e):
             return True
         raise
     return None if t is None else type(t.operation).__name__ == "Rewrite"

@@ -4,27 +4,32 @@ compacted with their deletions carried over -- are added to it (or it is retrain
 searches stop scanning them. Runs on the driver, in the engine."""
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 
 from .errors import CompactionError
-from .options import procedure_args, result_columns
-from .tables import open_dataset
+from .options import result_columns
+from .request import ProcedureRequest
 
 
 def index_state(ds) -> dict[str, dict[str, Any]]:
-    """Per user index: its type, the fragments it does not cover, its segments (deltas)."""
+    """Per user index (Lance's own ``__`` system indices left out), by name: its ``type``, its
+    columns (``fields``), its segments (deltas, ``segments``), the live fragments it covers
+    (``covered``, a set) and those it does not (``unindexed_ids``, sorted; ``unindexed``, their
+    count). The one place index coverage is computed: describe_layout, the ``fragments`` and
+    ``indices`` metadata tables, table health, maintain and optimize_indices read it here."""
     fragments = {f.fragment_id for f in ds.get_fragments()}
     state: dict[str, dict[str, Any]] = {}
     for ix in ds.list_indices():
         if ix["name"].startswith("__"):  # Lance's own system indices
             continue
-        e = state.setdefault(ix["name"], {"type": ix["type"], "covered": set(), "segments": 0})
-        e["covered"] |= set(ix["fragment_ids"] or [])
+        e = state.setdefault(ix["name"], {"type": ix["type"], "fields": list(ix["fields"]),
+                                          "covered": set(), "segments": 0})
+        e["covered"] |= set(ix["fragment_ids"] or []) & fragments
         e["segments"] += 1
     for e in state.values():
-        e["unindexed"] = len(fragments - e["covered"])
+        e["unindexed_ids"] = sorted(fragments - e["covered"])
+        e["unindexed"] = len(e["unindexed_ids"])
     return state
 
 
@@ -32,10 +37,9 @@ def optimize_indices_row(request_json: str) -> tuple:
     """Optimize (or with dry_run, report) the chosen indices; one row of parameters.json's
     ``optimize_indices_columns``."""
     started = time.monotonic()
-    raw = json.loads(request_json)
-    table, uri = raw.get("table") or raw["uri"], raw["uri"]
-    args = procedure_args("optimize_indices", "optimize_indices_parameters", raw.get("params"), table)
-    ds = open_dataset(table, uri, raw.get("storage_options"))
+    request = ProcedureRequest.from_json(request_json, "optimize_indices")
+    table, args = request.table, request.args
+    ds = request.open()
     before = index_state(ds)
     names = sorted(before)
     if "indices" in args:
@@ -52,7 +56,7 @@ def optimize_indices_row(request_json: str) -> tuple:
         if "num_indices_to_merge" in args:
             kwargs["num_indices_to_merge"] = args["num_indices_to_merge"]
         ds.optimize.optimize_indices(**kwargs)
-        ds = open_dataset(table, uri, raw.get("storage_options"))
+        ds = request.open()
     after = index_state(ds)
     per_index = [{"name": n, "type": before[n]["type"],
                   "unindexed_fragments_before": before[n]["unindexed"],

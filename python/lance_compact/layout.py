@@ -12,15 +12,16 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections import defaultdict
 from typing import Any
 
 from . import driver_conf
 from .errors import CompactionError
 from .fragments import data_bytes, live_and_deleted
 from .health import table_health
-from .histogram import FragmentHistogram, PlotUnavailable, load_matplotlib, picture_format
+from .histogram import FragmentHistogram
+from .histogram_picture import PlotUnavailable, load_matplotlib, picture_format
 from .history import committed_at, last_compaction
+from .indices import index_state
 from .options import columns_ddl, convert_value, effective, result_columns, specs_of
 from .policy import resolve_policy
 from .request import CompactionRequest
@@ -131,11 +132,6 @@ def layout_result(request_json: str) -> tuple[str, list[tuple]]:
     return columns_ddl(result_columns("histogram_columns")), [(line,) for line in lines]
 
 
-def layout_row(request_json: str) -> tuple:
-    """One row in the columns of parameters.json's ``layout_columns``."""
-    return _layout(request_json)[0]
-
-
 def _layout(request_json: str) -> tuple[tuple, Any, list[int], list[int], int]:
     """The layout row, with the dataset, live and deleted rows per fragment and the target.
 
@@ -150,15 +146,7 @@ def _layout(request_json: str) -> tuple[tuple, Any, list[int], list[int], int]:
 
     ids, live_rows, deleted_rows, fractions, size = _fragments(ds)
 
-    covered: dict[str, set] = defaultdict(set)
-    kinds: dict[str, tuple] = {}
-    for ix in ds.list_indices():
-        if ix["name"].startswith("__"):  # Lance's own system indices
-            continue
-        covered[ix["name"]] |= set(ix["fragment_ids"] or [])
-        kinds[ix["name"]] = (ix["type"], list(ix["fields"]))
-    indices = [(name, kinds[name][0], kinds[name][1],
-                sum(1 for i in ids if i not in covered[name])) for name in sorted(covered)]
+    indices = [(name, e["type"], e["fields"], e["unindexed"]) for name, e in sorted(index_state(ds).items())]
 
     last = last_compaction(ds)
     # The score and due steps of lance.system.table_health: the table's policy, not the

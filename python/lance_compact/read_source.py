@@ -25,7 +25,7 @@ def read_plan(request_json: str) -> tuple[str, list[list]]:
     holds ``partition_bytes`` of data files (Spark's maxPartitionBytes); a fragment larger
     than that is a group of its own. One row per group: ``(fragment_ids JSON, rows, bytes)``."""
     from .fragments import data_bytes, live_and_deleted  # pylance, on the driver's engine only
-    from .metadata import open_request
+    from .table_reads import open_request
 
     raw = json.loads(request_json)
     ds = open_request(raw)
@@ -45,41 +45,6 @@ def read_plan(request_json: str) -> tuple[str, list[list]]:
     if ids:
         groups.append([json.dumps(ids), rows, size])
     return "`fragment_ids` STRING, `rows` BIGINT, `bytes` BIGINT", groups
-
-
-def arrow_type_for_spark(t: Any) -> Any:
-    """The Arrow type Spark reads for a Lance column's Arrow type (see
-    :func:`lance_compact.metadata.spark_type`): vectors as lists, unsigned ints widened,
-    large and view types as plain ones, timestamps in microseconds."""
-    import pyarrow as pa
-
-    if pa.types.is_uint8(t):
-        return pa.int16()
-    if pa.types.is_uint16(t):
-        return pa.int32()
-    if pa.types.is_uint32(t):
-        return pa.int64()
-    if pa.types.is_uint64(t):
-        return pa.decimal128(20, 0)
-    if pa.types.is_float16(t):
-        return pa.float32()
-    if pa.types.is_large_string(t) or pa.types.is_string_view(t):
-        return pa.string()
-    if pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t):
-        return pa.binary()
-    if pa.types.is_date(t):
-        return pa.date32()
-    if pa.types.is_timestamp(t):
-        return pa.timestamp("us", t.tz)
-    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
-        return pa.list_(pa.field("element", arrow_type_for_spark(t.value_type)))
-    if pa.types.is_struct(t):
-        return pa.struct([pa.field(f.name, arrow_type_for_spark(f.type)) for f in t])
-    if pa.types.is_map(t):
-        return pa.map_(arrow_type_for_spark(t.key_type), arrow_type_for_spark(t.item_type))
-    if pa.types.is_dictionary(t):
-        return arrow_type_for_spark(t.value_type)
-    return t
 
 
 class _FragmentGroup(InputPartition):
@@ -114,7 +79,8 @@ class LanceFragmentReader(DataSourceReader):
     def _read(self, partition: InputPartition) -> Iterator[Any]:
         import pyarrow as pa
 
-        from .metadata import open_request
+        from .table_reads import open_request
+        from .spark_types import arrow_type_for_spark
 
         ids = partition.value
         if not ids:

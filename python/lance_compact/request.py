@@ -1,5 +1,6 @@
 """What one CALL asks for, parsed from the JSON the JVM sends and validated against the
-option spec and the chosen strategy's settings."""
+option spec: a compaction's (:class:`CompactionRequest`, with the chosen strategy's settings)
+or another procedure's (:class:`ProcedureRequest`: cleanup, optimize_indices, maintain)."""
 from __future__ import annotations
 
 import json
@@ -7,8 +8,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import CompactionError
-from .options import parse_options, run_defaults
+from .options import parse_options, procedure_args, run_defaults
 from .planners import planner_class
+from .tables import open_dataset
 
 
 @dataclass(frozen=True)
@@ -58,3 +60,29 @@ class CompactionRequest:
         return json.dumps({"table": self.table, "uri": self.uri, "strategy": self.strategy,
                            "params": {**self.options, **self.settings, **self.run, **self.hooks},
                            "storage_options": self.storage_options, "catalog": self.catalog})
+
+
+@dataclass(frozen=True)
+class ProcedureRequest:
+    """What a CALL of a procedure other than compaction asks for: the table, where it is, its
+    storage options and its parameters, checked against parameters.json's
+    ``<procedure>_parameters``; ``raw`` keeps the rest of the request."""
+
+    table: str
+    uri: str
+    storage_options: dict[str, str] | None
+    args: dict[str, Any]
+    raw: dict[str, Any]
+
+    @staticmethod
+    def from_json(text: str, procedure: str) -> "ProcedureRequest":
+        """Parse the request the JVM sends for ``procedure`` and check its parameters."""
+        raw = json.loads(text)
+        table, uri = raw.get("table") or raw["uri"], raw["uri"]
+        args = procedure_args(procedure, f"{procedure}_parameters", raw.get("params"), table)
+        return ProcedureRequest(table=table, uri=uri, storage_options=raw.get("storage_options"),
+                                args=args, raw=raw)
+
+    def open(self):
+        """The table's dataset at its latest version."""
+        return open_dataset(self.table, self.uri, self.storage_options)

@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from .errors import CompactionError
 from .health import table_health
-from .metadata import micros, version_records
+from .metadata_tables import micros, version_records
 from .options import columns_ddl, result_columns
 from .policy import resolve_policy
 from .secrets import redact
