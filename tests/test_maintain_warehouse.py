@@ -14,7 +14,7 @@ import lance
 import pytest
 
 from conftest import ROOT
-from degraded_table import batch, content, degraded_table
+from oracle import batch, content, degraded_table
 from index_checks import index_agrees_with_scan
 
 # Small degraded tables: 20 fragments of 30 rows, deletions (some over the threshold).

@@ -13,7 +13,7 @@ import re
 import lance
 import pytest
 
-from conftest import ROOT, lance_session
+from conftest import lance_session
 from oracle import content, degraded_table
 from fault_proxy import FaultProxy
 from table_files import cleanup_everything, orphans_and_missing, rewrites_since, stored

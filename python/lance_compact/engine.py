@@ -35,7 +35,7 @@ def _on_first_use(module: str, function: str) -> Callable[[str], tuple[str, list
 
 def _handlers(sc: Any) -> dict[str, Callable[[str], tuple[str, list[tuple]]]]:
     from . import orchestrate
-    from .cleanup import cleanup_row
+    from .version_cleanup import cleanup_row
     from .layout import layout_result
     from .options import columns_ddl, result_columns
     from .spark_job import SparkBatchRunner
@@ -119,7 +119,7 @@ def _exit_when_orphaned() -> None:
 def _preload() -> None:
     # Overlaps the imports a first call needs with connecting to the JVM.
     import lance  # noqa: F401
-    from . import orchestrate, layout, cleanup, spark_job  # noqa: F401
+    from . import orchestrate, layout, version_cleanup, spark_job  # noqa: F401
 
 
 def _start_workers(sc: Any) -> None:

@@ -32,7 +32,7 @@ _STORE = ("generic s3 error", "generic gcs error", "generic azure error", "gener
           "slow down", "throttl", "non-2xx status code")
 _CORRUPT = ("invalid range", "does not have sufficient data", "corrupt", "unexpected eof",
             "failed to fill whole buffer", "unexpected end of file",
-            "invalid file", "not a lance file", "bad magic", "magic number", "checksum",
+            "invalid file", "not a lance file", "file size is too small", "bad magic", "magic number", "checksum",
             "failed to decode", "decode error", "protobuf", "invalid footer", "out of range for")
 _HTTP_WHAT = {
     400: "the store rejected the request",

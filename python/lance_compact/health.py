@@ -39,7 +39,7 @@ from typing import Any, Iterable, Mapping
 
 import lance
 
-from .cleanup import parse_older_than
+from .version_cleanup import parse_older_than
 from .fragments import data_bytes, live_and_deleted
 from .history import last_compaction
 from .indices import index_state

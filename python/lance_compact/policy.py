@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Mapping
 
-from .cleanup import parse_older_than
+from .version_cleanup import parse_older_than
 from .errors import CompactionError
 from .options import OptionSpec, convert_value, option_specs, spec
 

@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable
 
 from . import cancellation, orchestrate
-from .cleanup import cleanup_row
+from .version_cleanup import cleanup_row
 from .errors import CompactionError
 from .health import compaction_due, reclaimable
 from .indices import index_state, optimize_indices_row

@@ -71,7 +71,7 @@ def checked_changes(table: str, set_: dict[str, Any], unset: list[str]) -> dict[
         except CompactionError as e:
             raise CompactionError(e.message.replace(f"option {o.name}", f"table property {name}", 1)) from None
         if name == PROPERTY_PREFIX + "older_than":
-            from .cleanup import parse_older_than
+            from .version_cleanup import parse_older_than
             try:
                 parse_older_than(v, table)
             except CompactionError as e:
