@@ -86,8 +86,9 @@ class LanceCatalogSuite extends AnyFunSuite with BeforeAndAfterAll {
     assert(row.getAs[String]("table") == "db.events")
     assert(row.getAs[Long]("tasks") >= 2)
     assert(row.getAs[Long]("new_version") > row.getAs[Long]("read_version"))
-    // Planning and committing run in the driver's engine; the rewrite is the only job, and
-    // a cancellation of the caller's group reaches it.
+    // Planning and committing run in the driver's engine; the rewrite is the only job, in the
+    // caller's job group (what lets a cancel of the statement reach it: the cancels themselves
+    // are tested in tests/test_cancel.py, with real cancelled jobs).
     val seen = descriptions.synchronized(descriptions.toList).filter(_._1.startsWith("lance.compact"))
     assert(seen == List(s"lance.compact db.events: rewriting ${row.getAs[Long]("tasks")} tasks planned at " +
       s"version ${row.getAs[Long]("read_version")} (batch 1)" -> Some("the-callers-group")), seen)
