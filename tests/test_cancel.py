@@ -282,6 +282,39 @@ def test_maintain_stops_between_steps_when_cancelled(warehouse, request):
     assert lance.dataset(str(path)).version == version
 
 
+def test_maintain_warehouse_stops_every_table_when_cancelled(tmp_path):
+    """maintain_warehouse's table threads ask the statement's probe before each step: after the
+    cancel no step starts on any table, and the call fails saying nothing was changed."""
+    import json
+
+    import pyarrow as pa
+    from lance_compact import cancellation
+    from lance_compact.warehouse_maintenance import maintain_warehouse
+
+    tables = []
+    for name in ("a", "b"):
+        uri = str(tmp_path / f"{name}.lance")
+        lance.write_dataset(pa.table({"id": list(range(10))}), uri)
+        lance.write_dataset(pa.table({"id": list(range(10, 20))}), uri, mode="append")
+        tables.append({"table": f"db.{name}", "uri": uri})
+    versions = {t["uri"]: lance.dataset(t["uri"]).version for t in tables}
+    asked = []
+
+    def probe():
+        asked.append(1)
+        return None if len(asked) == 1 else "the statement was interrupted"
+
+    # cleanup is due on both (old versions); compaction is not (min_small_fragments)
+    request = {"tables": tables, "params": {"older_than": "0 seconds", "min_small_fragments": 1000,
+                                            "parallelism": 1}}
+    with cancellation.serving(probe), pytest.raises(cancellation.Cancelled) as e:
+        maintain_warehouse(json.dumps(request), run_packed=None)
+    assert "maintain_warehouse was cancelled (the statement was interrupted)" in e.value.message
+    assert "no table was changed" in e.value.message
+    assert {t["uri"]: lance.dataset(t["uri"]).version for t in tables} == versions
+    assert all(len(lance.dataset(t["uri"]).versions()) == 2 for t in tables)  # nothing cleaned up
+
+
 # ---------------------------------------------------------------------------------------------
 # The engine: a bound on a hung engine; a dead engine's Spark jobs are cancelled
 
