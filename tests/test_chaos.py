@@ -27,7 +27,10 @@ ROUNDS = int(os.environ.get("LANCE_COMPACT_CHAOS_ROUNDS", "3"))
 SEED = int(os.environ.get("LANCE_COMPACT_CHAOS_SEED", "19"))
 CALL_TIMEOUT = 300  # a whole spark-sql run
 GONE_TIMEOUT = 30  # a killed application's processes must end within this
-KILL_WINDOW = 2.0  # seconds after the plan within which the kill falls (a warm CALL takes ~2 s)
+KILL_WINDOW = 2.0  # seconds after the plan within which the kill falls
+# Task 0 of a killed round sleeps this long before it writes (a test hook; the other tasks write
+# meanwhile): the CALL outlasts the kill window on an idle machine too, so kills land mid-run.
+TASK_0_SLEEP_MS = 2500
 
 
 def lance_spark_sql(warehouse: Path, sql: str, engine_log: Path) -> subprocess.Popen:
@@ -135,9 +138,10 @@ def chaos_warehouse(tmp_path_factory) -> Path:
     return wh
 
 
-def compact_sql(table: str, partial: bool) -> str:
+def compact_sql(table: str, partial: bool, slow: bool = False) -> str:
     return (f"CALL lance.compact(table => '{table}', target_rows_per_fragment => 300"
-            + (", partial_progress => true, max_commits => 4" if partial else "") + ")")
+            + (", partial_progress => true, max_commits => 4" if partial else "")
+            + (f", options => map('test_task_sleep_ms', '0:{TASK_0_SLEEP_MS}')" if slow else "") + ")")
 
 
 def finish_and_clean(warehouse: Path, table: str, tmp: Path) -> subprocess.CompletedProcess:
@@ -162,7 +166,7 @@ def test_driver_killed_at_random_moments(chaos_warehouse, tmp_path):
         version = lance.dataset(uri).version
         log = tmp_path / f"engine-{round_}.log"
         clock = time.monotonic()
-        p = lance_spark_sql(chaos_warehouse, compact_sql("db.killed", partial), log)
+        p = lance_spark_sql(chaos_warehouse, compact_sql("db.killed", partial, slow=True), log)
         try:
             delay = rng.uniform(0, KILL_WINDOW)
             planned = wait_for(log, ": planned ", p, CALL_TIMEOUT)

@@ -55,7 +55,8 @@ def test_catalog_and_call_from_spark_sql(cli_warehouse):
     assert "namespace\ndb\nother\n" in out
     assert "tableName\tisTemporary\nclicks\nevents\n" in out
     assert "procedure_name\nlance\t[]\tNULL\tcleanup\nlance\t[]\tNULL\tcompact\nlance\t[]\tNULL\tdescribe_layout\n" \
-        "lance\t[]\tNULL\tmaintain\nlance\t[]\tNULL\toptimize_indices\nlance\t[]\tNULL\tplan_compaction\n" in out
+        "lance\t[]\tNULL\tmaintain\nlance\t[]\tNULL\tmaintain_warehouse\nlance\t[]\tNULL\toptimize_indices\n" \
+        "lance\t[]\tNULL\tplan_compaction\n" in out
     results = rows_of(out)
     assert [r["table"] for r in results] == ["db.events", "db.events", "db.clicks"]
     first, noop, positional = results
