@@ -541,9 +541,9 @@ def section_warehouse(s: Suite) -> None:
     sess = run_probe(s.work, "warehouse_session", repeat=s.repeat)
     s.add("warehouse", f"CALL lance.maintain per table, {n} tables, warm", sess["loop"], anchor)
     together = s.add("warehouse", f"CALL lance.maintain_warehouse, {n} tables, warm", sess["together"], anchor,
-                   note=f"{len(sess['ran'])} tables maintained")
+                     note=f"{len(sess['ran'])} tables maintained")
     health = s.add("warehouse", f"health of {sess['health_tables']:,} tables (system.table_health)",
-                 sess["health"])
+                   sess["health"])
     s.targets += [
         Target(f"maintain_warehouse, {n} small degraded tables", "<= 2x the pylance loop",
                f"{together.ratio:.2f}x", together.ratio <= 2),
@@ -576,12 +576,12 @@ def section_streaming(s: Suite) -> None:
     cli = spark_sql(s.work, "streaming", plugin=True, warm=repeat_small)
     check_layout(cli["layout"], py["layout"], "spark-sql CALL")
     first = s.add("streaming", "spark-sql: first statement of a fresh session", [cli["first"]], anchor,
-                note=f"whole spark-sql process {cli['whole']:.1f} s")
+                  note=f"whole spark-sql process {cli['whole']:.1f} s")
     cli_warm = s.add("streaming", "spark-sql: CALL, warm", cli["warm"], anchor)
     s.add("streaming", "spark-sql: CALL, warm no-op", [cli["noop"]])
     cold = spark_sql(s.work, "streaming", plugin=False, warm=0, warmup=0)
     s.add("streaming", "spark-sql: first statement, no EnginePlugin", [cold["first"]], anchor,
-        note=f"whole spark-sql process {cold['whole']:.1f} s")
+          note=f"whole spark-sql process {cold['whole']:.1f} s")
     worst_warm = max(sql_warm.ratio, cli_warm.ratio)
     s.targets += [
         Target("warm CALL, streaming table", "<= 1.5x pylance",
@@ -604,7 +604,7 @@ def section_big(s: Suite) -> None:
         {"table": "big", "kind": "warehouse", "repeat": s.repeat}])["runs"]
     call = s.add("big", "CALL, warm, local[2]", warm["times"], anchor)
     s.add("big", "CALL maintain_warehouse, warm, local[2]", together["times"], anchor,
-        note="the big table in a shared job: its tasks still one partition each")
+          note="the big table in a shared job: its tasks still one partition each")
     check_layout(together["layout"], py["layout"], "maintain_warehouse on the big table")
     check_layout(warm["layout"], py["layout"], "CALL on the big table")
     moved = (warm["rows"][0]["bytes_read"] or 0) + (warm["rows"][0]["bytes_written"] or 0)
@@ -646,15 +646,15 @@ def section_memory(s: Suite) -> None:
     s.extra["memory"] = {"big": m1, "big4x": m4}
     for name, m in (("big", m1), ("big4x", m4)):
         s.add("memory", f"CALL on {name} (fresh session): {m['tasks']} tasks", [m["seconds"]],
-            note=f"peak RSS: driver JVM {m['driver_jvm_mb']} MB, engine {m['engine_mb']} MB, "
-                 f"Python worker {m['python_worker_mb']} MB")
+              note=f"peak RSS: driver JVM {m['driver_jvm_mb']} MB, engine {m['engine_mb']} MB, "
+                   f"Python worker {m['python_worker_mb']} MB")
     growth = m4["python_worker_mb"] / max(1, m1["python_worker_mb"]) - 1
     print(f"  memory     peak Python worker: {m1['python_worker_mb']} MB -> {m4['python_worker_mb']} MB "
           f"({100 * growth:+.0f}%); driver JVM {m1['driver_jvm_mb']} -> {m4['driver_jvm_mb']} MB; "
           f"engine {m1['engine_mb']} -> {m4['engine_mb']} MB", flush=True)
     s.targets.append(Target("executor memory, big -> 4x table", "within 20%",
-                          f"Python worker {m1['python_worker_mb']} -> {m4['python_worker_mb']} MB "
-                          f"({100 * growth:+.0f}%)", abs(growth) <= 0.2))
+                            f"Python worker {m1['python_worker_mb']} -> {m4['python_worker_mb']} MB "
+                            f"({100 * growth:+.0f}%)", abs(growth) <= 0.2))
 
 
 def section_scaling(s: Suite) -> None:
@@ -667,8 +667,8 @@ def section_scaling(s: Suite) -> None:
     c50 = s.add("scaling", f"CALL, one task, table of {s50['fragments']:,} fragments", s50["call"], a50)
     growth = c50.seconds / c1.seconds - 1
     s.targets.append(Target("per-task cost, 1,000 -> 50,000 fragments", "within 20%",
-                          f"{c1.seconds:.3f} -> {c50.seconds:.3f} s ({100 * growth:+.0f}%; pylance "
-                          f"{100 * (a50.seconds / a1.seconds - 1):+.0f}%)", growth <= 0.2))
+                            f"{c1.seconds:.3f} -> {c50.seconds:.3f} s ({100 * growth:+.0f}%; pylance "
+                            f"{100 * (a50.seconds / a1.seconds - 1):+.0f}%)", growth <= 0.2))
 
 
 def section_planning(s: Suite) -> None:
@@ -686,9 +686,9 @@ def section_planning(s: Suite) -> None:
     warm = run_probe(s.work, "session", master="local[2]", runs=[
         {"table": "frags100k", "kind": "plan", "repeat": max(s.repeat, 3)}])["runs"][0]
     plan = s.add("planning", f"CALL plan_compaction, {len(ds.get_fragments()):,} fragments", warm["times"],
-               anchor, note=f"{warm['rows'][0]['tasks']} tasks over {warm['rows'][0]['fragments']:,} fragments")
+                 anchor, note=f"{warm['rows'][0]['tasks']} tasks over {warm['rows'][0]['fragments']:,} fragments")
     s.targets.append(Target("planning 100,000 fragments in CALL", "< 5 s", f"{plan.seconds:.2f} s",
-                          plan.seconds < 5))
+                            plan.seconds < 5))
 
 
 
