@@ -31,7 +31,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import chart  # noqa: E402
 import tables  # noqa: E402
+from probes import PROBES, TARGETS, call_statement, copy, fragment_rows, same_rows  # noqa: E402
 
 # name -> (builder, keyword arguments), full size and quick.
 TABLES = {
@@ -58,343 +60,7 @@ TABLES = {
 # and many tiny ones for the health table.
 WAREHOUSE = {"full": {"tables": dict(tables=60, fragments=35, rows_per_fragment=100, dim=16), "tiny": 1000},
              "quick": {"tables": dict(tables=6, fragments=12, rows_per_fragment=20, dim=4), "tiny": 30}}
-TARGETS = {"streaming": 100_000, "big": 1_048_576, "big4x": 1_048_576, "binary": 1_048_576,
-           "frags1k": 100, "frags50k": 100, "frags100k": 100_000}
 
-
-# ---------------------------------------------------------------- helpers (any process)
-
-def copy(src: Path, dst: Path) -> Path:
-    """A fresh copy, written to disk before anything is timed on it."""
-    shutil.rmtree(dst, ignore_errors=True)
-    shutil.copytree(src, dst)
-    os.sync()
-    return dst
-
-
-def same_rows(a: Any, b: Any, window: int = 250_000) -> bool:
-    """Whether two datasets hold the same rows in the same order (windowed, memory-bound)."""
-    n = a.count_rows()
-    if n != b.count_rows():
-        return False
-    return all(a.to_table(offset=o, limit=window).equals(b.to_table(offset=o, limit=window))
-               for o in range(0, n, window))
-
-
-def fragment_rows(ds: Any) -> list[int]:
-    return [f.count_rows() for f in ds.get_fragments()]
-
-
-def peak_rss_kb(pid: int) -> int:
-    """The process's peak resident set (VmHWM), in KiB."""
-    with open(f"/proc/{pid}/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:"))
-
-
-def descendants(pid: int) -> list[tuple[int, str]]:
-    """(pid, command line) of every process below ``pid``."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-                children.setdefault(ppid, []).append(int(entry))
-            except (OSError, ValueError, IndexError):
-                pass
-    out, todo = [], list(children.get(pid, []))
-    while todo:
-        p = todo.pop()
-        try:
-            with open(f"/proc/{p}/cmdline", "rb") as f:
-                out.append((p, f.read().replace(b"\0", b" ").decode(errors="replace")))
-        except OSError:
-            continue
-        todo.extend(children.get(p, []))
-    return out
-
-
-# ---------------------------------------------------------------- probes (own processes)
-
-def probe_pylance(work: Path, table: str, options: dict, repeat: int, cores: int | None) -> dict:
-    """pylance's compact_files in this process (pinned to ``cores`` CPUs when given)."""
-    if cores:
-        os.sched_setaffinity(0, set(sorted(os.sched_getaffinity(0))[:cores]))
-    import lance
-
-    src = work / "tables" / f"{table}.lance"
-    source = lance.dataset(str(src))
-    times, layout, metrics = [], None, None
-    for i in range(repeat + 1):  # the first run warms this process, as the session is warmed
-        dst = copy(src, work / "runs" / f"pylance-{table}.lance")
-        ds = lance.dataset(str(dst))
-        t = time.perf_counter()
-        m = ds.optimize.compact_files(**options)
-        if i:
-            times.append(time.perf_counter() - t)
-        after = lance.dataset(str(dst))
-        assert same_rows(after, source), f"pylance changed the rows of {table}"
-        layout = fragment_rows(after)
-        metrics = {"fragments_removed": m.fragments_removed, "fragments_added": m.fragments_added}
-    return {"times": times, "layout": layout, "metrics": metrics}
-
-
-def _session(master: str, warehouse: Path, plugin: bool = True) -> Any:
-    from pyspark.sql import SparkSession
-    from lance_compact import configure_spark_with_lance_compact
-
-    builder = (SparkSession.builder.master(master).appName("lance-compact-benchmark")
-               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false"))
-    spark = configure_spark_with_lance_compact(builder, warehouse=str(warehouse),
-                                               start_engine=plugin).getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
-
-
-def _call(table: str, target: int, extra: str = "", ns: str = "b") -> str:
-    return f"CALL lance.compact(table => '{ns}.{table}', target_rows_per_fragment => {target}{extra})"
-
-
-def _session_run(spark: Any, work: Path, wh: Path, r: dict, o: dict, i: int) -> None:
-    """Run ``i`` of spec ``r`` in a warm session; its time, row and layout into ``o``."""
-    import lance
-    from lance_compact import compact
-
-    table, target = r["table"], TARGETS[r["table"]]
-    src = work / "tables" / f"{table}.lance"
-    ns = wh.name + ".b"
-    if r["kind"] == "noop":
-        if i == 0:
-            copy(src, wh / "b" / "noop.lance")
-            spark.sql(_call("noop", target, ns=ns)).collect()
-        t = time.perf_counter()
-        row = spark.sql(_call("noop", target, ns=ns)).collect()[0]
-        o["times"].append(time.perf_counter() - t)
-        assert row.tasks == 0, "the no-op CALL did work"
-        return
-    if r["kind"] == "plan":  # writes nothing: the table itself, by its path
-        t = time.perf_counter()
-        planned = spark.sql(f"CALL lance.plan_compaction(table => '{src}', "
-                            f"target_rows_per_fragment => {target})").collect()
-        o["times"].append(time.perf_counter() - t)
-        o["rows"].append({"tasks": len(planned), "fragments": sum(p.fragments for p in planned)})
-        return
-    dst = copy(src, wh / "b" / f"{table}.lance")
-    t = time.perf_counter()
-    if r["kind"] == "warehouse":  # the table among the namespace's (the others are compacted)
-        rows = spark.sql(f"CALL lance.maintain_warehouse(namespace => '{ns}', "
-                         f"target_rows_per_fragment => {target})").collect()
-        row = next(x for x in rows if x.table.endswith(f".{table}") and x.step == "compact")
-        assert row.ran and row.error is None, rows
-    elif r["kind"] == "api":
-        row = compact(spark, f"{ns}.{table}", target_rows_per_fragment=target,
-                      **r.get("options", {})).collect()[0]
-    else:
-        opts = "".join(f", {k} => '{v}'" if isinstance(v, str) else f", {k} => {v}"
-                       for k, v in r.get("options", {}).items())
-        row = spark.sql(_call(table, target, opts, ns=ns)).collect()[0]
-    o["times"].append(time.perf_counter() - t)
-    after = lance.dataset(str(dst))
-    assert same_rows(after, lance.dataset(str(src))), f"CALL changed the rows of {table}"
-    o["layout"] = fragment_rows(after)
-    o["rows"].append(row.asDict())
-
-
-def probe_session(work: Path, master: str, runs: list[dict]) -> dict:
-    """A warm PySpark session: each run compacts fresh copies through SQL (``sql``) or the
-    PySpark API (``api``), or times plan_compaction (``plan``) or a no-op CALL (``noop``)."""
-    wh = work / f"wh_{os.getpid()}"
-    (wh / "b").mkdir(parents=True, exist_ok=True)
-    spark = _session(master, work)  # the warehouse: tables/ and the copies in <wh>/b/
-    # Warm: engine and Python workers started, pylance imported, and the JVM's code paths
-    # compiled (a session's first statements run slower).
-    first = runs[0]["table"]
-    for _ in range(3):
-        copy(work / "tables" / f"{first}.lance", wh / "b" / "warmup.lance")
-        spark.sql(_call("warmup", TARGETS[first], ns=wh.name + ".b")).collect()
-    out = [{**r, "times": [], "rows": [], "layout": None} for r in runs]
-    # Round robin, so that no path gets all of the session's early or late runs.
-    for i in range(max(r.get("repeat", 3) for r in runs)):
-        for r, o in zip(runs, out):
-            if i < r.get("repeat", 3):
-                _session_run(spark, work, wh, r, o, i)
-    spark.stop()
-    shutil.rmtree(wh, ignore_errors=True)
-    return {"runs": out}
-
-
-def probe_memory(work: Path, table: str) -> dict:
-    """A fresh session compacts ``table`` once; the peak memory of each process after."""
-    import lance
-
-    wh = work / f"wh_{os.getpid()}"
-    (wh / "b").mkdir(parents=True, exist_ok=True)
-    spark = _session("local[2]", wh)
-    src = work / "tables" / f"{table}.lance"
-    dst = copy(src, wh / "b" / f"{table}.lance")
-    t = time.perf_counter()
-    row = spark.sql(_call(table, TARGETS[table])).collect()[0]
-    seconds = time.perf_counter() - t
-    procs = descendants(os.getpid())
-    jvm = [p for p, c in procs if "java" in c.split(" ")[0]]
-    engine = [p for p, c in procs if "lance_compact.engine" in c]
-    workers = [p for p, c in procs if "pyspark.daemon" in c or "pyspark.worker" in c]
-    peaks = {"driver_jvm_mb": max((peak_rss_kb(p) for p in jvm), default=0) // 1024,
-             "engine_mb": max((peak_rss_kb(p) for p in engine), default=0) // 1024,
-             "python_worker_mb": max((peak_rss_kb(p) for p in workers), default=0) // 1024,
-             "python_workers": len(workers)}
-    assert same_rows(lance.dataset(str(dst)), lance.dataset(str(src))), f"CALL changed the rows of {table}"
-    spark.stop()
-    shutil.rmtree(wh, ignore_errors=True)
-    return {**peaks, "seconds": seconds, "tasks": row.tasks,
-            "bytes": (row.bytes_read or 0) + (row.bytes_written or 0)}
-
-
-def probe_scaling(work: Path, table: str, repeat: int) -> dict:
-    """One task of 10 small fragments at the end of a table of many fragments: the same
-    task through a warm CALL and through pylance, the table restored between runs."""
-    import lance
-
-    wh = work / f"wh_{os.getpid()}"
-    (wh / "b").mkdir(parents=True, exist_ok=True)
-    dst = copy(work / "tables" / f"{table}.lance", wh / "b" / f"{table}.lance")
-    spark = _session("local[2]", wh)
-    base = lance.dataset(str(dst)).version
-    call, pylance_times = [], []
-    for i in range(repeat + 1):  # the first CALL warms the session
-        lance.dataset(str(dst), version=base).restore()
-        t = time.perf_counter()
-        row = spark.sql(_call(table, TARGETS[table])).collect()[0]
-        if i:
-            call.append(time.perf_counter() - t)
-        assert row.tasks == 1, f"expected one task on {table}, got {row.tasks}"
-        lance.dataset(str(dst), version=base).restore()
-        ds = lance.dataset(str(dst))
-        t = time.perf_counter()
-        ds.optimize.compact_files(target_rows_per_fragment=TARGETS[table])
-        if i:
-            pylance_times.append(time.perf_counter() - t)
-    fragments = len(lance.dataset(str(dst), version=base).get_fragments())
-    spark.stop()
-    shutil.rmtree(wh, ignore_errors=True)
-    return {"call": call, "pylance": pylance_times, "fragments": fragments}
-
-
-def probe_bandwidth(work: Path, mb: int) -> dict:
-    """Sequential write (with fsync) and read (pages dropped first) of one file."""
-    path = work / "bandwidth.bin"
-    chunk = os.urandom(8 << 20)
-    t = time.perf_counter()
-    with open(path, "wb") as f:
-        for _ in range(mb // 8):
-            f.write(chunk)
-        f.flush()
-        os.fsync(f.fileno())
-    write = time.perf_counter() - t
-    fd = os.open(path, os.O_RDONLY)
-    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    t = time.perf_counter()
-    while os.read(fd, 8 << 20):
-        pass
-    read = time.perf_counter() - t
-    os.close(fd)
-    path.unlink()
-    return {"write_mb_s": mb / write, "read_mb_s": mb / read}
-
-
-def _same_content(a: Any, b: Any) -> bool:
-    return a.to_table().sort_by("id").equals(b.to_table().sort_by("id"))
-
-
-def probe_warehouse_pylance(work: Path, repeat: int) -> dict:
-    """pylance in one process, table after table: compact_files, optimize_indices,
-    cleanup_old_versions -- what maintain does to each -- on fresh copies of the tables."""
-    import datetime
-    import lance
-
-    src = work / "tables" / "warehouse"
-    names = sorted(p.name for p in src.iterdir() if p.name.endswith(".lance"))
-    times = []
-    for i in range(repeat + 1):  # the first run warms this process
-        dst = work / "runs" / "pylance-warehouse"
-        shutil.rmtree(dst, ignore_errors=True)
-        shutil.copytree(src, dst)
-        os.sync()
-        t = time.perf_counter()
-        for name in names:
-            ds = lance.dataset(str(dst / name))
-            ds.optimize.compact_files()
-            ds.optimize.optimize_indices()
-            ds.cleanup_old_versions(older_than=datetime.timedelta(0))
-        if i:
-            times.append(time.perf_counter() - t)
-        for name in names:
-            assert _same_content(lance.dataset(str(dst / name)), lance.dataset(str(src / name))), name
-    return {"times": times, "tables": len(names)}
-
-
-def probe_warehouse_session(work: Path, repeat: int) -> dict:
-    """A warm PySpark session: per run, fresh copies of the tables maintained by a CALL
-    lance.maintain per table, and other fresh copies by one CALL lance.maintain_warehouse;
-    then the health of the tiny tables (SELECT * FROM lance.system.table_health)."""
-    import lance
-
-    src = work / "tables" / "warehouse"
-    names = sorted(p.name[:-6] for p in src.iterdir() if p.name.endswith(".lance"))
-    wh = work / f"whw_{os.getpid()}"
-    shutil.rmtree(wh, ignore_errors=True)
-    wh.mkdir(parents=True)
-    spark = _session("local[2]", wh)
-
-    def fresh(ns: str) -> None:
-        shutil.copytree(src, wh / ns)
-        os.sync()
-
-    def loop(ns: str) -> list:
-        return [r for n in names for r in spark.sql(
-            f"CALL lance.maintain(table => '{ns}.{n}', older_than => '0 seconds')").collect()]
-
-    def together(ns: str) -> list:
-        return spark.sql(f"CALL lance.maintain_warehouse(namespace => '{ns}', older_than => '0 seconds', "
-                         f"parallelism => 16)").collect()
-
-    fresh("warm1"), fresh("warm2")  # warm: engine, workers, both code paths
-    loop("warm1"), together("warm2")
-    out: dict[str, Any] = {"loop": [], "together": []}
-    for i in range(repeat):
-        for kind, run in (("loop", loop), ("together", together)):
-            ns = f"{kind}{i}"
-            fresh(ns)
-            t = time.perf_counter()
-            rows = run(ns)
-            out[kind].append(time.perf_counter() - t)
-            assert not [r for r in rows if getattr(r, "error", None)], [r for r in rows if r.error]
-            for n in names:
-                assert _same_content(lance.dataset(str(wh / ns / f"{n}.lance")),
-                                     lance.dataset(str(src / f"{n}.lance"))), f"{kind} changed the rows of {n}"
-            if kind == "together":
-                out["ran"] = sorted({r.table.split(".")[1] for r in rows if r.ran})
-                assert len(out["ran"]) == len(names), rows
-    for child in wh.iterdir():
-        shutil.rmtree(child)
-    shutil.copytree(work / "tables" / "tiny", wh / "tiny")
-    os.sync()
-    spark.sql("SELECT * FROM lance.system.table_health").collect()  # warm
-    out["health"] = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        health = spark.sql("SELECT * FROM lance.system.table_health").collect()
-        out["health"].append(time.perf_counter() - t)
-    out["health_tables"] = len(health)
-    assert all(h.error is None for h in health), [h for h in health if h.error][:3]
-    spark.stop()
-    shutil.rmtree(wh, ignore_errors=True)
-    return out
-
-
-PROBES = {"warehouse_pylance": probe_warehouse_pylance, "warehouse_session": probe_warehouse_session,
-          "pylance": probe_pylance, "session": probe_session, "memory": probe_memory,
-          "scaling": probe_scaling, "bandwidth": probe_bandwidth}
 
 
 def run_probe(work: Path, name: str, **kwargs: Any) -> dict:
@@ -422,7 +88,7 @@ def spark_sql(work: Path, table: str, plugin: bool, warm: int, warmup: int = 3) 
     for name in names:
         copy(src, wh / "b" / f"{name}.lance")
     target = TARGETS[table]
-    statements = [_call(n, target) for n in names] + [_call(names[-1], target)]
+    statements = [call_statement(n, target) for n in names] + [call_statement(names[-1], target)]
     env = {**os.environ, "LANCE_COMPACT_START_ENGINE": "true" if plugin else "false"}
     t = time.perf_counter()
     p = subprocess.run([str(ROOT / "bin" / "lance-spark-sql"), "--warehouse", str(wh), "--master", "local[2]",
@@ -507,215 +173,209 @@ NEEDS = {"warehouse": [], "streaming": ["streaming"], "big": ["big"], "binary": 
          "memory": ["big", "big4x"], "scaling": ["frags1k", "frags50k"], "planning": ["frags100k"]}
 
 
-def run_suite(a: argparse.Namespace) -> tuple[list[Row], list[Target], dict]:
-    work = Path(a.work)
-    size = "quick" if a.quick else "full"
-    repeat = a.repeat or (1 if a.quick else 3)
-    sections = a.only or SECTIONS
-    info = build_tables(work, size, sorted({t for s in sections for t in NEEDS[s]}))
-    if "warehouse" in sections:
-        build_warehouse(work, size)
-    rows: list[Row] = []
-    targets: list[Target] = []
-    extra: dict[str, Any] = {"tables": info, "cpus": len(os.sched_getaffinity(0)), "size": size}
+@dataclass
+class Suite:
+    """One run of the suite: where its tables are, how often each path runs, what it measured."""
 
-    def add(section: str, path: str, runs: list[float], anchor: Row | None = None, note: str = "") -> Row:
+    work: Path
+    quick: bool
+    repeat: int
+    rows: list[Row] = field(default_factory=list)
+    targets: list[Target] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def add(self, section: str, path: str, runs: list[float], anchor: Row | None = None, note: str = "") -> Row:
+        """A measured path: its median, and its ratio to the section's anchor (pylance)."""
         r = Row(section, path, med(runs), anchor.path if anchor else None,
                 med(runs) / anchor.seconds if anchor else None, runs, note)
-        rows.append(r)
+        self.rows.append(r)
         print(f"  {section:10} {path:58} {r.seconds:8.3f} s" +
               (f"  {r.ratio:5.2f}x" if r.ratio is not None else ""), flush=True)
         return r
 
-    def check_layout(ours: list[int] | None, theirs: list[int] | None, what: str) -> None:
-        assert ours == theirs, f"{what}: layout differs from pylance's"
 
-    if "streaming" in sections:
-        t = TARGETS["streaming"]
-        repeat_small = max(repeat, 5)
-        py = run_probe(work, "pylance", table="streaming", options={"target_rows_per_fragment": t},
-                       repeat=repeat_small, cores=None)
-        anchor = add("streaming", "pylance compact_files, in-process (2 cores)", py["times"])
-        py1 = run_probe(work, "pylance", table="streaming", options={"target_rows_per_fragment": t},
-                        repeat=repeat_small, cores=1)
-        anchor1 = add("streaming", "pylance compact_files, in-process, 1 core", py1["times"])
-        warm = run_probe(work, "session", master="local[2]", runs=[
-            {"table": "streaming", "kind": "sql", "repeat": repeat_small},
-            {"table": "streaming", "kind": "api", "repeat": repeat_small},
-            {"table": "streaming", "kind": "noop", "repeat": repeat_small}])["runs"]
-        sql_warm = add("streaming", "CALL (PySpark spark.sql), warm, local[2]", warm[0]["times"], anchor)
-        add("streaming", "PySpark compact(), warm, local[2]", warm[1]["times"], anchor)
-        noop = add("streaming", "CALL, warm no-op", warm[2]["times"])
-        check_layout(warm[0]["layout"], py["layout"], "CALL")
-        one = run_probe(work, "session", master="local[1]", runs=[
-            {"table": "streaming", "kind": "sql", "repeat": repeat_small}])["runs"]
-        add("streaming", "CALL, warm, local[1]", one[0]["times"], anchor1)
-        cli = spark_sql(work, "streaming", plugin=True, warm=repeat_small)
-        check_layout(cli["layout"], py["layout"], "spark-sql CALL")
-        first = add("streaming", "spark-sql: first statement of a fresh session", [cli["first"]], anchor,
-                    note=f"whole spark-sql process {cli['whole']:.1f} s")
-        cli_warm = add("streaming", "spark-sql: CALL, warm", cli["warm"], anchor)
-        add("streaming", "spark-sql: CALL, warm no-op", [cli["noop"]])
-        cold = spark_sql(work, "streaming", plugin=False, warm=0, warmup=0)
-        add("streaming", "spark-sql: first statement, no EnginePlugin", [cold["first"]], anchor,
-            note=f"whole spark-sql process {cold['whole']:.1f} s")
-        worst_warm = max(sql_warm.ratio, cli_warm.ratio)
-        targets += [
-            Target("warm CALL, streaming table", "<= 1.5x pylance",
-                   f"{cli_warm.ratio:.2f}x (spark-sql), {sql_warm.ratio:.2f}x (PySpark)", worst_warm <= 1.5),
-            Target("first CALL of a fresh session", "<= 3 s", f"{first.seconds:.2f} s with EnginePlugin, "
-                   f"{cold['first']:.2f} s without", first.seconds <= 3),
-            Target("warm no-op CALL", "< 0.25 s", f"{noop.seconds:.3f} s (PySpark), {cli['noop']:.3f} s (spark-sql)",
-                   max(noop.seconds, cli["noop"]) < 0.25),
-        ]
+def check_layout(ours: list[int] | None, theirs: list[int] | None, what: str) -> None:
+    assert ours == theirs, f"{what}: layout differs from pylance's"
 
-    if "big" in sections:
-        t = TARGETS["big"]
-        py = run_probe(work, "pylance", table="big", options={"target_rows_per_fragment": t},
-                       repeat=repeat, cores=None)
-        anchor = add("big", "pylance compact_files, in-process (2 cores)", py["times"])
-        warm, together = run_probe(work, "session", master="local[2]", runs=[
-            {"table": "big", "kind": "sql", "repeat": repeat},
-            {"table": "big", "kind": "warehouse", "repeat": repeat}])["runs"]
-        call = add("big", "CALL, warm, local[2]", warm["times"], anchor)
-        add("big", "CALL maintain_warehouse, warm, local[2]", together["times"], anchor,
-            note="the big table in a shared job: its tasks still one partition each")
-        check_layout(together["layout"], py["layout"], "maintain_warehouse on the big table")
-        check_layout(warm["layout"], py["layout"], "CALL on the big table")
-        moved = (warm["rows"][0]["bytes_read"] or 0) + (warm["rows"][0]["bytes_written"] or 0)
-        bw = run_probe(work, "bandwidth", mb=256 if a.quick else 2048)
-        ideal = ((warm["rows"][0]["bytes_read"] or 0) / (bw["read_mb_s"] * 2**20)
-                 + (warm["rows"][0]["bytes_written"] or 0) / (bw["write_mb_s"] * 2**20))
-        extra["bandwidth"] = {**bw, "bytes_moved": moved, "call_mb_s": moved / 2**20 / call.seconds,
-                              "share_of_sequential": ideal / call.seconds}
-        print(f"  big        bytes moved {moved / 2**20:,.0f} MiB: {moved / 2**20 / call.seconds:,.0f} MiB/s; "
-              f"sequential read {bw['read_mb_s']:,.0f} MiB/s, write {bw['write_mb_s']:,.0f} MiB/s: "
-              f"the CALL runs at {100 * ideal / call.seconds:.0f}% of the disk's sequential speed", flush=True)
-        targets.append(Target("warm CALL, big table", "<= 1.15x pylance", f"{call.ratio:.2f}x", call.ratio <= 1.15))
 
-    if "binary" in sections:
-        t = TARGETS["binary"]
-        re_py = run_probe(work, "pylance", table="binary", options={"target_rows_per_fragment": t},
-                          repeat=repeat, cores=None)
-        bc_py = run_probe(work, "pylance", table="binary", options={
-            "target_rows_per_fragment": t, "compaction_mode": "try_binary_copy"}, repeat=repeat, cores=None)
-        anchor = add("binary", "pylance compact_files, reencode", re_py["times"])
-        add("binary", "pylance compact_files, try_binary_copy", bc_py["times"], anchor)
-        warm = run_probe(work, "session", master="local[2]", runs=[
-            {"table": "binary", "kind": "sql", "repeat": repeat},
-            {"table": "binary", "kind": "sql", "repeat": repeat,
-             "options": {"compaction_mode": "try_binary_copy"}}])["runs"]
-        reenc = add("binary", "CALL, reencode", warm[0]["times"], anchor)
-        binary = add("binary", "CALL, try_binary_copy", warm[1]["times"], anchor)
-        check_layout(warm[1]["layout"], bc_py["layout"], "CALL try_binary_copy")
-        speedup = reenc.seconds / binary.seconds
-        targets.append(Target("binary copy vs reencode (CALL)", ">= 2x faster", f"{speedup:.2f}x", speedup >= 2))
+def section_warehouse(s: Suite) -> None:
+    """A pylance loop, a CALL maintain per table and one maintain_warehouse over the same tables; health of many."""
+    py = run_probe(s.work, "warehouse_pylance", repeat=s.repeat)
+    n = py["tables"]
+    anchor = s.add("warehouse", f"pylance loop over {n} tables (compact, indices, cleanup)", py["times"])
+    sess = run_probe(s.work, "warehouse_session", repeat=s.repeat)
+    s.add("warehouse", f"CALL lance.maintain per table, {n} tables, warm", sess["loop"], anchor)
+    together = s.add("warehouse", f"CALL lance.maintain_warehouse, {n} tables, warm", sess["together"], anchor,
+                     note=f"{len(sess['ran'])} tables maintained")
+    health = s.add("warehouse", f"health of {sess['health_tables']:,} tables (system.table_health)",
+                   sess["health"])
+    s.targets += [
+        Target(f"maintain_warehouse, {n} small degraded tables", "<= 2x the pylance loop",
+               f"{together.ratio:.2f}x", together.ratio <= 2),
+        Target(f"health of {sess['health_tables']:,} tables", "< 10 s", f"{health.seconds:.2f} s",
+               health.seconds < 10),
+    ]
 
-    if "memory" in sections:
-        m1 = run_probe(work, "memory", table="big")
-        m4 = run_probe(work, "memory", table="big4x")
-        extra["memory"] = {"big": m1, "big4x": m4}
-        for name, m in (("big", m1), ("big4x", m4)):
-            add("memory", f"CALL on {name} (fresh session): {m['tasks']} tasks", [m["seconds"]],
-                note=f"peak RSS: driver JVM {m['driver_jvm_mb']} MB, engine {m['engine_mb']} MB, "
-                     f"Python worker {m['python_worker_mb']} MB")
-        growth = m4["python_worker_mb"] / max(1, m1["python_worker_mb"]) - 1
-        print(f"  memory     peak Python worker: {m1['python_worker_mb']} MB -> {m4['python_worker_mb']} MB "
-              f"({100 * growth:+.0f}%); driver JVM {m1['driver_jvm_mb']} -> {m4['driver_jvm_mb']} MB; "
-              f"engine {m1['engine_mb']} -> {m4['engine_mb']} MB", flush=True)
-        targets.append(Target("executor memory, big -> 4x table", "within 20%",
-                              f"Python worker {m1['python_worker_mb']} -> {m4['python_worker_mb']} MB "
-                              f"({100 * growth:+.0f}%)", abs(growth) <= 0.2))
 
-    if "scaling" in sections:
-        s1 = run_probe(work, "scaling", table="frags1k", repeat=repeat)
-        s50 = run_probe(work, "scaling", table="frags50k", repeat=repeat)
-        a1 = add("scaling", f"pylance, one task, table of {s1['fragments']:,} fragments", s1["pylance"])
-        c1 = add("scaling", f"CALL, one task, table of {s1['fragments']:,} fragments", s1["call"], a1)
-        a50 = add("scaling", f"pylance, one task, table of {s50['fragments']:,} fragments", s50["pylance"])
-        c50 = add("scaling", f"CALL, one task, table of {s50['fragments']:,} fragments", s50["call"], a50)
-        growth = c50.seconds / c1.seconds - 1
-        targets.append(Target("per-task cost, 1,000 -> 50,000 fragments", "within 20%",
-                              f"{c1.seconds:.3f} -> {c50.seconds:.3f} s ({100 * growth:+.0f}%; pylance "
-                              f"{100 * (a50.seconds / a1.seconds - 1):+.0f}%)", growth <= 0.2))
+def section_streaming(s: Suite) -> None:
+    """The streaming table: pylance (2 cores and 1), CALL through PySpark and spark-sql, warm and first, no-ops."""
+    t = TARGETS["streaming"]
+    repeat_small = max(s.repeat, 5)
+    py = run_probe(s.work, "pylance", table="streaming", options={"target_rows_per_fragment": t},
+                   repeat=repeat_small, cores=None)
+    anchor = s.add("streaming", "pylance compact_files, in-process (2 cores)", py["times"])
+    py1 = run_probe(s.work, "pylance", table="streaming", options={"target_rows_per_fragment": t},
+                    repeat=repeat_small, cores=1)
+    anchor1 = s.add("streaming", "pylance compact_files, in-process, 1 core", py1["times"])
+    warm = run_probe(s.work, "session", master="local[2]", runs=[
+        {"table": "streaming", "kind": "sql", "repeat": repeat_small},
+        {"table": "streaming", "kind": "api", "repeat": repeat_small},
+        {"table": "streaming", "kind": "noop", "repeat": repeat_small}])["runs"]
+    sql_warm = s.add("streaming", "CALL (PySpark spark.sql), warm, local[2]", warm[0]["times"], anchor)
+    s.add("streaming", "PySpark compact(), warm, local[2]", warm[1]["times"], anchor)
+    noop = s.add("streaming", "CALL, warm no-op", warm[2]["times"])
+    check_layout(warm[0]["layout"], py["layout"], "CALL")
+    one = run_probe(s.work, "session", master="local[1]", runs=[
+        {"table": "streaming", "kind": "sql", "repeat": repeat_small}])["runs"]
+    s.add("streaming", "CALL, warm, local[1]", one[0]["times"], anchor1)
+    cli = spark_sql(s.work, "streaming", plugin=True, warm=repeat_small)
+    check_layout(cli["layout"], py["layout"], "spark-sql CALL")
+    first = s.add("streaming", "spark-sql: first statement of a fresh session", [cli["first"]], anchor,
+                  note=f"whole spark-sql process {cli['whole']:.1f} s")
+    cli_warm = s.add("streaming", "spark-sql: CALL, warm", cli["warm"], anchor)
+    s.add("streaming", "spark-sql: CALL, warm no-op", [cli["noop"]])
+    cold = spark_sql(s.work, "streaming", plugin=False, warm=0, warmup=0)
+    s.add("streaming", "spark-sql: first statement, no EnginePlugin", [cold["first"]], anchor,
+          note=f"whole spark-sql process {cold['whole']:.1f} s")
+    worst_warm = max(sql_warm.ratio, cli_warm.ratio)
+    s.targets += [
+        Target("warm CALL, streaming table", "<= 1.5x pylance",
+               f"{cli_warm.ratio:.2f}x (spark-sql), {sql_warm.ratio:.2f}x (PySpark)", worst_warm <= 1.5),
+        Target("first CALL of a fresh session", "<= 3 s", f"{first.seconds:.2f} s with EnginePlugin, "
+               f"{cold['first']:.2f} s without", first.seconds <= 3),
+        Target("warm no-op CALL", "< 0.25 s", f"{noop.seconds:.3f} s (PySpark), {cli['noop']:.3f} s (spark-sql)",
+               max(noop.seconds, cli["noop"]) < 0.25),
+    ]
 
-    if "planning" in sections:
-        import lance
-        from lance.optimize import Compaction
 
-        ds = lance.dataset(str(work / "tables" / "frags100k.lance"))
-        times = []
-        for _ in range(max(repeat, 3)):
-            t0 = time.perf_counter()
-            Compaction.plan(ds, {"target_rows_per_fragment": TARGETS["frags100k"]})
-            times.append(time.perf_counter() - t0)
-        anchor = add("planning", f"pylance Compaction.plan, {len(ds.get_fragments()):,} fragments", times)
-        warm = run_probe(work, "session", master="local[2]", runs=[
-            {"table": "frags100k", "kind": "plan", "repeat": max(repeat, 3)}])["runs"][0]
-        plan = add("planning", f"CALL plan_compaction, {len(ds.get_fragments()):,} fragments", warm["times"],
-                   anchor, note=f"{warm['rows'][0]['tasks']} tasks over {warm['rows'][0]['fragments']:,} fragments")
-        targets.append(Target("planning 100,000 fragments in CALL", "< 5 s", f"{plan.seconds:.2f} s",
-                              plan.seconds < 5))
+def section_big(s: Suite) -> None:
+    """The big table: pylance and a warm CALL (and maintain_warehouse), bytes moved against the disk's speed."""
+    t = TARGETS["big"]
+    py = run_probe(s.work, "pylance", table="big", options={"target_rows_per_fragment": t},
+                   repeat=s.repeat, cores=None)
+    anchor = s.add("big", "pylance compact_files, in-process (2 cores)", py["times"])
+    warm, together = run_probe(s.work, "session", master="local[2]", runs=[
+        {"table": "big", "kind": "sql", "repeat": s.repeat},
+        {"table": "big", "kind": "warehouse", "repeat": s.repeat}])["runs"]
+    call = s.add("big", "CALL, warm, local[2]", warm["times"], anchor)
+    s.add("big", "CALL maintain_warehouse, warm, local[2]", together["times"], anchor,
+          note="the big table in a shared job: its tasks still one partition each")
+    check_layout(together["layout"], py["layout"], "maintain_warehouse on the big table")
+    check_layout(warm["layout"], py["layout"], "CALL on the big table")
+    moved = (warm["rows"][0]["bytes_read"] or 0) + (warm["rows"][0]["bytes_written"] or 0)
+    bw = run_probe(s.work, "bandwidth", mb=256 if s.quick else 2048)
+    ideal = ((warm["rows"][0]["bytes_read"] or 0) / (bw["read_mb_s"] * 2**20)
+             + (warm["rows"][0]["bytes_written"] or 0) / (bw["write_mb_s"] * 2**20))
+    s.extra["bandwidth"] = {**bw, "bytes_moved": moved, "call_mb_s": moved / 2**20 / call.seconds,
+                          "share_of_sequential": ideal / call.seconds}
+    print(f"  big        bytes moved {moved / 2**20:,.0f} MiB: {moved / 2**20 / call.seconds:,.0f} MiB/s; "
+          f"sequential read {bw['read_mb_s']:,.0f} MiB/s, write {bw['write_mb_s']:,.0f} MiB/s: "
+          f"the CALL runs at {100 * ideal / call.seconds:.0f}% of the disk's sequential speed", flush=True)
+    s.targets.append(Target("warm CALL, big table", "<= 1.15x pylance", f"{call.ratio:.2f}x", call.ratio <= 1.15))
+
+
+def section_binary(s: Suite) -> None:
+    """reencode against try_binary_copy, pylance and CALL."""
+    t = TARGETS["binary"]
+    re_py = run_probe(s.work, "pylance", table="binary", options={"target_rows_per_fragment": t},
+                      repeat=s.repeat, cores=None)
+    bc_py = run_probe(s.work, "pylance", table="binary", options={
+        "target_rows_per_fragment": t, "compaction_mode": "try_binary_copy"}, repeat=s.repeat, cores=None)
+    anchor = s.add("binary", "pylance compact_files, reencode", re_py["times"])
+    s.add("binary", "pylance compact_files, try_binary_copy", bc_py["times"], anchor)
+    warm = run_probe(s.work, "session", master="local[2]", runs=[
+        {"table": "binary", "kind": "sql", "repeat": s.repeat},
+        {"table": "binary", "kind": "sql", "repeat": s.repeat,
+         "options": {"compaction_mode": "try_binary_copy"}}])["runs"]
+    reenc = s.add("binary", "CALL, reencode", warm[0]["times"], anchor)
+    binary = s.add("binary", "CALL, try_binary_copy", warm[1]["times"], anchor)
+    check_layout(warm[1]["layout"], bc_py["layout"], "CALL try_binary_copy")
+    speedup = reenc.seconds / binary.seconds
+    s.targets.append(Target("binary copy vs reencode (CALL)", ">= 2x faster", f"{speedup:.2f}x", speedup >= 2))
+
+
+def section_memory(s: Suite) -> None:
+    """Peak memory of a fresh session's CALL, on the big table and one 4x bigger."""
+    m1 = run_probe(s.work, "memory", table="big")
+    m4 = run_probe(s.work, "memory", table="big4x")
+    s.extra["memory"] = {"big": m1, "big4x": m4}
+    for name, m in (("big", m1), ("big4x", m4)):
+        s.add("memory", f"CALL on {name} (fresh session): {m['tasks']} tasks", [m["seconds"]],
+              note=f"peak RSS: driver JVM {m['driver_jvm_mb']} MB, engine {m['engine_mb']} MB, "
+                   f"Python worker {m['python_worker_mb']} MB")
+    growth = m4["python_worker_mb"] / max(1, m1["python_worker_mb"]) - 1
+    print(f"  memory     peak Python worker: {m1['python_worker_mb']} MB -> {m4['python_worker_mb']} MB "
+          f"({100 * growth:+.0f}%); driver JVM {m1['driver_jvm_mb']} -> {m4['driver_jvm_mb']} MB; "
+          f"engine {m1['engine_mb']} -> {m4['engine_mb']} MB", flush=True)
+    s.targets.append(Target("executor memory, big -> 4x table", "within 20%",
+                            f"Python worker {m1['python_worker_mb']} -> {m4['python_worker_mb']} MB "
+                            f"({100 * growth:+.0f}%)", abs(growth) <= 0.2))
+
+
+def section_scaling(s: Suite) -> None:
+    """The same one task at the end of 1,000 and of 50,000 fragments."""
+    s1 = run_probe(s.work, "scaling", table="frags1k", repeat=s.repeat)
+    s50 = run_probe(s.work, "scaling", table="frags50k", repeat=s.repeat)
+    a1 = s.add("scaling", f"pylance, one task, table of {s1['fragments']:,} fragments", s1["pylance"])
+    c1 = s.add("scaling", f"CALL, one task, table of {s1['fragments']:,} fragments", s1["call"], a1)
+    a50 = s.add("scaling", f"pylance, one task, table of {s50['fragments']:,} fragments", s50["pylance"])
+    c50 = s.add("scaling", f"CALL, one task, table of {s50['fragments']:,} fragments", s50["call"], a50)
+    growth = c50.seconds / c1.seconds - 1
+    s.targets.append(Target("per-task cost, 1,000 -> 50,000 fragments", "within 20%",
+                            f"{c1.seconds:.3f} -> {c50.seconds:.3f} s ({100 * growth:+.0f}%; pylance "
+                            f"{100 * (a50.seconds / a1.seconds - 1):+.0f}%)", growth <= 0.2))
+
+
+def section_planning(s: Suite) -> None:
+    """plan_compaction against pylance's Compaction.plan on 100,000 fragments."""
+    import lance
+    from lance.optimize import Compaction
+
+    ds = lance.dataset(str(s.work / "tables" / "frags100k.lance"))
+    times = []
+    for _ in range(max(s.repeat, 3)):
+        t0 = time.perf_counter()
+        Compaction.plan(ds, {"target_rows_per_fragment": TARGETS["frags100k"]})
+        times.append(time.perf_counter() - t0)
+    anchor = s.add("planning", f"pylance Compaction.plan, {len(ds.get_fragments()):,} fragments", times)
+    warm = run_probe(s.work, "session", master="local[2]", runs=[
+        {"table": "frags100k", "kind": "plan", "repeat": max(s.repeat, 3)}])["runs"][0]
+    plan = s.add("planning", f"CALL plan_compaction, {len(ds.get_fragments()):,} fragments", warm["times"],
+                 anchor, note=f"{warm['rows'][0]['tasks']} tasks over {warm['rows'][0]['fragments']:,} fragments")
+    s.targets.append(Target("planning 100,000 fragments in CALL", "< 5 s", f"{plan.seconds:.2f} s",
+                            plan.seconds < 5))
+
+
+
+SECTION_RUNS = {"streaming": section_streaming, "big": section_big, "binary": section_binary,
+                "memory": section_memory, "scaling": section_scaling, "planning": section_planning,
+                "warehouse": section_warehouse}
+
+
+def run_suite(a: argparse.Namespace) -> tuple[list[Row], list[Target], dict]:
+    """Build the tables the chosen sections need, then run the sections in order."""
+    work = Path(a.work)
+    size = "quick" if a.quick else "full"
+    sections = a.only or SECTIONS
+    info = build_tables(work, size, sorted({t for s in sections for t in NEEDS[s]}))
     if "warehouse" in sections:
-        py = run_probe(work, "warehouse_pylance", repeat=repeat)
-        n = py["tables"]
-        anchor = add("warehouse", f"pylance loop over {n} tables (compact, indices, cleanup)", py["times"])
-        sess = run_probe(work, "warehouse_session", repeat=repeat)
-        add("warehouse", f"CALL lance.maintain per table, {n} tables, warm", sess["loop"], anchor)
-        together = add("warehouse", f"CALL lance.maintain_warehouse, {n} tables, warm", sess["together"], anchor,
-                       note=f"{len(sess['ran'])} tables maintained")
-        health = add("warehouse", f"health of {sess['health_tables']:,} tables (system.table_health)",
-                     sess["health"])
-        targets += [
-            Target(f"maintain_warehouse, {n} small degraded tables", "<= 2x the pylance loop",
-                   f"{together.ratio:.2f}x", together.ratio <= 2),
-            Target(f"health of {sess['health_tables']:,} tables", "< 10 s", f"{health.seconds:.2f} s",
-                   health.seconds < 10),
-        ]
-    return rows, targets, extra
-
-
-def svg(rows: list[Row], targets: list[Target]) -> str:
-    """A bar per row: its median time (log scale), its ratio to its anchor written beside."""
-    timed = [r for r in rows if r.seconds == r.seconds and r.seconds > 0]
-    left, width, bar, gap = 430, 360, 16, 6
-    top = 40
-    height = top + len(timed) * (bar + gap) + 40 + 18 * len(targets) + 20
-    import math
-    lo = math.floor(math.log10(min(r.seconds for r in timed))) if timed else -2
-    hi = math.ceil(math.log10(max(r.seconds for r in timed))) if timed else 2
-    hi = max(hi, lo + 1)
-
-    def x(s: float) -> float:
-        return left + width * (math.log10(s) - lo) / (hi - lo)
-
-    def esc(s: str) -> str:
-        return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{left + width + 120}" height="{height}" '
-           'font-family="sans-serif" font-size="11">',
-           '<text x="10" y="18" font-size="14" font-weight="bold">lance-spark-compact benchmark: '
-           'median seconds (log scale), ratio to the anchor of each section</text>']
-    for d in range(lo, hi + 1):
-        xx = x(10 ** d)
-        out.append(f'<line x1="{xx:.1f}" y1="{top - 8}" x2="{xx:.1f}" y2="{top + len(timed) * (bar + gap)}" '
-                   'stroke="#ddd"/>')
-        out.append(f'<text x="{xx:.1f}" y="{top - 10}" text-anchor="middle" fill="#666">{10 ** d:g} s</text>')
-    for i, r in enumerate(timed):
-        y = top + i * (bar + gap)
-        colour = "#888" if r.anchor is None else ("#2a7" if (r.ratio or 0) <= 1.5 else "#d73")
-        out.append(f'<text x="{left - 6}" y="{y + 12}" text-anchor="end">{esc(r.section)}: {esc(r.path)}</text>')
-        out.append(f'<rect x="{left}" y="{y}" width="{max(1.0, x(r.seconds) - left):.1f}" height="{bar}" '
-                   f'fill="{colour}"/>')
-        label = f"{r.seconds:.3f} s" + (f"  {r.ratio:.2f}x" if r.ratio is not None else "")
-        out.append(f'<text x="{x(r.seconds) + 4:.1f}" y="{y + 12}">{label}</text>')
-    y = top + len(timed) * (bar + gap) + 30
-    out.append(f'<text x="10" y="{y}" font-weight="bold">Targets</text>')
-    for i, t in enumerate(targets):
-        out.append(f'<text x="10" y="{y + 18 * (i + 1)}" fill="{"#2a7" if t.met else "#d73"}">'
-                   f'{"met" if t.met else "NOT met"}: {esc(t.name)} ({esc(t.goal)}): {esc(t.measured)}</text>')
-    out.append("</svg>")
-    return "\n".join(out)
+        build_warehouse(work, size)
+    suite = Suite(work, a.quick, a.repeat or (1 if a.quick else 3),
+                  extra={"tables": info, "cpus": len(os.sched_getaffinity(0)), "size": size})
+    for name in SECTIONS:
+        if name in sections:
+            SECTION_RUNS[name](suite)
+    return suite.rows, suite.targets, suite.extra
 
 
 def main() -> int:
@@ -757,7 +417,7 @@ def main() -> int:
     (out / f"{name}.json").write_text(json.dumps(
         {"rows": [asdict(r) for r in rows], "targets": [asdict(t) for t in targets], **extra,
          "seconds": time.time() - started}, indent=1))
-    (out / f"{name}.svg").write_text(svg(rows, targets))
+    chart.draw(rows, targets, out / f"{name}.svg")
     print(f"\nwrote {out / (name + '.json')} and {out / (name + '.svg')} in {time.time() - started:.0f} s")
     return 0
 

@@ -16,6 +16,8 @@ from typing import Any, Iterator
 
 import lance
 from pyspark import SparkContext, TaskContext
+# _accumulatorRegistry: PySpark (4.0-4.3) has no public way to drop an accumulator the driver no
+# longer needs; without the pop below the long-lived engine would keep every batch's outcomes.
 from pyspark.accumulators import AccumulatorParam, _accumulatorRegistry
 
 from . import hooks

@@ -46,29 +46,11 @@ final class ResultScan(schema: StructType, result: Array[InternalRow]) extends L
 object PythonEngine {
   private val mapper = new ObjectMapper()
 
-  /** Plan, rewrite on executors, commit: one metrics row. */
-  def compact(table: String, request: String): ResultScan = run("compact", request)
-
-  /** The plan compact would run, a row per task; nothing is written. */
-  def plan(table: String, request: String): ResultScan = run("plan", request)
-
-  /** The table's layout report. */
-  def layout(table: String, request: String): ResultScan = run("layout", request)
-
-  /** Lance's cleanup of old versions and orphaned files (or what it would remove). */
-  def cleanup(table: String, request: String): ResultScan = run("cleanup", request)
-
-  /** Compaction, index optimization and cleanup, each when due: a row per step. */
-  def maintain(table: String, request: String): ResultScan = run("maintain", request)
-
-  /** Lance's index optimization: one row of what changed. */
-  def optimizeIndices(table: String, request: String): ResultScan = run("optimize_indices", request)
-
   /** A warehouse operation on an object store (list, create, drop): rows of (name, kind). */
   def warehouse(request: String): Seq[(String, String)] =
     run("warehouse", request).rows().toSeq.map(r => (r.getUTF8String(0).toString, r.getUTF8String(1).toString))
 
-  /** Any engine action answering with rows (describe, read, metadata tables). */
+  /** Any engine action answering with rows (a procedure, describe, read, metadata tables). */
   def query(action: String, request: String): ResultScan = run(action, request)
 
   private def run(action: String, request: String): ResultScan = {

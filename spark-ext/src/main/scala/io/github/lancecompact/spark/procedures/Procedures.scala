@@ -3,28 +3,48 @@ package io.github.lancecompact.spark.procedures
 import org.apache.spark.sql.connector.catalog.procedures.UnboundProcedure
 
 import io.github.lancecompact.spark.catalog.LanceCatalog
-import io.github.lancecompact.spark.engine.LanceCompactException
+import io.github.lancecompact.spark.engine.{LanceCompactException, MaintenanceMetrics}
 
-/** The catalog's procedures by name. Adding one: a class and one line here. */
+/** The catalog's procedures by name. Adding one: a spec here, its parameters in
+ * parameters.json (CompactionArguments reads them) and its engine action in engine.py. */
 object Procedures {
   val SystemNamespace = "system"
 
-  private val builders: Map[String, LanceCatalog => UnboundProcedure] = Map(
-    "cleanup" -> (c => new CleanupProcedure(c)),
-    "compact" -> (c => new CompactProcedure(c)),
-    "plan_compaction" -> (c => new PlanCompactionProcedure(c)),
-    "describe_layout" -> (c => new DescribeLayoutProcedure(c)),
-    "optimize_indices" -> (c => new OptimizeIndicesProcedure(c)),
-    "maintain" -> (c => new MaintainProcedure(c)),
-    "maintain_warehouse" -> (c => new MaintainWarehouseProcedure(c))
+  private val specs: Seq[ProcedureSpec] = Seq(
+    // plan on the driver, rewrite on executors, commit: one row of metrics
+    ProcedureSpec("compact",
+      "Compacts a Lance table on Spark: merges small fragments and materializes deletions; returns one row of metrics.",
+      CompactionArguments.compaction, "compact"),
+    ProcedureSpec("plan_compaction",
+      "Dry run of compact: one row per task it would run (or leave for later), and why; writes nothing.",
+      CompactionArguments.compaction, "plan"),
+    ProcedureSpec("describe_layout",
+      "The table's layout: fragments, small ones, deletions, bytes, indices and their unindexed fragments, last compaction, health score and due steps; histogram => true returns the fragment-size histogram as text (a row per line), picture => 'layout.png' or '.svg' also draws it (into the folder spark.lance.compact.picture.dir allows), compare_version => N puts version N beside the current one.",
+      CompactionArguments.describeLayout, "layout"),
+    ProcedureSpec("cleanup",
+      "Removes old versions and files of failed or uncommitted writes with Lance's cleanup; dry_run reports only.",
+      CompactionArguments.cleanup, "cleanup"),
+    ProcedureSpec("optimize_indices",
+      "Adds the rows of fragments an index does not cover yet (appended, or compacted with concurrent deletes carried over) to the table's indices with Lance's optimize_indices; one row of what changed.",
+      CompactionArguments.optimizeIndices, "optimize_indices"),
+    ProcedureSpec("maintain",
+      "Everyday maintenance: compacts, optimizes indices and cleans up old versions, each only when due; one row per step (ran or skipped, and why); dry_run reports only.",
+      CompactionArguments.maintain, "maintain"),
+    // its figures also go to the metrics source (EnginePlugin)
+    ProcedureSpec("maintain_warehouse",
+      "Maintains every table of the warehouse (or of namespace) that its health says needs it: compaction, index optimization and cleanup as maintain does, worst health first then priority, within max_tables, max_bytes and max_duration; opted-out (lance_compact.maintain.enabled=false) and healthy tables are reported as skipped; one row per table and step; dry_run reports only.",
+      CompactionArguments.maintainWarehouse, "maintain_warehouse", CompactionArguments.bindWarehouse,
+      scan => MaintenanceMetrics.record(scan.readSchema(), scan.rows()))
   )
 
-  def names: Seq[String] = builders.keys.toSeq.sorted
+  private val byName: Map[String, ProcedureSpec] = specs.map(s => s.name -> s).toMap
+
+  def names: Seq[String] = byName.keys.toSeq.sorted
 
   /** An unknown name fails with a message listing the procedures: a LanceCompactException, which
    * Spark passes on as it is (any other exception it wraps into FAILED_TO_LOAD_ROUTINE, which
    * shows only the name). */
   def load(catalog: LanceCatalog, name: String): UnboundProcedure =
-    builders.getOrElse(name.toLowerCase, throw new LanceCompactException(
-      s"catalog ${catalog.name()} has no procedure $name; procedures are ${names.mkString(", ")}", null))(catalog)
+    new EngineProcedure(catalog, byName.getOrElse(name.toLowerCase, throw new LanceCompactException(
+      s"catalog ${catalog.name()} has no procedure $name; procedures are ${names.mkString(", ")}", null)))
 }
