@@ -14,6 +14,7 @@ def draw(rows: Sequence[Any], targets: Sequence[Any], path: Path) -> None:
     measured, met) to ``path`` (.svg or .png)."""
     import matplotlib
     matplotlib.use("Agg")
+    matplotlib.rcParams["svg.fonttype"] = "none"  # labels stay text in the SVG (searchable, small)
     from matplotlib import pyplot as plt
 
     timed = [r for r in rows if r.seconds == r.seconds and r.seconds > 0]

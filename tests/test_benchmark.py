@@ -35,5 +35,11 @@ def test_the_quick_benchmark_runs_every_path_and_writes_its_report(tmp_path):
     assert report["memory"]["big"]["python_worker_mb"] > 0 and report["memory"]["big"]["driver_jvm_mb"] > 0
     assert report["bandwidth"]["read_mb_s"] > 0
     svg = (out / "results-quick.svg").read_text()
-    assert svg.startswith("<svg") and svg.count("<rect") == len(report["rows"])
+    import xml.etree.ElementTree as ET
+    from html import escape
+    assert ET.fromstring(svg).tag.endswith("svg")
+    for r in report["rows"]:  # a labelled bar per measured path, its ratio beside it
+        assert escape(f"{r['section']}: {r['path']}", quote=False) in svg, r["path"]
+        if r["ratio"] is not None:
+            assert f"{r['ratio']:.2f}x" in svg, r["path"]
     assert "targets (issue 9):" in p.stdout
