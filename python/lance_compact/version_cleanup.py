@@ -38,11 +38,17 @@ LANCE_UNVERIFIED_AGE = timedelta(days=7)  # Lance removes unreferenced files thi
 DEFAULT_UNVERIFIED_MIN_AGE = "1 hour"
 
 
-def parse_older_than(text: str, table: str, name: str = "older_than") -> timedelta:
-    """'7 days', '12 hours', '30 minutes', '90 seconds', '2 weeks', or an ISO timestamp."""
+def parse_duration(text: str) -> timedelta | None:
+    """'7 days', '12 hours', '30 minutes', '90 seconds', '2 weeks'; None if ``text`` is not one."""
     m = re.fullmatch(r"\s*(\d+)\s*(second|minute|hour|day|week)s?\s*", text.lower())
-    if m:
-        return timedelta(seconds=int(m.group(1)) * _UNITS[m.group(2)])
+    return timedelta(seconds=int(m.group(1)) * _UNITS[m.group(2)]) if m else None
+
+
+def parse_older_than(text: str, table: str, name: str = "older_than") -> timedelta:
+    """A duration (:func:`parse_duration`), or an ISO timestamp (the age of that moment)."""
+    duration = parse_duration(text)
+    if duration is not None:
+        return duration
     try:
         when = datetime.fromisoformat(text.strip())
     except ValueError:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -28,6 +27,7 @@ from typing import Any, Callable
 
 from . import cancellation
 from .errors import CompactionError
+from . import version_cleanup
 from .fragments import data_bytes, live_and_deleted
 from .health import table_health
 from .table_maintenance import STEPS, Target, run_step
@@ -40,15 +40,12 @@ log = logging.getLogger(__name__)
 
 # Parameters of the run itself; the others are policy keys (maintain's thresholds).
 RUN_KEYS = ("dry_run", "max_tables", "max_bytes", "max_duration", "parallelism", "exclude")
-_UNITS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400}
-
-
 def parse_duration(text: str, what: str = "max_duration") -> timedelta:
-    """'10 minutes', '90 seconds', '1 hour', '2 days'."""
-    m = re.fullmatch(r"\s*(\d+)\s*(second|minute|hour|day)s?\s*", text.lower())
-    if not m:
+    """'10 minutes', '90 seconds', '1 hour', '2 days' (version_cleanup's durations)."""
+    duration = version_cleanup.parse_duration(text)
+    if duration is None:
         raise CompactionError(f"maintain_warehouse: {what} expects '<n> seconds|minutes|hours|days', got {text!r}")
-    return timedelta(seconds=int(m.group(1)) * _UNITS[m.group(2)])
+    return duration
 
 
 @dataclass
