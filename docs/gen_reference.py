@@ -5,10 +5,10 @@ jar builds its CALL parameters from it), so the reference cannot drift from the 
     python docs/gen_reference.py          # rewrite docs/reference.md
     python docs/gen_reference.py --check  # exit 1 if docs/reference.md differs (tests/test_docs.py)
 
-Sections are rendered generically: every `<name>_parameters` section becomes a procedure's
-parameters and every `<name>_columns` section its result columns (a new procedure needs no change
-here: it is named after its section); every other list section becomes a table of options. The
-mappings below only give known sections their procedure, title and summary.
+What the jar serves is declared below (PROCEDURES: each procedure's parameters in positional
+order and its result columns; SYSTEM_TABLES; the table properties) and checked against the running
+jar by tests/test_docs.py. A section of the spec that is not placed here stops the generator with a
+message saying so: it is never rendered as a procedure that does not exist.
 """
 from __future__ import annotations
 
@@ -23,49 +23,46 @@ ROOT = Path(__file__).resolve().parent.parent
 SPEC = ROOT / "python" / "lance_compact" / "parameters.json"
 OUT = ROOT / "docs" / "reference.md"
 
+# What the jar serves, in SHOW PROCEDURES' terms: each procedure's parameters in positional
+# order (the spec sections CompactionArguments.scala reads, after the leading parameters named
+# here) and its result column sections. tests/test_docs.py checks this against the running jar
+# (SHOW PROCEDURES, DESCRIBE PROCEDURE), so a procedure or parameter cannot be listed that the
+# jar does not serve, nor served and left out.
+COMPACTION = ("compaction",)  # table, the sql entries of COMPACTION_SECTIONS, options, strategy
+PROCEDURES: dict[str, dict] = {
+    "compact": {"head": COMPACTION, "columns": ["result_columns"]},
+    "plan_compaction": {"head": COMPACTION, "columns": ["plan_columns"]},
+    "describe_layout": {"head": ("table", "target_rows_per_fragment", "materialize_deletions_threshold"),
+                        "section": "layout_parameters", "columns": ["layout_columns", "histogram_columns"]},
+    "cleanup": {"head": ("table",), "section": "cleanup_parameters", "columns": ["cleanup_columns"]},
+    "optimize_indices": {"head": ("table",), "section": "optimize_indices_parameters",
+                         "columns": ["optimize_indices_columns"]},
+    "maintain": {"head": ("table",), "section": "maintain_parameters", "columns": ["maintain_columns"]},
+    "maintain_warehouse": {"head": ("namespace",), "section": "maintain_warehouse_parameters",
+                           "columns": ["maintain_warehouse_columns"]},
+}
+
 # Sections whose entries are compact's and plan_compaction's parameters (CALL parameters where
 # marked "sql", all of them keys of the options map).
 COMPACTION_SECTIONS = ("options", "settings", "run_settings")
 
-# Section prefixes that are not the procedure's own name.
-PREFIX_PROCEDURE = {"result": "compact", "plan": "plan_compaction", "layout": "describe_layout",
-                    "histogram": "describe_layout"}
-
-# Result column sections that describe a variant of the procedure's result.
-COLUMNS_NOTE = {"histogram_columns": "With `histogram => true` the result is instead:"}
-
-# Procedures in the order the reference lists them, with what each does. Procedures found only
-# in the spec follow, in spec order, without a summary.
-SUMMARIES = {
-    "compact": "Compacts a table: plans with Lance's planner (through a strategy), rewrites every "
-               "task as a Spark task on an executor and commits atomically on the driver. "
-               "One row of metrics.",
-    "plan_compaction": "A dry run of `compact` with the same parameters: one row per task it "
-                       "would run (or leave for later), and why. Writes nothing.",
-    "describe_layout": "The table's layout: fragments, small ones, deletions, bytes, indices and "
-                       "their unindexed fragments, and the last compaction; optionally the "
-                       "fragment-size histogram as text or as a picture.",
-    "cleanup": "Lance's cleanup of old versions and of files left by failed or uncommitted "
-               "writes. Makes no new version.",
-    "optimize_indices": "Lance's index optimization: adds the rows of fragments an index does "
-                        "not cover yet to it (or retrains it).",
-    "maintain": "Everyday maintenance in one call: compaction, index optimization and cleanup, "
-                "each only when the layout says it is due. One row per step.",
+# System tables (SELECT * FROM lance.system.<name>) and the column section each returns.
+SYSTEM_TABLES = {
+    "table_health": ("health_columns", "One row per table of the warehouse: its health score (100 is "
+                     "healthy), the steps that are due and the figures behind them, read from each "
+                     "table's metadata only. A table that cannot be read gets a row with its error."),
+    "maintenance_history": ("history_columns", "One row per maintenance transaction of every table "
+                            "(compactions, index builds and optimizations, configuration changes), "
+                            "read from the tables' own transactions."),
 }
 
-# Parameters every procedure starts with, and compaction's own that are not in the spec.
-TABLE = {"name": "table", "type": "string", "required": True,
-         "doc": "A table of the catalog (`namespace.table`) or the path or URI of a Lance dataset "
-                "in its warehouse."}
-OPTIONS_MAP = {"name": "options", "type": "map<string,string>",
-               "doc": "Any option or setting below by name, values as text; unknown keys are "
-                      "refused with the list of valid ones."}
-STRATEGY = {"name": "strategy", "type": "string", "default": "default",
-            "doc": "Planning strategy: `default`, `io_bounded`, `deletion_only`, `incremental`, or "
-                   "a name the operator registered (see [Strategies](strategies.md))."}
-# describe_layout takes these two compaction options before its own parameters.
-LAYOUT_OPTIONS = ("target_rows_per_fragment", "materialize_deletions_threshold")
+# Table properties (ALTER TABLE ... SET TBLPROPERTIES): the policy keys, plus maintain's
+# thresholds (policy.py), under this prefix.
+POLICY_PREFIX = "lance_compact.maintain."
+POLICY_SECTIONS = ("policy_keys",)
+POLICY_FROM_MAINTAIN_EXCLUDED = ("dry_run",)
 
+# Every other list section is a table of options, with this title and note.
 SECTION_TITLES = {
     "options": "Lance compaction options",
     "settings": "Strategy settings",
@@ -75,12 +72,68 @@ SECTION_TITLES = {
 SECTION_NOTES = {
     "options": "Passed to Lance's planner and rewrite. Left out (or NULL), an option is not sent "
                "to Lance, so the table's own `lance.compaction.<name>` setting applies, else "
-               "Lance's default (the default column).",
+               "Lance's default (the default column). Each is also a table property "
+               "`lance.compaction.<name>` (see [Table properties](#table-properties)).",
     "settings": "Settings of the strategies named in the strategies column; giving one with "
                 "another strategy is an error.",
     "run_settings": "How a run commits, retries and chooses what to compact.",
-    "test_hooks": "Fault injection for the project's own tests.",
+    "test_hooks": "Fault injection for the project's own tests: these keys exist only in an engine "
+                  "whose driver was started with `LANCE_COMPACT_TEST_HOOKS=1`; otherwise they are "
+                  "unknown options.",
 }
+
+# What each procedure does, and one example CALL each (Iceberg's reference has one per procedure).
+SUMMARIES = {
+    "compact": "Compacts a table: plans with Lance's planner (through a strategy), rewrites every "
+               "task as a Spark task on an executor and commits atomically on the driver. "
+               "One row of metrics.",
+    "plan_compaction": "A dry run of `compact` with the same parameters: one row per task it "
+                       "would run (or leave for later), and why. Writes nothing.",
+    "describe_layout": "The table's layout: fragments, small ones, deletions, bytes, indices and "
+                       "their unindexed fragments, the last compaction, the health score and the "
+                       "steps that are due; optionally the fragment-size histogram as text or as a "
+                       "picture.",
+    "cleanup": "Lance's cleanup of old versions and of files left by failed or uncommitted "
+               "writes. Makes no new version.",
+    "optimize_indices": "Lance's index optimization: adds the rows of fragments an index does "
+                        "not cover yet to it (or retrains it).",
+    "maintain": "Everyday maintenance in one call: compaction, index optimization and cleanup, "
+                "each only when the layout says it is due. One row per step.",
+    "maintain_warehouse": "Maintains every table of the warehouse (or of a namespace) that its "
+                          "health says needs it, worst health first, then priority, within "
+                          "max_tables, max_bytes and max_duration; tables side by side. One row "
+                          "per table and step.",
+}
+EXAMPLES = {
+    "compact": "CALL lance.compact(table => 'db.events', target_rows_per_fragment => 1048576,\n"
+               "                   partial_progress => true)",
+    "plan_compaction": "CALL lance.plan_compaction(table => 'db.events', strategy => 'io_bounded',\n"
+                       "                           options => map('max_bytes', '10737418240'))",
+    "describe_layout": "CALL lance.describe_layout(table => 'db.events', histogram => true)",
+    "cleanup": "CALL lance.cleanup(table => 'db.events', older_than => '7 days', dry_run => true)",
+    "optimize_indices": "CALL lance.optimize_indices(table => 'db.events')",
+    "maintain": "CALL lance.maintain(table => 'db.events', older_than => '1 day')",
+    "maintain_warehouse": "CALL lance.maintain_warehouse(namespace => 'db', max_tables => 10,\n"
+                          "                              max_duration => '30 minutes')",
+}
+
+# Parameters that come before the spec's own, and compaction's own that are not in the spec.
+TABLE = {"name": "table", "type": "string", "required": True,
+         "doc": "A table of the catalog (`namespace.table`) or the path or URI of a Lance dataset "
+                "in its warehouse."}
+NAMESPACE = {"name": "namespace", "type": "string",
+             "doc": "A namespace of the catalog (`db`, or `a.b` for a nested one): its tables and "
+                    "those of the namespaces under it. Left out: every table of the warehouse."}
+OPTIONS_MAP = {"name": "options", "type": "map<string,string>",
+               "doc": "Any option or setting below by name, values as text; unknown keys are "
+                      "refused with the list of valid ones."}
+STRATEGY = {"name": "strategy", "type": "string", "default": "default",
+            "doc": "Planning strategy: `default`, `io_bounded`, `deletion_only`, `incremental`, or "
+                   "a name the operator registered (see [Strategies](strategies.md))."}
+
+
+class UnmappedSection(ValueError):
+    """parameters.json has a section this generator does not place: say where it belongs."""
 
 
 def sql_type(kind: str) -> str:
@@ -150,52 +203,58 @@ def options_table(entries: list[dict]) -> list[str]:
     return lines
 
 
-def procedure_of(section: str, suffix: str) -> str:
-    prefix = section[: -len(suffix)]
-    return PREFIX_PROCEDURE.get(prefix, prefix)
-
-
 def list_sections(spec: dict) -> dict[str, list[dict]]:
     return {k: v for k, v in spec.items() if isinstance(v, list) and all(isinstance(e, dict) for e in v)}
 
 
-def procedures(spec: dict) -> dict[str, dict]:
-    """Each procedure's parameters and result column sections, from the sections' names."""
+def placed_sections() -> set[str]:
+    """Every section this generator renders somewhere."""
+    placed = set(COMPACTION_SECTIONS) | set(SECTION_TITLES) | set(POLICY_SECTIONS)
+    for p in PROCEDURES.values():
+        placed.update(p["columns"])
+        if "section" in p:
+            placed.add(p["section"])
+    placed.update(section for section, _ in SYSTEM_TABLES.values())
+    return placed
+
+
+def parameters(spec: dict, name: str) -> list[dict]:
+    """A procedure's parameters in the positional order the jar declares them."""
     sections = list_sections(spec)
-    procs: dict[str, dict] = {}
+    p = PROCEDURES[name]
+    if p["head"] == COMPACTION:
+        return [TABLE] + [e for s in COMPACTION_SECTIONS for e in sections.get(s, []) if e.get("sql")] \
+            + [OPTIONS_MAP, STRATEGY]
+    options = {e["name"]: e for e in sections.get("options", [])}
+    head = [TABLE if h == "table" else NAMESPACE if h == "namespace" else options[h] for h in p["head"]]
+    return head + sections.get(p["section"], [])
 
-    def proc(name: str) -> dict:
-        return procs.setdefault(name, {"parameters": None, "columns": []})
 
-    compaction = [TABLE] + [e for s in COMPACTION_SECTIONS for e in sections.get(s, []) if e.get("sql")] \
-        + [OPTIONS_MAP, STRATEGY]
-    for name in ("compact", "plan_compaction"):
-        proc(name)["parameters"] = compaction
-    for section, entries in sections.items():
-        if section.endswith("_parameters"):
-            name = procedure_of(section, "_parameters")
-            head = [TABLE]
-            if name == "describe_layout":
-                head += [e for e in sections.get("options", []) if e["name"] in LAYOUT_OPTIONS]
-            proc(name)["parameters"] = head + entries
-        elif section.endswith("_columns"):
-            proc(procedure_of(section, "_columns"))["columns"].append(section)
-    order = [n for n in SUMMARIES if n in procs] + [n for n in procs if n not in SUMMARIES]
-    return {n: procs[n] for n in order}
+def policy_entries(spec: dict) -> list[dict]:
+    """The table properties lance_compact.maintain.<key>."""
+    sections = list_sections(spec)
+    out = [e for s in POLICY_SECTIONS for e in sections.get(s, [])]
+    return out + [e for e in sections.get("maintain_parameters", []) if e["name"] not in POLICY_FROM_MAINTAIN_EXCLUDED]
 
 
 def render(spec: dict) -> str:
     sections = list_sections(spec)
-    procs = procedures(spec)
+    unplaced = [s for s in sections if s not in placed_sections()]
+    if unplaced:
+        raise UnmappedSection(
+            f"parameters.json sections {', '.join(unplaced)} are not placed in the reference: map each in "
+            "docs/gen_reference.py (PROCEDURES, SYSTEM_TABLES, POLICY_SECTIONS or SECTION_TITLES)")
     out = [
         "# Reference",
         "",
         "<!-- Generated by docs/gen_reference.py from python/lance_compact/parameters.json. "
         "Do not edit: run `python docs/gen_reference.py`. -->",
         "",
-        "Every procedure, parameter, option and result column, generated from "
-        "`python/lance_compact/parameters.json`, the spec the engine validates with and the jar "
-        "builds its CALL parameters from.",
+        "Every procedure, parameter, option, system table, table property and result column, "
+        "generated from `python/lance_compact/parameters.json`, the spec the engine validates with "
+        "and the jar builds its CALL parameters from; `tests/test_docs.py` checks it against what "
+        "the running jar serves (`SHOW PROCEDURES`, `DESCRIBE PROCEDURE`). Settings of the driver "
+        "and the catalog are in [Configuration](configuration.md).",
         "",
         "Parameters are named (`name => value`) or positional in the order given. Values of the "
         "wrong type are refused by name (`target_rows_per_fragment => 1.5` is an error, not 1); "
@@ -207,30 +266,45 @@ def render(spec: dict) -> str:
         "| procedure | what it does |",
         "|---|---|",
     ]
-    for name in procs:
-        out.append(f"| [`lance.{name}`](#{name}) | {cell(SUMMARIES.get(name, ''))} |")
-    for name, p in procs.items():
-        out += ["", f"## {name}", ""]
-        if name in SUMMARIES:
-            out += [SUMMARIES[name], ""]
-        if p["parameters"] is not None:
-            out += ["Parameters:", ""] + parameters_table(p["parameters"]) + [""]
-        if name in ("compact", "plan_compaction"):
+    for name in PROCEDURES:
+        out.append(f"| [`lance.{name}`](#{name}) | {cell(SUMMARIES[name])} |")
+    for name, p in PROCEDURES.items():
+        out += ["", f"## {name}", "", SUMMARIES[name], "", "```sql", EXAMPLES[name], "```", "",
+                "Parameters:", ""] + parameters_table(parameters(spec, name)) + [""]
+        if p["head"] == COMPACTION:
             out += ["Every entry of [Options and settings](#options-and-settings) is also a key of "
                     "the `options` map, including those that are not CALL parameters.", ""]
-        for section in p["columns"]:
-            out += [COLUMNS_NOTE.get(section, "Result columns:"), ""] + columns_table(sections[section]) + [""]
+        for i, section in enumerate(p["columns"]):
+            note = "Result columns:" if i == 0 else f"With `{section.split('_')[0]} => true` the result is instead:"
+            out += [note, ""] + columns_table(sections[section]) + [""]
         while out[-1] == "":
             out.pop()
-    out += ["", "## Options and settings", ""]
-    for section, entries in sections.items():
-        if section.endswith(("_parameters", "_columns")):
+    out += ["", "## System tables", "",
+            "Read with `SELECT ... FROM lance.system.<name>` (they are tables, not procedures).", ""]
+    for name, (section, what) in SYSTEM_TABLES.items():
+        out += [f"### lance.system.{name}", "", what, "", "```sql",
+                f"SELECT * FROM lance.system.{name}", "```", ""] + columns_table(sections[section]) + [""]
+    out += ["## Table properties", "",
+            "Kept in the Lance table's own configuration: `ALTER TABLE lance.db.t SET TBLPROPERTIES "
+            "('lance_compact.maintain.priority' = '5')`, read with `SHOW TBLPROPERTIES`. A value is "
+            "checked before it is written; a refused change leaves the table's version unchanged. "
+            "Precedence: an argument of the CALL, then the table property, then the catalog setting "
+            "`spark.sql.catalog.<catalog>.maintain.<key>`, then the default.", "",
+            "| property | type | default | values | meaning |", "|---|---|---|---|---|"]
+    for e in policy_entries(spec):
+        out.append(f"| `{POLICY_PREFIX}{e['name']}` | {cell(sql_type(e['type']))} | {default_text(e)} | "
+                   f"{range_text(e)} | {cell(e.get('doc', ''))} |")
+    out += ["| `lance.compaction.<option>` | as the option | Lance's | as the option | "
+            "Each [Lance compaction option](#lance-compaction-options) as the table's default; "
+            "Lance itself reads these too. |", ""]
+    out += ["## Options and settings", ""]
+    for section in sections:
+        if section not in SECTION_TITLES:
             continue
-        title = SECTION_TITLES.get(section, section.replace("_", " ").capitalize())
-        out += [f"### {title}", ""]
+        out += [f"### {SECTION_TITLES[section]}", ""]
         if section in SECTION_NOTES:
             out += [SECTION_NOTES[section], ""]
-        out += options_table(entries) + [""]
+        out += options_table(sections[section]) + [""]
     return "\n".join(out).rstrip("\n") + "\n"
 
 

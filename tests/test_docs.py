@@ -1,5 +1,7 @@
 """The documentation cannot drift or break: docs/reference.md is what parameters.json generates,
-every name in the spec is in it, the generator renders sections it has never seen, the README's
+every name in the spec is in it, it lists exactly what the running jar serves (procedures,
+parameters in order and type, system tables' columns), a spec section the generator does not
+place stops it, the README's
 links lead to files that exist, and the MkDocs site builds in strict mode (a broken link, a
 missing page or a page left out of the nav fails it)."""
 from __future__ import annotations
@@ -35,19 +37,82 @@ def test_reference_names_every_entry_of_the_spec(spec):
             assert f"`{entry['name']}`" in text, f"{section}.{entry['name']} is missing from the reference"
 
 
-def test_unknown_sections_are_rendered_without_code_changes(spec):
+def test_a_section_the_generator_does_not_place_stops_it(spec):
+    """A new section of the spec must be placed on purpose (a procedure, a system table, the table
+    properties or an options table): it is never rendered as a procedure that does not exist."""
     grown = copy.deepcopy(spec)
-    grown["vacuum_parameters"] = [{"name": "depth", "type": "long", "min": 2, "sql": True,
-                                   "doc": "How deep to vacuum."}]
-    grown["vacuum_columns"] = [{"name": "dust_removed", "type": "long", "doc": "Bytes of dust."}]
-    grown["secret_knobs"] = [{"name": "knob_a", "type": "string", "doc": "A knob | with a pipe."}]
+    grown["vacuum_parameters"] = [{"name": "depth", "type": "long", "doc": "How deep."}]
+    with pytest.raises(gen_reference.UnmappedSection, match="vacuum_parameters"):
+        gen_reference.render(grown)
+
+
+def test_option_tables_render_their_cells_safely(spec):
+    grown = copy.deepcopy(spec)
+    grown["settings"] = grown["settings"] + [{"name": "knob_a", "type": "string", "strategies": ["default"],
+                                              "doc": "A knob | with a pipe."}]
     text = gen_reference.render(grown)
-    vacuum = text[text.index("\n## vacuum\n"):]
-    assert "`lance.vacuum`" in text
-    assert "| 2 | `depth` | bigint | none | >= 2 | How deep to vacuum. |" in vacuum
-    assert "| `dust_removed` | bigint | Bytes of dust. |" in vacuum
-    assert "### Secret knobs" in text
     assert "A knob \\| with a pipe." in text      # a pipe does not break the table
+
+
+def _reference_sections(text: str) -> dict[str, str]:
+    parts = re.split(r"^## ", text, flags=re.M)
+    return {p.split("\n", 1)[0].strip(): p for p in parts[1:]}
+
+
+def _reference_parameters(section: str) -> list[tuple[str, str]]:
+    """(name, type) of a procedure's parameter table in the reference, in order."""
+    rows = re.findall(r"^\| (\d+) \| `(\w+)` \| ([^|]+) \|", section, flags=re.M)
+    return [(name, kind.strip()) for _, name, kind in rows]
+
+
+_SQL_TYPES = {"string": "STRING", "bigint": "BIGINT", "boolean": "BOOLEAN", "double": "DOUBLE",
+              "map&lt;string,string&gt;": "MAP<STRING, STRING>"}
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """What the running jar serves: SHOW PROCEDURES, each DESCRIBE PROCEDURE's parameters, and
+    the system tables' schemas."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from conftest import lance_session
+
+    wh = tmp_path_factory.mktemp("docs_wh")
+    spark = lance_session("local[1]", "docs-reference", str(wh))
+    try:
+        names = sorted(r.procedure_name for r in spark.sql("SHOW PROCEDURES IN lance").collect())
+        signatures = {}
+        for name in names:
+            text = "\n".join(r[0] for r in spark.sql(f"DESCRIBE PROCEDURE lance.{name}").collect())
+            listed = text.split("Parameters:", 1)[1]
+            signatures[name] = re.findall(r"(\w+) (MAP<[^>]*>|\w+)", listed)
+        tables = {t: [f.name for f in spark.table(f"lance.system.{t}").schema.fields]
+                  for t in gen_reference.SYSTEM_TABLES}
+    finally:
+        spark.stop()
+    return {"procedures": names, "signatures": signatures, "system_tables": tables}
+
+
+def test_reference_lists_exactly_the_procedures_the_jar_serves(served):
+    text = (ROOT / "docs" / "reference.md").read_text()
+    listed = re.findall(r"^\| \[`lance\.(\w+)`\]", text, flags=re.M)
+    assert sorted(listed) == served["procedures"]
+
+
+def test_reference_parameters_are_the_jars_in_order_and_type(served):
+    sections = _reference_sections((ROOT / "docs" / "reference.md").read_text())
+    for name, signature in served["signatures"].items():
+        documented = [(n, _SQL_TYPES.get(t, t.upper())) for n, t in _reference_parameters(sections[name])]
+        assert documented == signature, f"{name}: the reference says {documented}, the jar serves {signature}"
+
+
+def test_reference_system_tables_are_the_jars(served):
+    sections = _reference_sections((ROOT / "docs" / "reference.md").read_text())
+    system = sections["System tables"]
+    for table, columns in served["system_tables"].items():
+        part = system[system.index(f"### lance.system.{table}"):]
+        part = part[: part.index("\n### ", 1)] if "\n### " in part[1:] else part
+        documented = re.findall(r"^\| `(\w+)` \|", part, flags=re.M)
+        assert documented == columns, f"system.{table}: the reference says {documented}, the jar serves {columns}"
 
 
 def test_readme_links_lead_to_existing_files():
@@ -67,3 +132,56 @@ def test_docs_build_strict(tmp_path):
                              str(tmp_path / "site")], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
     assert (tmp_path / "site" / "reference" / "index.html").exists()
+
+
+def _settings_in_code() -> set[str]:
+    """Names of settings and environment variables the product's code reads: spark.lance.compact.*
+    keys, the catalog's option keys, LANCE_* environment variables."""
+    found: set[str] = set()
+    sources = [p for d in ("python/lance_compact", "spark-ext/src/main", "bin")
+               for p in (ROOT / d).rglob("*") if p.is_file() and p.suffix in ("", ".py", ".scala", ".sh")]
+    for path in sources:
+        text = path.read_text(errors="replace")
+        found |= set(re.findall(r"spark\.lance\.compact\.[A-Za-z][A-Za-z0-9_.]*[A-Za-z0-9]", text))
+        for line in text.splitlines():  # environment variables: a LANCE_* name on a line that reads one
+            if re.search(r"environ|getenv|sys\.env|env\.get|\$\{?LANCE_", line):
+                found |= set(re.findall(r"\b(LANCE_[A-Z][A-Z0-9_]*)\b", line))
+        # catalog keys matched by pattern (driver_conf.py: spark\.sql\.catalog\.([^.]+)\.strategies\.)
+        found |= {f"spark.sql.catalog.<catalog>.{k}.<" for k in re.findall(r"catalog\\\.\(\[\^\.\]\+\)\\\.([a-z_]+)\\\.", text)}
+        if path.name == "LanceCatalog.scala":
+            found |= {f"spark.sql.catalog.<catalog>.{k}" for k in re.findall(r'options\.get\("([a-z_]+)"\)', text)}
+            found |= {f"spark.sql.catalog.<catalog>.{k}.<" for k in re.findall(r'startsWith\("([a-z_]+)\."\)', text)}
+    return found
+
+
+def test_configuration_page_lists_every_setting_the_code_reads():
+    page = (ROOT / "docs" / "configuration.md").read_text()
+    found = _settings_in_code()
+    assert {"spark.lance.compact.picture.dir", "spark.sql.catalog.<catalog>.warehouse",
+            "LANCE_COMPACT_JAR"} <= found, f"the scan finds too little: {sorted(found)}"
+    missing = sorted(name for name in found if f"`{name}" not in page)
+    assert not missing, f"docs/configuration.md does not list: {missing}"
+
+
+def test_architecture_names_every_module():
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    package = ROOT / "python" / "lance_compact"
+    modules = sorted(p.relative_to(package).as_posix() for p in package.rglob("*.py"))
+    scala = sorted(p.name for p in (ROOT / "spark-ext" / "src" / "main").rglob("*.scala"))
+    missing = [m for m in modules if f"`{m.rsplit('/', 1)[-1]}`" not in page] + \
+              [s for s in scala if s not in page]
+    assert not missing, f"docs/architecture.md does not describe: {missing}"
+
+
+def test_procedures_page_signatures_are_the_jars(served):
+    """docs/procedures.md's `lance.x(a, [b], ...)` signatures name the jar's parameters in order."""
+    page = (ROOT / "docs" / "procedures.md").read_text()
+    shown = re.findall(r"`lance\.(\w+)\(([^)`]*)\)`", page)
+    checked = 0
+    for name, args in shown:
+        if "..." in args or not args.strip():
+            continue
+        names = [a.strip(" []") for a in args.split(",")]
+        assert names == [n for n, _ in served["signatures"][name]], f"procedures.md: lance.{name}({args})"
+        checked += 1
+    assert checked >= 5
