@@ -257,3 +257,29 @@ def test_the_service_runs_rounds_backs_off_stops_and_reports_metrics(tmp_path):
             if p.poll() is None:
                 p.kill()
                 p.wait(timeout=30)
+
+
+def test_the_service_takes_a_properties_file_as_its_help_says(tmp_path):
+    """--properties-file names the warehouse (and would hold the storage keys): no --warehouse."""
+    import json
+
+    wh = tmp_path / "wh"
+    _degraded(wh / "ws" / "t.lance")
+    expected = content(lance.dataset(str(wh / "ws" / "t.lance")))
+    props = tmp_path / "service.properties"
+    props.write_text(f"spark.sql.catalog.lance.warehouse={wh}\nspark.sql.catalog.lance.maintain.priority=1\n")
+    help_text = subprocess.run([sys.executable, "-m", "lance_compact.maintenance_service", "--help"],
+                               capture_output=True, text=True, timeout=60).stdout
+    assert "--properties-file" in help_text
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
+    p = subprocess.run([sys.executable, "-m", "lance_compact.maintenance_service", "--properties-file", str(props),
+                        "--master", "local[1]", "--conf", "spark.ui.enabled=false", "--rounds", "1",
+                        "--param", "target_rows_per_fragment=300"],
+                       capture_output=True, text=True, timeout=240, env=env, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]
+    first = json.loads(next(line for line in p.stdout.splitlines() if line.startswith("{")))
+    assert first["maintained"] == ["ws.t"], first
+    assert content(lance.dataset(str(wh / "ws" / "t.lance"))) == expected
+    missing = subprocess.run([sys.executable, "-m", "lance_compact.maintenance_service", "--properties-file",
+                              str(tmp_path / "nope.properties")], capture_output=True, text=True, timeout=60)
+    assert missing.returncode == 2 and "no such readable file" in missing.stderr

@@ -3,6 +3,10 @@
     python -m lance_compact.maintenance_service --warehouse s3://bucket/wh --every 10m \\
         --min-interval 1h --param max_duration='10 minutes' [--namespace db] [--rounds N]
 
+    python -m lance_compact.maintenance_service --properties-file /etc/lance/warehouse.properties
+
+(the properties file holding ``spark.sql.catalog.lance.warehouse`` and its ``storage.*`` keys)
+
     spark-submit --master spark://... --jars "$(python -c 'import lance_compact as l; print(l.jar_path())')" \\
         "$(python -c 'import lance_compact.maintenance_service as m; print(m.__file__)')" --every 10m ...
 
@@ -26,7 +30,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import re
+import shlex
 import signal
 import sys
 import threading
@@ -159,9 +165,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--storage", action="append", default=[], metavar="KEY=VALUE",
                    help="a Lance storage option of the warehouse (prefer a --properties-file of "
                         "spark.sql.catalog.<catalog>.storage.* settings: command lines are visible)")
+    p.add_argument("--properties-file", metavar="PATH",
+                   help="a Spark properties file, as spark-submit reads it (the catalog's warehouse and "
+                        "storage.* settings, any Spark setting); its values never reach a command line")
     p.add_argument("--master", help="Spark master (default: spark-submit's, else local[*])")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark setting; repeatable")
     a = p.parse_args(argv)
+    if a.properties_file and not os.access(a.properties_file, os.R_OK):
+        p.error(f"--properties-file {a.properties_file}: no such readable file")
     for opt in ("param", "storage", "conf"):
         for kv in getattr(a, opt):
             if "=" not in kv:
@@ -177,6 +188,11 @@ def main(argv: list[str] | None = None) -> int:
 
     from .api import configure_spark_with_lance_compact
 
+    if a.properties_file:  # read by the JVM PySpark starts (configure_spark_with_lance_compact
+        # merges it into its own private file when it has storage options to hide)
+        args = shlex.split(os.environ.get("PYSPARK_SUBMIT_ARGS", "pyspark-shell"))
+        os.environ["PYSPARK_SUBMIT_ARGS"] = shlex.join(
+            ["--properties-file", os.path.abspath(a.properties_file), *args])
     builder = SparkSession.builder.appName("lance-compact-maintenance")
     if a.master:
         builder = builder.master(a.master)
