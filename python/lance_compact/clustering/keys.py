@@ -1,0 +1,139 @@
+"""Arrow-level ordering for clustering, on executors and (for the small sample) on the
+driver: a table's rows in sort order, bounds picked from a sample, the range partition of
+each row, and z-values.
+
+Ranks against bounds are found by sorting the bounds together with the rows (Arrow's sort is
+stable), so every type Arrow can sort works, with the order's direction and null placement,
+without converting values. Rows equal to a bound repeated across several partitions (a heavy
+key) are spread over those partitions at random: they are equal in every key, so any of
+them keeps the global order, and no single task gets all of them.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .sort_order import SortKey, SortOrder
+
+# Range ids per z-order column: at most 2**16, and at most 62 bits in all.
+MAX_BITS_PER_COLUMN = 16
+
+
+def key_table(table: pa.Table, keys: tuple[SortKey, ...]) -> pa.Table:
+    """The key columns, named k0, k1, ... (so bounds and rows concatenate whatever the names)."""
+    return pa.table({f"k{i}": table.column(k.column).combine_chunks() for i, k in enumerate(keys)})
+
+
+def _sort_keys(keys: tuple[SortKey, ...]) -> list[tuple[str, str, str]]:
+    return [k.arrow(f"k{i}") for i, k in enumerate(keys)]
+
+
+def order_indices(table: pa.Table, keys: tuple[SortKey, ...]) -> pa.Array:
+    """Indices that put ``table``'s rows in the order of ``keys``."""
+    return pc.sort_indices(key_table(table, keys), sort_keys=_sort_keys(keys))
+
+
+def pick_bounds(sample: pa.Table, keys: tuple[SortKey, ...], parts: int) -> pa.Table:
+    """``parts - 1`` rows of the sample's key columns (k0, k1, ...) splitting it into ``parts``
+    ranges of about equal size, in order."""
+    k = key_table(sample, keys)
+    if parts <= 1 or k.num_rows == 0:
+        return k.slice(0, 0)
+    ordered = k.take(pc.sort_indices(k, sort_keys=_sort_keys(keys)))
+    at = [min(k.num_rows - 1, (i * k.num_rows) // parts) for i in range(1, parts)]
+    return ordered.take(pa.array(at, pa.int64()))
+
+
+def _ranks(rows: pa.Table, bounds: pa.Table, keys: tuple[SortKey, ...], ties_after: bool) -> np.ndarray:
+    """Per row, how many bounds sort before it: bounds equal to the row count when
+    ``ties_after`` (the bounds go first into the stable sort), else they don't."""
+    nb, nr = bounds.num_rows, rows.num_rows
+    if nb == 0:
+        return np.zeros(nr, dtype=np.int64)
+    bounds = bounds.cast(rows.schema)
+    both = pa.concat_tables([bounds, rows] if ties_after else [rows, bounds])
+    order = pc.sort_indices(both, sort_keys=_sort_keys(keys)).to_numpy()
+    is_bound = order < nb if ties_after else order >= nr
+    before = np.cumsum(is_bound)
+    out = np.empty(nr, dtype=np.int64)
+    row_pos = ~is_bound
+    out[order[row_pos] - (nb if ties_after else 0)] = before[row_pos]
+    return out
+
+
+def spread(low: np.ndarray, high: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """A partition in [low, high] per row, uniformly where they differ."""
+    width = high - low
+    if not width.any():
+        return low
+    return low + np.floor(rng.random(len(low)) * (width + 1)).astype(np.int64)
+
+
+def linear_partitions(rows: pa.Table, bounds: pa.Table, order: SortOrder,
+                      rng: np.random.Generator) -> np.ndarray:
+    """The range partition (0 .. len(bounds)) of each row under a linear order."""
+    k = key_table(rows, order.keys)
+    return spread(_ranks(k, bounds, order.keys, ties_after=False),
+                  _ranks(k, bounds, order.keys, ties_after=True), rng)
+
+
+def bits_per_column(columns: int) -> int:
+    return max(1, min(MAX_BITS_PER_COLUMN, 62 // columns))
+
+
+def column_bounds(sample: pa.Table, order: SortOrder) -> list[pa.Table]:
+    """Per z-order column, bounds that split the sample's values into up to 2**bits ranges."""
+    ranges = 1 << bits_per_column(len(order.keys))
+    out = []
+    for key in order.keys:
+        one = (key,)
+        b = pick_bounds(sample, one, min(ranges, max(1, sample.num_rows)))
+        # Equal bounds add nothing to a range id: keep each value once.
+        u = pa.table({"k0": pc.unique(b["k0"].combine_chunks())}) if b.num_rows else b
+        out.append(u.take(pc.sort_indices(u, sort_keys=_sort_keys(one))))
+    return out
+
+
+def zvalues(rows: pa.Table, order: SortOrder, bounds: list[pa.Table]) -> np.ndarray:
+    """Each row's z-value: the bits of its per-column range ids interleaved (column 0 in the
+    most significant bit of each group), as Delta's MultiDimClustering does, each column's ids
+    first stretched to the full ``bits`` width so every column weighs the same."""
+    bits = bits_per_column(len(order.keys))
+    n = len(order.keys)
+    z = np.zeros(rows.num_rows, dtype=np.uint64)
+    for j, (key, b) in enumerate(zip(order.keys, bounds)):
+        one = (SortKey("k0", False, False),)
+        col = pa.table({"k0": rows.column(key.column).combine_chunks()})
+        rid = _ranks(col, b, one, ties_after=True).astype(np.uint64)
+        # Stretch the ids over the full width: a column with few distinct values (40 tenants)
+        # would otherwise use only the low bits and leave the order to the other columns.
+        rid = (rid << np.uint64(bits)) // np.uint64(b.num_rows + 1)
+        for bit in range(bits):
+            z |= ((rid >> np.uint64(bit)) & np.uint64(1)) << np.uint64(bit * n + (n - 1 - j))
+    return z
+
+
+def z_bounds(z: np.ndarray, parts: int) -> np.ndarray:
+    """``parts - 1`` z-values splitting the sample's z-values into equal ranges."""
+    if parts <= 1 or len(z) == 0:
+        return np.zeros(0, dtype=np.uint64)
+    s = np.sort(z)
+    return s[[min(len(s) - 1, (i * len(s)) // parts) for i in range(1, parts)]]
+
+
+def z_partitions(z: np.ndarray, bounds: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """The range partition of each z-value (ties with a repeated bound spread over its ranges)."""
+    return spread(np.searchsorted(bounds, z, side="left").astype(np.int64),
+                  np.searchsorted(bounds, z, side="right").astype(np.int64), rng)
+
+
+def to_ipc(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as w:
+        w.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def from_ipc(data: bytes) -> pa.Table:
+    return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
