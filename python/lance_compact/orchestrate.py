@@ -134,7 +134,11 @@ def make_plan(request: CompactionRequest) -> tuple[Plan, lance.LanceDataset]:
 
 def dry_run(request_json: str) -> list[tuple]:
     """``plan_compaction``: a row per task, selected or left for later; writes nothing."""
-    return [tuple(r) for r in plan_rows(make_plan(CompactionRequest.from_json(request_json))[0])]
+    request = CompactionRequest.from_json(request_json)
+    if request.run.get("sort_order"):  # clustered compaction plans its own group
+        from .clustering.run import dry_run as cluster_dry_run
+        return cluster_dry_run(request)
+    return [tuple(r) for r in plan_rows(make_plan(request)[0])]
 
 
 class Run:
@@ -326,6 +330,7 @@ class Run:
             "fragments_left": self.fragments_left,
             "elapsed_ms": int(((self.ended or time.time()) - self.started) * 1000),
             "conflicts": self._conflicts(),
+            "sort_order": None, "index_coverage": None,  # clustering's (clustering/run.py)
             **self.counts,
         }
         for name, _ in result_columns():
@@ -348,6 +353,13 @@ def compact(request_json: str, runner: BatchRunner) -> tuple:
     """``compact``: plan, run every batch, commit; the result row."""
     started = time.time()
     request = CompactionRequest.from_json(request_json)
+    if request.run.get("sort_order"):  # clustered compaction: its own Spark jobs and commit
+        from .clustering.run import cluster
+        sc = getattr(runner, "sc", None)
+        if sc is None:
+            raise CompactionError(f"table {request.table}: sort_order needs a Spark context of its own "
+                                  "(not available in a shared maintenance run)")
+        return cluster(request, sc)
     run = Run(request, *make_plan(request), started)
     log.info("table %s: planned %d tasks in %d ms", request.table,
              sum(len(b.ids) for b in run.pending), (time.time() - started) * 1000)
