@@ -11,7 +11,8 @@ RESULT_COLUMNS = ["table", "strategy", "read_version", "new_version", "tasks", "
                   "fragments_left", "fragments_removed",
                   "fragments_added", "files_removed", "files_added", "rows_rewritten",
                   "deleted_rows_removed", "bytes_read", "bytes_written", "commits", "retries",
-                  "tasks_conflicted", "tasks_rebased", "conflicts", "tasks_failed", "elapsed_ms"]
+                  "tasks_conflicted", "tasks_rebased", "conflicts", "tasks_failed", "elapsed_ms",
+                  "sort_order", "index_coverage"]  # the last two: clustering's (null here)
 
 
 def fragment_rows(ds):
@@ -82,8 +83,8 @@ def test_no_op_returns_zero_counts_and_keeps_the_version(spark, fresh_table):
     r = spark.sql(f"CALL lance.compact(table => '{table}')").collect()[0].asDict()
     assert lance.dataset(str(path)).version == version
     assert r["read_version"] == r["new_version"] == version
-    assert all(r[c] == 0 for c in RESULT_COLUMNS[4:-1] if c != "conflicts"), r
-    assert r["conflicts"] is None
+    assert all(r[c] == 0 for c in RESULT_COLUMNS[4:-3] if c != "conflicts"), r
+    assert r["conflicts"] is None and r["sort_order"] is None and r["index_coverage"] is None
 
 
 def test_positional_arguments_and_system_namespace(spark, fresh_table, tmp_path):
