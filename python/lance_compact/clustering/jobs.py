@@ -15,6 +15,7 @@ dataclass of plain values.
 from __future__ import annotations
 
 import json
+import resource
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -99,6 +100,7 @@ class Written:
     fragments: tuple[str, ...]
     rows: int
     bytes: int
+    peak_rss: int = 0  # the Python worker's peak resident memory so far, bytes (Linux)
 
 
 @dataclass(frozen=True)
@@ -171,7 +173,8 @@ class _Writer:
         new = lance.fragment.write_fragments(rows, self.source.uri,
                                              storage_options=self.source.storage_options or None, **kwargs)
         written = sum(f.file_size_bytes or 0 for m in new for f in m.data_files())
-        return iter([Written(index, tuple(json.dumps(m.to_json()) for m in new), rows.num_rows, written)])
+        return iter([Written(index, tuple(json.dumps(m.to_json()) for m in new), rows.num_rows, written,
+                             resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)])
 
 
 def rewrite(sc, source: Source, order: SortOrder, bounds: Bounds, fragment_ids: list[int],

@@ -122,6 +122,9 @@ def _attempt(sc: Any, request: CompactionRequest, order: SortOrder, dataset: lan
                               f"{files}") from None
     finally:
         sc.setJobDescription(None)
+    log.info("table %s: %d partitions written, %d rows; largest partition %d rows; peak worker memory %d MB",
+             request.table, len(written), sum(w.rows for w in written), max((w.rows for w in written), default=0),
+             max((w.peak_rss for w in written), default=0) >> 20)
     new = [m for w in written for m in new_fragments(list(w.fragments))]
     old = [dataset.get_fragment(i).metadata for i in ids]
     why = cancellation.reason()
