@@ -162,6 +162,7 @@ def odd_table(warehouse):
 
 @pytest.mark.parametrize("order, match", [
     ("nope", "sort_order column 'nope' does not exist"),
+    ("  ", "it is empty"),
     ("Tenant", "did you mean 'tenant'"),
     ("vector", "'vector' is a vector"),
     ("tags DESC", "'tags' is a nested column"),
@@ -254,3 +255,16 @@ def test_benchmark_smoke(spark, tmp_path):
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "tenant = 7" in out.stdout and "iops" in out.stdout
+
+
+@pytest.mark.parametrize("kind", [pa.null(), pa.dictionary(pa.int32(), pa.string()), pa.map_(pa.string(), pa.int64()),
+                                  pa.large_list(pa.int64())])
+def test_types_that_cannot_be_ordered_are_named(kind):
+    """The schema check alone (Lance stores few of these types; the check is the same)."""
+    from lance_compact.clustering.sort_order import check_columns, parse_sort_order
+    from lance_compact.errors import CompactionError
+
+    schema = pa.schema([pa.field("a", pa.int64()), pa.field("odd", kind)])
+    with pytest.raises(CompactionError, match=r"sort_order column 'odd' (has type|is a nested column)"):
+        check_columns(parse_sort_order("zorder(a, odd)", "db.t"), schema, "db.t")
+    check_columns(parse_sort_order("a DESC NULLS FIRST", "db.t"), schema, "db.t")

@@ -135,7 +135,7 @@ def make_plan(request: CompactionRequest) -> tuple[Plan, lance.LanceDataset]:
 def dry_run(request_json: str) -> list[tuple]:
     """``plan_compaction``: a row per task, selected or left for later; writes nothing."""
     request = CompactionRequest.from_json(request_json)
-    if request.run.get("sort_order"):  # clustered compaction plans its own group
+    if request.run.get("sort_order") is not None:  # clustered compaction plans its own group
         from .clustering.run import dry_run as cluster_dry_run
         return cluster_dry_run(request)
     return [tuple(r) for r in plan_rows(make_plan(request)[0])]
@@ -353,7 +353,7 @@ def compact(request_json: str, runner: BatchRunner) -> tuple:
     """``compact``: plan, run every batch, commit; the result row."""
     started = time.time()
     request = CompactionRequest.from_json(request_json)
-    if request.run.get("sort_order"):  # clustered compaction: its own Spark jobs and commit
+    if request.run.get("sort_order") is not None:  # clustered compaction: its own Spark jobs and commit
         from .clustering.run import cluster
         sc = getattr(runner, "sc", None)
         if sc is None:
