@@ -1,7 +1,7 @@
 """The clustering's Spark jobs, run from the engine process on the driver:
 
 1. :func:`sample_keys`: each source fragment's key columns are read on an executor and a
-   random sample of them comes back (small: about 64 rows per output partition in all);
+   random sample of them comes back (small: about 1,000 rows of the key columns per output partition);
 2. :func:`rewrite`: each source fragment is read on an executor, in chunks of at most the
    target rows, every row gets its range partition (from the bounds, or the z-value's), the
    rows are shuffled as Arrow IPC bytes (``partitionBy``), and each partition is sorted and
@@ -28,9 +28,9 @@ from .keys import (column_bounds, from_ipc, key_table, linear_partitions, order_
 from .sort_order import SortOrder
 
 # The sample: this many rows per output partition (at least MIN_SAMPLE, at most MAX_SAMPLE).
-SAMPLE_PER_PARTITION = 64
+SAMPLE_PER_PARTITION = 1_000  # a partition's size is then off by about 3%
 MIN_SAMPLE = 16_384
-MAX_SAMPLE = 200_000
+MAX_SAMPLE = 500_000
 
 
 @dataclass(frozen=True)
@@ -167,7 +167,9 @@ class _Writer:
             rows = rows.take(pa.array(order, pa.int64()))
         else:
             rows = rows.take(order_indices(rows, self.order.keys))
-        kwargs = {"max_rows_per_file": self.target_rows}
+        # Over the target (a partition the sample misjudged): equal fragments, no small tail.
+        pieces = -(-rows.num_rows // self.target_rows)
+        kwargs = {"max_rows_per_file": -(-rows.num_rows // pieces)}
         if self.max_bytes_per_file:
             kwargs["max_bytes_per_file"] = self.max_bytes_per_file
         new = lance.fragment.write_fragments(rows, self.source.uri,

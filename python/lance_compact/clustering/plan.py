@@ -3,6 +3,7 @@ the table but the excluded ones, clustered together), and how many range partiti
 uses so each Spark task holds about one target-size fragment of rows."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -11,6 +12,11 @@ import lance
 from ..errors import CompactionError
 from ..options import effective
 from .sort_order import SortOrder
+
+
+# Partitions are planned this full: bounds come from a sample, so a partition's size is off
+# by a few percent, and one just over the target would otherwise end in a tiny fragment.
+FILL = 0.9
 
 
 @dataclass(frozen=True)
@@ -56,6 +62,6 @@ def plan_clustering(dataset: lance.LanceDataset, order: SortOrder, options: dict
     target = int(effective(dataset.config(), options, "target_rows_per_fragment"))
     group = ClusterGroup(tuple(m.id for m in metas), rows, sum(m.num_deletions for m in metas),
                          sum(_fragment_bytes(m) for m in metas))
-    partitions = max(1, -(-rows // target))
+    partitions = max(1, math.ceil(rows / (target * FILL)))
     return ClusterPlan(dataset.version, order, group, partitions, target,
                        options.get("max_bytes_per_file"))
