@@ -9,7 +9,6 @@ adds them (queries stay right meanwhile, scanning what is not covered).
 """
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 
@@ -96,7 +95,3 @@ def restore_indices(dataset: lance.LanceDataset, names: list[str]) -> int:
     """Cover the new fragments again (Lance's optimize_indices); the version after."""
     dataset.optimize.optimize_indices(index_names=names)
     return dataset.version
-
-
-def fragment_json(meta: FragmentMetadata) -> str:
-    return json.dumps(meta.to_json())

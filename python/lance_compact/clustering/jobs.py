@@ -23,7 +23,7 @@ import lance
 import numpy as np
 import pyarrow as pa
 
-from .keys import (column_bounds, from_ipc, key_table, linear_partitions, order_indices,
+from .keys import (column_bounds, from_ipc, linear_partitions, order_indices,
                    pick_bounds, to_ipc, z_bounds, z_partitions, zvalues)
 from .sort_order import SortOrder
 
@@ -197,4 +197,4 @@ def _identity(partition: int) -> int:
     return partition
 
 
-__all__ = ["Bounds", "Source", "Written", "key_table", "make_bounds", "rewrite", "sample_keys"]
+__all__ = ["Bounds", "Source", "Written", "make_bounds", "rewrite", "sample_keys"]
