@@ -250,3 +250,23 @@ def test_maintain_warehouse_maintains_every_aged_table(spark, warehouse):
             rows_and_indices_kept(path, oracle)
     health = spark.sql("SELECT `table`, error FROM lance.system.table_health WHERE namespace = 'mw'").collect()
     assert sorted(health) == sorted((n, None) for n in NAMES)
+
+
+CLEANED = [n for n in NAMES if n in ("cleaned_after_remap", "undecodable_partly_cleaned", "v2_manifest_paths",
+                                     "one_version")]
+
+
+@pytest.mark.parametrize("name", CLEANED)
+def test_a_cleaned_up_version_is_named_as_such(spark, aged, name):
+    """Asking for a version cleanup removed: a clear error naming the version, not a missing
+    table; the table stays readable."""
+    path, oracle, _ = aged[name]
+    assert min(v["version"] for v in lance.dataset(str(path)).versions()) > 1
+    with refused(path, r"version 1 does not exist .*cleaned up") as e:
+        spark.sql(f"SELECT count(*) FROM lance.aged.{name} VERSION AS OF 1").collect()
+    assert "table does not exist" not in str(e.value)
+    with refused(path, r"version 1 does not exist .*cleaned up") as e:
+        spark.sql(f"CALL lance.describe_layout(table => 'aged.{name}', histogram => true, "
+                  "compare_version => 1)").collect()
+    assert "table does not exist" not in str(e.value)
+    assert spark.sql(f"SELECT count(*) FROM lance.aged.{name}").collect()[0][0] == oracle.num_rows
