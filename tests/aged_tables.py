@@ -118,10 +118,22 @@ def v2_manifest_paths(uri: str, facts: dict) -> None:
 
 
 def lance_spark_layout(uri: str, facts: dict) -> None:
-    """(f) what lance-spark 0.4.0's INSERTs and DELETE leave: a fragment per Spark partition
-    and insert, then a Delete transaction (see the module's doc)."""
-    ds = _fragments(uri, 4)
-    ds.delete("id % 7 = 0")
+    """(f) what lance-spark 0.4.0 leaves (seen on tables it wrote, tests/test_lance_spark_interop.py):
+    file format 2.0, its ``lance.auto_cleanup.*`` config, a fragment per Spark partition and
+    INSERT, and a DELETE committed as an Update transaction whose updated fragments carry
+    deletion files (pylance's own delete commits a Delete). All of it decodes in pylance 14.0.2."""
+    for i in range(4):
+        lance.write_dataset(batch(i * ROWS, ROWS), uri, mode="append" if i else "create",
+                            max_rows_per_file=ROWS, data_storage_version="2.0")
+    ds = lance.dataset(uri)
+    ds.update_config({"lance.auto_cleanup.interval": "20", "lance.auto_cleanup.older_than": "14days"})
+    ds = lance.dataset(uri)
+    updated = []
+    for f in ds.get_fragments():
+        ids = f.to_table(columns=["id"])["id"].to_pylist()
+        updated.append(f.delete_rows([k for k, i in enumerate(ids) if i % 7 == 0]))
+    lance.LanceDataset.commit(uri, lance.LanceOperation.Update(updated_fragments=updated),
+                              read_version=ds.version)
 
 
 def one_version(uri: str, facts: dict) -> None:
