@@ -270,3 +270,17 @@ def test_a_cleaned_up_version_is_named_as_such(spark, aged, name):
                   "compare_version => 1)").collect()
     assert "table does not exist" not in str(e.value)
     assert spark.sql(f"SELECT count(*) FROM lance.aged.{name}").collect()[0][0] == oracle.num_rows
+
+
+def test_a_gone_version_is_not_classified_as_a_missing_table(aged):
+    """The error pylance raises for a version cleanup removed is named as a version gone."""
+    from lance_compact.failures import MISSING, classify, describe
+
+    path, _, _ = aged["cleaned_after_remap"]
+    with pytest.raises(OSError) as e:
+        lance.dataset(str(path)).checkout_version(1)
+    assert classify(e.value).kind == MISSING
+    assert describe(e.value).startswith("a version of the table does not exist")
+    with pytest.raises(Exception) as gone:
+        lance.dataset(str(path.parent / "no_such_table.lance"))
+    assert describe(gone.value).startswith("the table does not exist")
