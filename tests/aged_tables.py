@@ -78,6 +78,18 @@ def undecodable_partly_cleaned(uri: str, facts: dict) -> None:
     facts["counts_lost"] = True  # the Rewrite's predecessor is gone and pylance cannot decode it
 
 
+def compacted_long_ago(uri: str, facts: dict) -> None:
+    """(a, b) an undecodable Rewrite 18 commits back, the oldest version cleanup kept: the
+    search for it reads past pylance's first window of 16 transactions, one at a time."""
+    ds = _fragments(uri, 4)
+    ds.create_scalar_index("id", "BTREE")
+    _compact(uri, facts)
+    for i in range(18):
+        _append(uri, 1000 + i * ROWS, n=2)
+    lance.dataset(uri).cleanup_old_versions(older_than=timedelta(seconds=0), retain_versions=19)
+    facts["counts_lost"] = True  # the Rewrite's predecessor is gone and pylance cannot decode it
+
+
 def deferred_remap(uri: str, facts: dict) -> None:
     """(c) ``defer_index_remap``: the compaction leaves a ``__lance_frag_reuse`` index instead
     of remapping the BTREE."""
@@ -174,9 +186,9 @@ def ivf_pq(uri: str, facts: dict) -> None:
 
 
 AGED: dict[str, Callable[[str, dict], None]] = {f.__name__: f for f in (
-    cleaned_after_remap, undecodable_newest, undecodable_partly_cleaned, deferred_remap,
-    unindexed_fragments, stable_row_ids, v2_manifest_paths, lance_spark_layout, one_version,
-    deletions_everywhere, empty, all_deleted, ivf_pq)}
+    cleaned_after_remap, undecodable_newest, undecodable_partly_cleaned, compacted_long_ago,
+    deferred_remap, unindexed_fragments, stable_row_ids, v2_manifest_paths, lance_spark_layout,
+    one_version, deletions_everywhere, empty, all_deleted, ivf_pq)}
 
 
 def build(path: str, name: str) -> tuple[pa.Table, dict]:

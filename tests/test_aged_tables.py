@@ -253,7 +253,7 @@ def test_maintain_warehouse_maintains_every_aged_table(spark, warehouse):
 
 
 CLEANED = [n for n in NAMES if n in ("cleaned_after_remap", "undecodable_partly_cleaned", "v2_manifest_paths",
-                                     "one_version")]
+                                     "one_version", "compacted_long_ago")]
 
 
 @pytest.mark.parametrize("name", CLEANED)
