@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 CONFLICT, STORAGE, MISSING, CORRUPT, BUG = "conflict", "storage", "missing", "corrupt", "bug"
 
+_VERSION_GONE = re.compile(r"_versions/[^/\s]+\.manifest was not found")
 _OPERATION = re.compile(r"concurrent transaction (\w+)", re.I)
 _HTTP = re.compile(r"status code: (\d{3})\s*([A-Za-z][A-Za-z ]*[A-Za-z])?")
 _STORE = ("generic s3 error", "generic gcs error", "generic azure error", "generic http error",
@@ -112,6 +113,8 @@ def classify(error: BaseException | str) -> Failure:
     # Lance says "Dataset at path X was not found: Not found: X/_versions" for a missing table,
     # and "... _versions/N.manifest was not found" for a missing version.
     if "was not found" in low and "dataset at path" in low:
+        if _VERSION_GONE.search(low):  # an old version cleanup removed, not the table
+            return Failure(MISSING, "a version of the table does not exist (removed by cleanup, or never written)", None, detail)
         return Failure(MISSING, "the table does not exist", None, detail)
     if any(s in low for s in _STORE):
         return Failure(STORAGE, _storage(low), None, detail)

@@ -1,6 +1,12 @@
 """The last compaction of a table, read from Lance's own transactions: no record of ours,
 no extra commit. Any compaction counts (a Rewrite transaction: this product's, pylance's
-``compact_files``, lance-spark's ``OPTIMIZE``)."""
+``compact_files``, lance-spark's ``OPTIMIZE``).
+
+Tables as maintenance leaves them are read here too: cleanup removes old versions (their
+manifests and transactions), so a search back through history ends at the oldest version
+left, never with an error; and pylance 14.0.2 cannot decode a Rewrite that remapped indices
+(:func:`undecodable_rewrite`), so such a version counts as a compaction whose counts are known
+only from the manifests around it."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -20,19 +26,32 @@ class LastCompaction:
 def undecodable_rewrite(error: TypeError) -> bool:
     """Whether reading a transaction failed on pylance 14.0.2's known gap: it cannot decode a
     Rewrite that remapped indices (its RewrittenIndex binding takes more arguments than it
-    passes). Only a Rewrite carries those, so such a transaction is a Rewrite."""
-    return "RewrittenIndex" in str(error)
+    passes). Only a Rewrite carries those, so such a transaction is a Rewrite. The one place
+    that gap is recognised."""
+    return isinstance(error, TypeError) and "RewrittenIndex" in str(error)
+
+
+def version_gone(error: BaseException) -> bool:
+    """Whether reading a version failed because its manifest is not there: cleanup removed it
+    (Lance: "Dataset at path .../_versions/N.manifest was not found"). Not a missing table:
+    the table's current version was opened already."""
+    text = str(error)
+    return isinstance(error, (OSError, ValueError)) and "not found" in text and ".manifest" in text
 
 
 def _is_rewrite(dataset: lance.LanceDataset, version: int) -> bool | None:
-    """Whether ``version`` was committed by a Rewrite; None when its transaction is gone."""
+    """Whether ``version`` was committed by a Rewrite; None when it or its transaction is gone."""
     try:
-        t = dataset.checkout_version(version).get_transactions(1)[0]
+        t = dataset.read_transaction(version)
     except TypeError as e:
         if undecodable_rewrite(e):
             return True
         raise
-    return None if t is None else type(t.operation).__name__ == "Rewrite"
+    except (OSError, ValueError) as e:
+        if version_gone(e):
+            return None
+        raise
+    return None if t is None or t.operation is None else type(t.operation).__name__ == "Rewrite"
 
 
 def _newest_rewrite(dataset: lance.LanceDataset) -> int | None:
@@ -45,41 +64,79 @@ def _newest_rewrite(dataset: lance.LanceDataset) -> int | None:
         try:
             kinds: list[Any] = [None if t is None else type(t.operation).__name__ == "Rewrite"
                                 for t in dataset.get_transactions(window)]
-        except TypeError:  # a Rewrite the binding cannot decode: one version at a time
-            kinds = [_is_rewrite(dataset, dataset.version - i) for i in range(window)]
+        except TypeError as e:
+            if not undecodable_rewrite(e):
+                raise
+            # A Rewrite the binding cannot decode is in the window: one version at a time,
+            # stopping at the first Rewrite or the first version cleanup removed.
+            for i in range(window):
+                rewrite = _is_rewrite(dataset, dataset.version - i)
+                if rewrite is None:
+                    return None
+                if rewrite:
+                    return dataset.version - i
+            kinds = [False] * window
         for i, rewrite in enumerate(kinds):
             if rewrite is None:
                 return None
             if rewrite:
                 return dataset.version - i
-        if window >= dataset.version:
+        # Fewer transactions than asked for: cleanup removed the older versions.
+        if len(kinds) < window or window >= dataset.version:
             return None
         window *= 8
+
+
+def _fragment_ids(dataset: lance.LanceDataset, version: int) -> set[int] | None:
+    """The fragment ids of ``version``; None when cleanup removed it."""
+    try:
+        return {f.fragment_id for f in dataset.checkout_version(version).get_fragments()}
+    except (OSError, ValueError) as e:
+        if version_gone(e):
+            return None
+        raise
+
+
+def rewrite_counts(dataset: lance.LanceDataset, version: int) -> tuple[int | None, int | None]:
+    """(fragments removed, fragments added) by the Rewrite that committed ``version``: from
+    the manifests before and after it, else (the version before was cleaned up) from the
+    Rewrite's own groups, else (pylance cannot decode it) (None, None) -- an unknown count is
+    not made up."""
+    before = _fragment_ids(dataset, version - 1) if version > 1 else None
+    after = _fragment_ids(dataset, version) if before is not None else None
+    if before is not None and after is not None:
+        return len(before - after), len(after - before)
+    try:
+        t = dataset.read_transaction(version)
+    except TypeError as e:
+        if undecodable_rewrite(e):
+            return None, None
+        raise
+    except (OSError, ValueError) as e:
+        if version_gone(e):
+            return None, None
+        raise
+    groups = getattr(getattr(t, "operation", None), "groups", None)
+    if groups is None:
+        return None, None
+    return sum(len(g.old_fragments) for g in groups), sum(len(g.new_fragments) for g in groups)
 
 
 def last_compaction(dataset: lance.LanceDataset) -> LastCompaction | None:
     """The table's newest compaction up to ``dataset.version``, or None."""
     version = _newest_rewrite(dataset)
-    if version is None or version < 2:
+    if version is None:
         return None
-    # A Rewrite only replaces fragments: the ids it removed and added, from the manifests.
-    try:
-        before = {f.fragment_id for f in dataset.checkout_version(version - 1).get_fragments()}
-    except (OSError, ValueError):
-        # The version before was cleaned up: the counts from the Rewrite's own groups, if
-        # its transaction can be decoded (None when not: an unknown count is not made up).
-        try:
-            groups = dataset.checkout_version(version).get_transactions(1)[0].operation.groups
-            return LastCompaction(version, sum(len(g.old_fragments) for g in groups),
-                                  sum(len(g.new_fragments) for g in groups))
-        except Exception:
-            return LastCompaction(version, None, None)
-    after = {f.fragment_id for f in dataset.checkout_version(version).get_fragments()}
-    return LastCompaction(version, len(before - after), len(after - before))
+    return LastCompaction(version, *rewrite_counts(dataset, version))
 
 
 def committed_at(dataset: lance.LanceDataset, version: int) -> str | None:
-    """When ``version`` was committed, ISO 8601 in UTC."""
+    """When ``version`` was committed, ISO 8601 in UTC; None when cleanup removed it."""
     # get_version() reads the checked-out manifest only; versions() would read them all.
-    when = dataset.checkout_version(version).get_version()["timestamp"]
+    try:
+        when = dataset.checkout_version(version).get_version()["timestamp"]
+    except (OSError, ValueError) as e:
+        if version_gone(e):
+            return None
+        raise
     return when.astimezone(timezone.utc).isoformat(timespec="seconds")

@@ -154,8 +154,8 @@ def _layout(request_json: str) -> tuple[tuple, Any, list[int], list[int], int]:
     raw = json.loads(request_json)
     health = table_health(ds, resolve_policy(None, config, raw.get("maintain_settings"), request.table,
                                              raw.get("catalog") or "<catalog>"))
-    how = None
-    if last:
+    how = None  # also when the counts cannot be known (see history.rewrite_counts)
+    if last and last.fragments_removed is not None:
         how = f"{last.fragments_removed} fragments -> {last.fragments_added}"
     row = {
         "table": request.table,

@@ -8,7 +8,7 @@ from typing import Any
 
 from .errors import CompactionError
 from .fragments import data_bytes, live_and_deleted
-from .history import undecodable_rewrite
+from .history import rewrite_counts, undecodable_rewrite
 from .indices import index_state
 from .table_reads import open_request
 
@@ -58,7 +58,6 @@ def version_records(ds) -> list[dict[str, Any]]:
     lance.system.maintenance_history are both made of these."""
     records = []
     versions = sorted(ds.versions(), key=lambda x: x["version"])
-    known = {x["version"] for x in versions}
     ops = {x["version"]: _operation(ds, x["version"]) for x in versions}
     for info in versions:
         v = info["version"]
@@ -67,10 +66,8 @@ def version_records(ds) -> list[dict[str, Any]]:
         if op == "BaseOperation" and ops.get(v + 1, (None,))[0] == "Rewrite":
             op = "ReserveFragments"  # a compaction's first commit (no Python class in pylance)
         removed = added = None
-        if op == "Rewrite" and v - 1 in known:
-            now = {f.fragment_id for f in ds.checkout_version(v).get_fragments()}
-            then = {f.fragment_id for f in ds.checkout_version(v - 1).get_fragments()}
-            removed, added = len(then - now), len(now - then)
+        if op == "Rewrite":
+            removed, added = rewrite_counts(ds, v)
         fragments = meta.get("total_fragments")
         live = meta.get("total_rows")
         records.append({"version": v, "timestamp": info.get("timestamp"), "operation": op, "transaction": obj,

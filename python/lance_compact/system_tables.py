@@ -85,7 +85,7 @@ def _details(r: dict[str, Any], indexed: set[str]) -> str | None:
     op, t = r["operation"], r["transaction"]
     if op == "Rewrite":
         if r["fragments_removed"] is None:
-            return "compaction (the version before it was cleaned up: fragments not known)"
+            return "compaction (fragments not known: the version before it was cleaned up and pylance cannot decode its transaction)"
         return f"compaction: {r['fragments_removed']} fragments -> {r['fragments_added']}, {r['rows']} rows"
     if op == "ReserveFragments":
         return "fragment ids reserved for the compaction committed next"
