@@ -29,6 +29,11 @@ import io.github.lancecompact.spark.procedures.Procedures
  * spark.sql.catalog.lance.distributed_reads=true         (false: SELECT reads on the driver, up to
  * spark.sql.catalog.lance.read_max_rows=1000000           rows)
  * }}}
+ *
+ * Registered in the driver's static configuration, the catalog is the operator's: it reads
+ * these settings from there only and refuses a session that SETs another value of one
+ * ([[CatalogSettings]]). Every namespace and table it reaches passes the warehouse's one
+ * boundary ([[WarehouseBoundary]]); identifiers with control characters are refused ([[Names]]).
  */
 class LanceCatalog extends TableCatalog with SupportsNamespaces with ProcedureCatalog with Logging {
   private var catalogName: String = "lance"
@@ -63,9 +68,10 @@ class LanceCatalog extends TableCatalog with SupportsNamespaces with ProcedureCa
     readMaxRows = Option(options.get("read_max_rows")).map(_.trim.toLong).getOrElse(readMaxRows)
     distributedReads = Option(options.get("distributed_reads")).map(_.trim.toBoolean).getOrElse(true)
     SparkSession.getActiveSession.foreach { spark =>
-      val shown = storage.keys.filterNot(k => EnginePlugin.redacts(spark.sparkContext.getConf, name, k))
+      val shown = storage.keys.filter(k => sessionOptions.containsKey(s"storage.$k"))
+        .filterNot(k => EnginePlugin.redacts(spark.sparkContext.getConf, name, k))
       if (shown.nonEmpty) logWarning(s"catalog $name: Spark does not redact storage options " +
-        s"${shown.toSeq.sorted.mkString(", ")} in its event log and UI; set spark.plugins=${classOf[EnginePlugin].getName} " +
+        s"${Names.show(shown.toSeq.sorted.mkString(", "))} in its event log and UI; set spark.plugins=${classOf[EnginePlugin].getName} " +
         s"or add ${EnginePlugin.StorageOptions} to ${EnginePlugin.RedactionKey}")
     }
     // The catalog is initialized when a statement first names it: start the engine now,
