@@ -68,4 +68,33 @@ class WarehouseSuite extends AnyFunSuite {
       .contains("set spark.sql.catalog.lance.warehouse"))
     assert(wh.checkPath("/data/t.lance") == "/data/t.lance")
   }
+
+  test("one boundary: linked table folders, namespace folders and a table's own folders are outside") {
+    withWarehouse { (root, wh) =>
+      val outside = Files.createTempDirectory("outside")
+      Files.createDirectories(outside.resolve("ext.lance").resolve("_versions"))
+      Files.createSymbolicLink(root.resolve("db").resolve("link.lance"), outside.resolve("ext.lance"))
+      Files.createSymbolicLink(root.resolve("linkns"), outside)
+      Files.createDirectories(root.resolve("db").resolve("inner.lance"))
+      Files.createSymbolicLink(root.resolve("db").resolve("inner.lance").resolve("_versions"),
+        outside.resolve("ext.lance").resolve("_versions"))
+      for (t <- Seq("link", "inner"))
+        assert(message(wh.requireTable(Identifier.of(Array("db"), t))).contains("is outside the warehouse"))
+      assert(message(wh.requireTable(Identifier.of(Array("linkns"), "ext"))).contains("is outside the warehouse"))
+      assert(message(wh.namespaceExists(Array("linkns"))).contains("a symbolic link leads out of it"))
+      assert(wh.listTables(Array("db")).map(_.name).toSeq == Seq("events"))
+      assert(wh.listNamespaces(Array.empty).map(_.toSeq).toSeq == Seq(Seq("db")))
+      assert(wh.allTables().map(_._2) == Seq("events"))
+    }
+  }
+
+  test("a table's folders are no namespaces; new namespaces may not collide with Lance's layout") {
+    withWarehouse { (_, wh) =>
+      assert(message(wh.namespaceExists(Array("db", "events.lance"))).contains("a table's or Lance's own folder"))
+      for (bad <- Seq(Array("x.lance"), Array("_versions"), Array("db", "_indices"), Array(".h")))
+        assert(message(wh.createNamespace(bad)).contains("collides with Lance's layout"))
+      assert(message(wh.createNamespace(Array("a\nb"))).contains("contains a control character"))
+      assert(message(wh.tableLocation(Identifier.of(Array("db"), "t\u0001"))).contains("'t\\u0001'"))
+    }
+  }
 }

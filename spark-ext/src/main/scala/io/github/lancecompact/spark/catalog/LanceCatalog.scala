@@ -4,6 +4,7 @@ import java.util
 
 import scala.jdk.CollectionConverters._
 
+import org.apache.spark.SparkEnv
 import org.apache.spark.internal.Logging
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.analysis.{NoSuchNamespaceException, NoSuchTableException}
@@ -28,6 +29,11 @@ import io.github.lancecompact.spark.procedures.Procedures
  * spark.sql.catalog.lance.distributed_reads=true         (false: SELECT reads on the driver, up to
  * spark.sql.catalog.lance.read_max_rows=1000000           rows)
  * }}}
+ *
+ * Registered in the driver's static configuration, the catalog is the operator's: it reads
+ * these settings from there only and refuses a session that SETs another value of one
+ * ([[CatalogSettings]]). Every namespace and table it reaches passes the warehouse's one
+ * boundary ([[WarehouseBoundary]]); identifiers with control characters are refused ([[Names]]).
  */
 class LanceCatalog extends TableCatalog with SupportsNamespaces with ProcedureCatalog with Logging {
   private var catalogName: String = "lance"
@@ -37,8 +43,12 @@ class LanceCatalog extends TableCatalog with SupportsNamespaces with ProcedureCa
   private var distributedReads: Boolean = true
   private var maintain: Map[String, String] = Map.empty
 
-  override def initialize(name: String, options: CaseInsensitiveStringMap): Unit = {
+  override def initialize(name: String, sessionOptions: CaseInsensitiveStringMap): Unit = {
     catalogName = name
+    // The operator's catalog takes its settings from the static conf only; a user's own
+    // catalog only from its session settings (CatalogSettings).
+    val options = LanceCompactException.userErrors(
+      CatalogSettings.resolve(name, sessionOptions, Option(SparkEnv.get).map(_.conf), getClass.getName))
     val root = Option(options.get("warehouse")).map(_.trim).filter(_.nonEmpty)
     storage = options.asCaseSensitiveMap().asScala.collect {
       case (k, v) if k.toLowerCase.startsWith("storage.") => k.substring("storage.".length) -> v
@@ -58,9 +68,10 @@ class LanceCatalog extends TableCatalog with SupportsNamespaces with ProcedureCa
     readMaxRows = Option(options.get("read_max_rows")).map(_.trim.toLong).getOrElse(readMaxRows)
     distributedReads = Option(options.get("distributed_reads")).map(_.trim.toBoolean).getOrElse(true)
     SparkSession.getActiveSession.foreach { spark =>
-      val shown = storage.keys.filterNot(k => EnginePlugin.redacts(spark.sparkContext.getConf, name, k))
+      val shown = storage.keys.filter(k => sessionOptions.containsKey(s"storage.$k"))
+        .filterNot(k => EnginePlugin.redacts(spark.sparkContext.getConf, name, k))
       if (shown.nonEmpty) logWarning(s"catalog $name: Spark does not redact storage options " +
-        s"${shown.toSeq.sorted.mkString(", ")} in its event log and UI; set spark.plugins=${classOf[EnginePlugin].getName} " +
+        s"${Names.show(shown.toSeq.sorted.mkString(", "))} in its event log and UI; set spark.plugins=${classOf[EnginePlugin].getName} " +
         s"or add ${EnginePlugin.StorageOptions} to ${EnginePlugin.RedactionKey}")
     }
     // The catalog is initialized when a statement first names it: start the engine now,
@@ -80,6 +91,7 @@ class LanceCatalog extends TableCatalog with SupportsNamespaces with ProcedureCa
   /** Every table under `namespace` (all of the warehouse when None), nested namespaces
    * included: (namespace.table, location), as lance.system.table_health lists them. */
   def tablesUnder(namespace: Option[String]): Seq[(String, String)] = {
+    namespace.foreach(Names.checkText(catalogName, "namespace", _))
     val start: Array[String] = namespace.map { n =>
       val parts = try CatalystSqlParser.parseMultipartIdentifier(n.trim) catch {
         case e: ParseException => throw new IllegalArgumentException(
@@ -98,6 +110,7 @@ class LanceCatalog extends TableCatalog with SupportsNamespaces with ProcedureCa
    * prefixed with the catalog's name), or a path/URI inside the warehouse.
    */
   def resolveTable(table: String): String = {
+    Names.checkText(catalogName, "table", table)
     val arg = table.trim
     if (arg.isEmpty) throw new IllegalArgumentException("parameter table must not be empty")
     if (arg.contains('/') || arg.contains('\\')) warehouseRef.checkPath(arg)
@@ -109,8 +122,8 @@ class LanceCatalog extends TableCatalog with SupportsNamespaces with ProcedureCa
       val local = if (parts.length > 2 && parts.head.equalsIgnoreCase(catalogName)) parts.tail else parts
       if (local.length < 2) throw new IllegalArgumentException(
         s"table '$arg' needs a namespace: write <namespace>.<table>, for example db.events")
-      // Also checked as a path: a table folder may be a symlink leading out of the warehouse.
-      warehouseRef.checkPath(warehouseRef.requireTable(Identifier.of(local.init.toArray, local.last)))
+      // requireTable checks the location against the warehouse's boundary (real paths).
+      warehouseRef.requireTable(Identifier.of(local.init.toArray, local.last))
     }
   }
 
@@ -118,26 +131,48 @@ class LanceCatalog extends TableCatalog with SupportsNamespaces with ProcedureCa
 
   override def listNamespaces(): Array[Array[String]] = warehouseRef.listNamespaces(Array.empty)
 
-  override def listNamespaces(namespace: Array[String]): Array[Array[String]] =
+  override def listNamespaces(namespace: Array[String]): Array[Array[String]] = userErrors(namespace.toSeq) {
     warehouseRef.listNamespaces(namespace)
+  }
 
-  override def loadNamespaceMetadata(namespace: Array[String]): util.Map[String, String] = {
+  /** Every entry point that takes an identifier: control characters are refused before anything
+   * logs the name or names a job with it; IllegalArgumentExceptions become user errors. */
+  private def userErrors[T](parts: Seq[String], what: String = "namespace")(body: => T): T =
+    LanceCompactException.userErrors {
+      Names.checkIdentifier(catalogName, what, parts)
+      body
+    }
+
+  private def userErrors[T](ident: Identifier)(body: => T): T =
+    userErrors(ident.namespace.toSeq :+ ident.name, "table")(body)
+
+  override def namespaceExists(namespace: Array[String]): Boolean = userErrors(namespace.toSeq) {
+    warehouseRef.namespaceExists(namespace)
+  }
+
+  override def loadNamespaceMetadata(namespace: Array[String]): util.Map[String, String] = userErrors(namespace.toSeq) {
     if (namespace.isEmpty || !warehouseRef.namespaceExists(namespace)) throw new NoSuchNamespaceException(namespace)
     util.Map.of("location", warehouseRef.namespaceLocation(namespace))
   }
 
   override def createNamespace(namespace: Array[String], metadata: util.Map[String, String]): Unit =
-    warehouseRef.createNamespace(namespace)
+    userErrors(namespace.toSeq) {
+      Names.checkNewNamespace(catalogName, namespace.toSeq)
+      warehouseRef.createNamespace(namespace)
+    }
 
   override def alterNamespace(namespace: Array[String], changes: NamespaceChange*): Unit =
     throw new UnsupportedOperationException(s"catalog $catalogName: namespaces have no properties to alter")
 
-  override def dropNamespace(namespace: Array[String], cascade: Boolean): Boolean =
+  override def dropNamespace(namespace: Array[String], cascade: Boolean): Boolean = userErrors(namespace.toSeq) {
     warehouseRef.dropNamespace(namespace, cascade)
+  }
 
   // ---- tables: <name>.lance datasets ----
 
-  override def listTables(namespace: Array[String]): Array[Identifier] = warehouseRef.listTables(namespace)
+  override def listTables(namespace: Array[String]): Array[Identifier] = userErrors(namespace.toSeq) {
+    warehouseRef.listTables(namespace)
+  }
 
   private def ref(ident: Identifier, location: String, version: Option[Long] = None) =
     TableRef(s"$catalogName.${(ident.namespace :+ ident.name).mkString(".")}", location, storage, version, readMaxRows,
@@ -146,7 +181,7 @@ class LanceCatalog extends TableCatalog with SupportsNamespaces with ProcedureCa
   /** A table `ns.t`, a metadata table `ns.t.fragments` (`versions`, `indices`) of table `ns.t`,
    * or a system table `system.table_health` / `system.maintenance_history` (these two names
    * win over tables of a warehouse namespace `system`; its other tables are reachable). */
-  override def loadTable(ident: Identifier): Table = LanceCompactException.userErrors {
+  override def loadTable(ident: Identifier): Table = userErrors(ident) {
     if (ident.namespace.isEmpty) throw new NoSuchTableException(ident)
     if (ident.namespace.toSeq == Seq(SystemTable.Namespace) && SystemTable.Kinds.contains(ident.name)) {
       return new SystemTable(catalogName, ident.name,
@@ -156,7 +191,7 @@ class LanceCatalog extends TableCatalog with SupportsNamespaces with ProcedureCa
   }
 
   /** `SELECT ... FROM lance.db.t VERSION AS OF 12`: the table at that Lance version. */
-  override def loadTable(ident: Identifier, version: String): Table = LanceCompactException.userErrors {
+  override def loadTable(ident: Identifier, version: String): Table = userErrors(ident) {
     val v = scala.util.Try(version.toLong).getOrElse(throw new IllegalArgumentException(
       s"table ${ident.name}: VERSION AS OF takes a Lance version number, got '$version'"))
     if (ident.namespace.isEmpty) throw new NoSuchTableException(ident)
@@ -179,7 +214,7 @@ class LanceCatalog extends TableCatalog with SupportsNamespaces with ProcedureCa
   /** `ALTER TABLE ... SET / UNSET TBLPROPERTIES`: the table's maintenance settings
    * (`lance_compact.maintain.*`, `lance.compaction.*`), written into the Lance table's config
    * in one commit by the engine, which checks every key and value first. Nothing else. */
-  override def alterTable(ident: Identifier, changes: TableChange*): Table = LanceCompactException.userErrors {
+  override def alterTable(ident: Identifier, changes: TableChange*): Table = userErrors(ident) {
     val other = changes.filterNot(c => c.isInstanceOf[TableChange.SetProperty] || c.isInstanceOf[TableChange.RemoveProperty])
     if (other.nonEmpty) throw new UnsupportedOperationException(
       s"catalog $catalogName: ALTER TABLE only sets or unsets the table's maintenance properties here " +
@@ -205,7 +240,7 @@ class LanceCatalog extends TableCatalog with SupportsNamespaces with ProcedureCa
 
   // ---- procedures: lance.<name> and lance.system.<name> ----
 
-  override def loadProcedure(ident: Identifier): UnboundProcedure = {
+  override def loadProcedure(ident: Identifier): UnboundProcedure = userErrors(ident.namespace.toSeq :+ ident.name, "procedure") {
     val ns = ident.namespace.toSeq
     if (ns.nonEmpty && ns != Seq(Procedures.SystemNamespace)) {
       throw new IllegalArgumentException(

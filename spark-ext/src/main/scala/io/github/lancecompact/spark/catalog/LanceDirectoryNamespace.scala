@@ -1,5 +1,6 @@
 package io.github.lancecompact.spark.catalog
 
+import org.apache.spark.internal.Logging
 import org.apache.spark.sql.catalyst.analysis.{NamespaceAlreadyExistsException, NoSuchNamespaceException, NonEmptyNamespaceException}
 import org.apache.spark.sql.connector.catalog.Identifier
 
@@ -15,9 +16,10 @@ import io.github.lancecompact.spark.engine.{LanceCompactException, PythonEngine}
  * the root's `__manifest`. Both catalogs name a table the same: `<catalog>.db.events`.
  */
 final class LanceDirectoryNamespace(catalogName: String, root: String, storage: Map[String, String],
-                                    singleLevel: Boolean) extends TableDirectory {
+                                    singleLevel: Boolean) extends TableDirectory with Logging {
   private val mapper = new ObjectMapper()
-  // Paths given as table arguments are bounded by the root, as in our own layout.
+  // Paths given as table arguments, and the locations Lance's manifest gives for tables, are
+  // bounded by the root as in our own layout (one boundary: the Warehouse's).
   private val bounds = new Warehouse(catalogName, Some(root))
 
   private def ask(op: String, id: Seq[String]): Seq[(String, String)] = {
@@ -48,7 +50,21 @@ final class LanceDirectoryNamespace(catalogName: String, root: String, storage: 
   }
 
   def findTable(ident: Identifier): Option[String] =
-    ask("table", ident.namespace.toSeq :+ ident.name).headOption.map(_._2)
+    ask("table", ident.namespace.toSeq :+ ident.name).headOption.map(_._2).map { location =>
+      try bounds.checkPath(location) catch {
+        case e: IllegalArgumentException => throw new IllegalArgumentException(
+          s"table ${(ident.namespace :+ ident.name).mkString(".")}: ${e.getMessage}", e)
+      }
+    }
+
+  /** Tables whose location leads out of the root are left out of warehouse-wide listings (noted in the log). */
+  override def listedLocation(ident: Identifier): Option[String] =
+    try findTable(ident) catch {
+      case e: IllegalArgumentException =>
+        logWarning(s"catalog $catalogName: leaving table ${Names.show((ident.namespace :+ ident.name).mkString("."))} " +
+          s"out of listings: ${Names.show(e.getMessage)}")
+        None
+    }
 
   def createNamespace(namespace: Array[String]): Unit = {
     if (namespace.isEmpty || namespaceExists(namespace)) throw new NamespaceAlreadyExistsException(namespace)

@@ -1,22 +1,27 @@
 package io.github.lancecompact.spark.catalog
 
 import java.net.URI
-import java.nio.file.{Files, Path, Paths}
+import java.nio.file.{Path, Paths}
 
+import org.apache.spark.internal.Logging
 import org.apache.spark.sql.catalyst.analysis.{NamespaceAlreadyExistsException, NoSuchNamespaceException, NoSuchTableException, NonEmptyNamespaceException}
 import org.apache.spark.sql.connector.catalog.Identifier
 
 /** Where the catalog's namespaces and tables live: namespaces are folders, a table `t` is
  * the Lance dataset `t.lance` in its namespace's folder. Every identifier and path a user
- * gives is checked to stay inside the warehouse. A local warehouse is read with java.nio,
- * any other (s3://, gs://, az://, ...) through `objectStore`.
+ * gives is checked to stay inside the warehouse: every location is built by
+ * [[namespaceLocation]] / [[tableLocation]] or given to [[checkPath]], and all three go through
+ * the warehouse's [[WarehouseBoundary]] (real paths, symbolic links resolved). A local
+ * warehouse is read with java.nio, any other (s3://, gs://, az://, ...) through `objectStore`.
  */
 final class Warehouse(catalogName: String, root: Option[String],
-                      objectStore: => WarehouseStore = Warehouse.noObjectStore) extends TableDirectory {
+                      objectStore: => WarehouseStore = Warehouse.noObjectStore) extends TableDirectory with Logging {
   import Warehouse._
 
+  private val boundary = new WarehouseBoundary(catalogName, root)
+
   /** The warehouse as a local path, when it is one (no scheme, or file:). */
-  private val localRoot: Option[Path] = root.flatMap(localPath).map(p => p.toAbsolutePath.normalize())
+  private val localRoot: Option[Path] = boundary.local
 
   private lazy val store: WarehouseStore = if (localRoot.isDefined) LocalStore else objectStore
 
@@ -26,6 +31,7 @@ final class Warehouse(catalogName: String, root: Option[String],
     s"catalog $catalogName has no warehouse: set spark.sql.catalog.$catalogName.warehouse to use $what"))
 
   private def checkPart(part: String, what: String): Unit = {
+    Names.checkText(catalogName, what, part)
     if (part.isEmpty || part == "." || part == ".." || part.contains('/') || part.contains('\\')) {
       throw new IllegalArgumentException(
         s"$what '$part' escapes the warehouse of catalog $catalogName: names may not be empty, " +
@@ -33,16 +39,26 @@ final class Warehouse(catalogName: String, root: Option[String],
     }
   }
 
-  def namespaceLocation(namespace: Array[String]): String = {
+  private def unchecked(namespace: Array[String]): String = {
     val base = localRoot.map(_.toString).getOrElse(requireRoot(s"namespace ${namespace.mkString(".")}"))
     namespace.foreach(checkPart(_, "namespace"))
+    // Lance's folders inside a table (`_versions`, ...) and tables themselves are no namespaces.
+    namespace.find(Names.layoutName).foreach { part => throw new IllegalArgumentException(
+      s"namespace ${namespace.mkString(".")} of catalog $catalogName names '$part', a table's or Lance's own folder, " +
+        s"not a namespace (namespaces are neither '*${TableSuffix}' nor start with '_' or '.')") }
     (base.stripSuffix("/") +: namespace.toSeq).mkString("/")
   }
 
-  def tableLocation(ident: Identifier): String = {
+  private def uncheckedTable(ident: Identifier): String = {
     checkPart(ident.name, "table")
-    namespaceLocation(ident.namespace) + "/" + ident.name + TableSuffix
+    unchecked(ident.namespace) + "/" + ident.name + TableSuffix
   }
+
+  def namespaceLocation(namespace: Array[String]): String =
+    boundary.check(unchecked(namespace), s"namespace ${namespace.mkString(".")}")
+
+  def tableLocation(ident: Identifier): String =
+    boundary.check(uncheckedTable(ident), s"table ${(ident.namespace :+ ident.name).mkString(".")}", table = true)
 
   def namespaceExists(namespace: Array[String]): Boolean =
     namespace.isEmpty || store.exists(namespaceLocation(namespace))
@@ -67,18 +83,29 @@ final class Warehouse(catalogName: String, root: Option[String],
     store.folders(namespaceLocation(namespace))
   }
 
-  /** Child namespaces: folders that are neither tables nor hidden (`.x`, `_x`). */
+  /** Whether a listed folder is inside the warehouse; what is not is left out, with a note. */
+  private def listable(what: String, location: => String, table: Boolean): Boolean = {
+    val why = try boundary.outside(location, table) catch { case e: IllegalArgumentException => Some(s": ${e.getMessage}") }
+    why.foreach(w => logWarning(s"catalog $catalogName: leaving $what out of listings: it is outside the warehouse$w"))
+    why.isEmpty
+  }
+
+  /** Child namespaces: folders that are neither tables nor hidden (`.x`, `_x`), nor lead out of the warehouse. */
   def listNamespaces(namespace: Array[String]): Array[Array[String]] =
     requireNamespace(namespace)
       .filterNot(n => n.endsWith(TableSuffix) || n.startsWith(".") || n.startsWith("_"))
-      .map(n => namespace :+ n).toArray
+      .map(n => namespace :+ n)
+      .filter(ns => listable(s"namespace ${Names.show(ns.mkString("."))}", unchecked(ns), table = false)).toArray
 
-  /** Tables: `<name>.lance` folders. */
+  /** Tables: `<name>.lance` folders (inside the warehouse). */
   def listTables(namespace: Array[String]): Array[Identifier] =
     requireNamespace(namespace).filter(_.endsWith(TableSuffix))
-      .map(n => Identifier.of(namespace, n.stripSuffix(TableSuffix))).toArray
+      .map(n => Identifier.of(namespace, n.stripSuffix(TableSuffix)))
+      .filter(id => listable(s"table ${Names.show((namespace :+ id.name).mkString("."))}", uncheckedTable(id), table = true))
+      .toArray
 
   def createNamespace(namespace: Array[String]): Unit = {
+    Names.checkNewNamespace(catalogName, namespace.toSeq)
     if (namespace.isEmpty) throw new NamespaceAlreadyExistsException(namespace)
     if (namespaceExists(namespace)) throw new NamespaceAlreadyExistsException(namespace)
     store.create(namespaceLocation(namespace))
@@ -97,32 +124,17 @@ final class Warehouse(catalogName: String, root: Option[String],
 
   /** A path or URI a user gave as a table: checked to lie inside the warehouse, if one is set. */
   def checkPath(path: String): String = {
+    Names.checkText(catalogName, "table path", path)
     if (path.split("[/\\\\]").contains("..")) {
       throw new IllegalArgumentException(
         s"table path '$path' escapes the warehouse of catalog $catalogName: '..' segments are not allowed")
     }
-    root match {
-      case None => path
-      case Some(r) =>
-        (localRoot, localPath(path)) match {
-          case (Some(lr), Some(p)) =>
-            val abs = p.toAbsolutePath.normalize()
-            // Follow symlinks of what exists, so a link cannot lead out of the warehouse.
-            val real = if (Files.exists(abs)) abs.toRealPath() else abs
-            val realRoot = if (Files.exists(lr)) lr.toRealPath() else lr
-            if (!real.startsWith(realRoot)) outside(path, r)
-            abs.toString
-          case (None, None) =>
-            val base = r.stripSuffix("/") + "/"
-            if (!path.startsWith(base)) outside(path, r)
-            path
-          case _ => outside(path, r)
-        }
+    if (root.isEmpty) path
+    else {
+      val location = localPath(path).filter(_ => localRoot.isDefined).map(_.toAbsolutePath.normalize().toString).getOrElse(path)
+      boundary.check(location, s"table path '$path'", table = true)
     }
   }
-
-  private def outside(path: String, r: String): Nothing = throw new IllegalArgumentException(
-    s"table path '$path' is outside the warehouse $r of catalog $catalogName")
 }
 
 object Warehouse {

@@ -1,0 +1,272 @@
+"""The operator's catalog is the operator's: a SQL user's `SET spark.sql.catalog.<name>.<key>`
+in a fresh session (before anything names the catalog) neither re-points its warehouse nor
+sends its credentials to an endpoint the user picks; a catalog the user defines by SET gets no
+operator credential (not the catalog's, not the driver's environment's). Tried through PySpark
+sessions, the spark-sql CLI and the Thrift server; a TCP listener on 127.0.0.1 plays the
+user's endpoint and must receive nothing carrying an operator key id."""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import threading
+from pathlib import Path
+
+import lance
+import pytest
+
+import client_servers as cs
+from conftest import ROOT, lance_session
+from lance_compact.api import CATALOG_CLASS
+from oracle import degraded_table
+from s3_server import ACCESS_KEY_ID
+
+# The driver's environment holds credentials too (as on a host with an instance profile):
+# a user's own catalog must not sign with them either.
+ENV_KEY_ID = "AKIAOPERATORENVKEY9Z"
+ENV_SECRET = "operator-env-secret-Wq2"
+OPERATOR_KEYS = (ACCESS_KEY_ID.encode(), ENV_KEY_ID.encode())
+
+
+class Listener:
+    """A TCP listener on 127.0.0.1 that records every request it receives and answers 404."""
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self.received: list[bytes] = []
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                conn.settimeout(2)
+                try:
+                    self.received.append(conn.recv(65536))
+                    conn.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                except OSError:
+                    pass
+
+    def operator_keys_seen(self) -> list[bytes]:
+        return [k for k in OPERATOR_KEYS for r in self.received if k in r]
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@pytest.fixture(scope="module")
+def places(s3, tmp_path_factory):
+    """The operator's local warehouse (db.t), a table outside it (other/db/secret), the
+    operator's S3 warehouse (s3://<bucket>/wh with db.t)."""
+    base = tmp_path_factory.mktemp("operator")
+    wh, other = base / "wh", base / "other"
+    degraded_table(str(wh / "db" / "t.lance"), fragments=4, rows_per_fragment=10)
+    degraded_table(str(other / "db" / "secret.lance"), fragments=3, rows_per_fragment=10)
+    bucket_wh = s3.fresh_bucket("operator") + "/wh"
+    degraded_table(f"{bucket_wh}/db/t.lance", fragments=3, rows_per_fragment=10, storage_options=s3.storage_options)
+    return {"wh": wh, "other": other, "s3wh": bucket_wh, "base": base}
+
+
+def operator_conf(places, s3) -> dict[str, str]:
+    """The operator's static settings besides `lance` over the local warehouse: `ops3`, a
+    catalog over the S3 warehouse with credentials."""
+    conf = {"spark.sql.catalog.ops3": CATALOG_CLASS, "spark.sql.catalog.ops3.warehouse": places["s3wh"]}
+    conf.update({f"spark.sql.catalog.ops3.storage.{k}": v for k, v in s3.storage_options.items()})
+    return conf
+
+
+@pytest.fixture(scope="module")
+def spark(places, s3):
+    old = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
+    os.environ.update(AWS_ACCESS_KEY_ID=ENV_KEY_ID, AWS_SECRET_ACCESS_KEY=ENV_SECRET)
+    session = lance_session("local[2]", "operator-catalog", str(places["wh"]), operator_conf(places, s3))
+    yield session
+    session.stop()
+    for k, v in old.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+@pytest.fixture
+def listener():
+    server = Listener()
+    yield server
+    server.close()
+
+
+def secret_version(places) -> int:
+    return lance.dataset(str(places["other"] / "db" / "secret.lance")).version
+
+
+def attacks(places, endpoint: str) -> dict[str, tuple[list[tuple[str, str]], str, str]]:
+    """name -> (SETs, the statement, the key the refusal names)."""
+    other, s3wh = str(places["other"]), places["s3wh"]
+    lance_ = "spark.sql.catalog.lance."
+    ops3 = "spark.sql.catalog.ops3."
+    secret = "SELECT count(*) FROM lance.db.secret"
+    layout = f"CALL ops3.describe_layout(table => '{s3wh}/db/t.lance')"
+    return {
+        "warehouse": ([(lance_ + "warehouse", other)], secret, lance_ + "warehouse"),
+        "warehouse_case": ([(lance_ + "WAREHOUSE", other)], secret, lance_ + "WAREHOUSE"),
+        "impl_root": ([(lance_ + "impl", "dir"), (lance_ + "root", other)], secret, lance_ + "impl"),
+        "root": ([(lance_ + "root", other)], secret, lance_ + "root"),
+        "single_level_ns": ([(lance_ + "single_level_ns", "true")], "SHOW NAMESPACES IN lance",
+                            lance_ + "single_level_ns"),
+        "read_max_rows": ([(lance_ + "distributed_reads", "false"), (lance_ + "read_max_rows", "999999999999")],
+                          "SELECT count(*) FROM lance.db.t", lance_ + "distributed_reads"),
+        "maintain": ([(lance_ + "maintain.older_than", "0 seconds")], "SELECT count(*) FROM lance.db.t",
+                     lance_ + "maintain.older_than"),
+        "endpoint": ([(ops3 + "storage.aws_endpoint", endpoint), (ops3 + "storage.allow_http", "true")],
+                     layout, ops3 + "storage.aws_endpoint"),
+        "endpoint_case": ([(ops3 + "storage.AWS_ENDPOINT", endpoint)], layout, ops3 + "storage.AWS_ENDPOINT"),
+        "endpoint_alias": ([(ops3 + "storage.endpoint", endpoint)], layout, ops3 + "storage.endpoint"),
+        "s3_warehouse": ([(ops3 + "warehouse", "s3://another-bucket/wh")],
+                         "CALL ops3.describe_layout(table => 's3://another-bucket/wh/db/t.lance')", ops3 + "warehouse"),
+    }
+
+
+def refusal(key: str) -> str:
+    catalog = key.split(".")[3]
+    return f"catalog {catalog}: {key} is set by the operator and cannot be changed in a session"
+
+
+def test_operator_catalog_serves_a_fresh_session(spark, places):
+    fresh = spark.newSession()
+    # the operator's own value, SET again, is no change
+    fresh.sql(f"SET spark.sql.catalog.lance.warehouse={places['wh']}")
+    assert fresh.sql("SELECT count(*) FROM lance.db.t").collect()[0][0] == lance.dataset(
+        str(places["wh"] / "db" / "t.lance")).count_rows()
+    row = spark.newSession().sql(f"CALL ops3.describe_layout(table => 'db.t')").collect()[0]
+    assert row is not None
+
+
+@pytest.mark.parametrize("name", ["warehouse", "warehouse_case", "impl_root", "root", "single_level_ns",
+                                  "read_max_rows", "maintain", "endpoint", "endpoint_case", "endpoint_alias",
+                                  "s3_warehouse"])
+def test_set_in_a_fresh_session_is_refused(spark, places, listener, name):
+    sets, statement, key = attacks(places, listener.endpoint)[name]
+    before = secret_version(places)
+    fresh = spark.newSession()
+    for k, v in sets:
+        fresh.sql(f"SET {k}={v}")
+    with pytest.raises(Exception) as e:
+        fresh.sql(statement).collect()
+    assert refusal(key) in str(e.value), str(e.value)[:2000]
+    assert listener.received == [] and secret_version(places) == before
+    # RESET gives the session the operator's catalog back
+    for k, _ in sets:
+        fresh.sql(f"RESET {k}")
+    assert fresh.sql("SELECT count(*) FROM lance.db.t").collect()[0][0] > 0
+
+
+def test_set_after_first_use_is_not_applied(spark, places):
+    fresh = spark.newSession()
+    n = fresh.sql("SELECT count(*) FROM lance.db.t").collect()[0][0]
+    fresh.sql(f"SET spark.sql.catalog.lance.warehouse={places['other']}")
+    assert fresh.sql("SELECT count(*) FROM lance.db.t").collect()[0][0] == n
+    with pytest.raises(Exception, match="TABLE_OR_VIEW_NOT_FOUND|cannot be found"):
+        fresh.sql("SELECT count(*) FROM lance.db.secret").collect()
+
+
+def test_a_users_own_catalog_gets_no_operator_credential(spark, places, listener):
+    """A catalog defined by SET over the operator's bucket with the user's endpoint: the
+    requests reach the listener unsigned: neither ops3's key id nor the driver's environment's."""
+    fresh = spark.newSession()
+    mine = "spark.sql.catalog.mine"
+    for k, v in [(mine, CATALOG_CLASS), (mine + ".warehouse", places["s3wh"]),
+                 (mine + ".storage.aws_endpoint", listener.endpoint), (mine + ".storage.allow_http", "true"),
+                 (mine + ".storage.aws_region", "us-east-1"),
+                 # an attempt to turn the unsigned mode off again
+                 (mine + ".storage.aws_skip_signature", "false")]:
+        fresh.sql(f"SET {k}={v}")
+    with pytest.raises(Exception):
+        fresh.sql(f"CALL mine.describe_layout(table => '{places['s3wh']}/db/t.lance')").collect()
+    assert listener.received, "the user's endpoint was not reached: the test proves nothing"
+    assert listener.operator_keys_seen() == []
+    assert not any(b"Authorization: AWS4" in r for r in listener.received)
+
+
+def test_a_users_own_catalog_with_own_credentials_signs_with_them(spark, places, listener):
+    fresh = spark.newSession()
+    mine = "spark.sql.catalog.mine2"
+    for k, v in [(mine, CATALOG_CLASS), (mine + ".warehouse", places["s3wh"]),
+                 (mine + ".storage.aws_endpoint", listener.endpoint), (mine + ".storage.allow_http", "true"),
+                 (mine + ".storage.aws_region", "us-east-1"),
+                 (mine + ".storage.aws_access_key_id", "AKIAUSERSOWNKEY00001"),
+                 (mine + ".storage.aws_secret_access_key", "users-own-secret")]:
+        fresh.sql(f"SET {k}={v}")
+    with pytest.raises(Exception):
+        fresh.sql(f"CALL mine2.describe_layout(table => '{places['s3wh']}/db/t.lance')").collect()
+    assert any(b"AKIAUSERSOWNKEY00001" in r for r in listener.received)
+    assert listener.operator_keys_seen() == []
+
+
+# ---- the same attacks through the spark-sql CLI and the Thrift server ----
+
+def driver_env() -> dict[str, str]:
+    """A driver as the operator starts it: no test hooks; credentials in its environment."""
+    env = cs.spark_env()
+    env.pop("LANCE_COMPACT_TEST_HOOKS", None)
+    env.update(AWS_ACCESS_KEY_ID=ENV_KEY_ID, AWS_SECRET_ACCESS_KEY=ENV_SECRET)
+    return env
+
+
+def properties(places, s3, path: Path) -> Path:
+    path.write_text("".join(f"{k}={v}\n" for k, v in operator_conf(places, s3).items()))
+    path.chmod(0o600)
+    return path
+
+
+CLI_ATTACKS = ["warehouse", "impl_root", "endpoint", "endpoint_case", "s3_warehouse"]
+
+
+def script(places, endpoint: str, names, alive: bool = True) -> str:
+    lines = []
+    for name in names:
+        sets, statement, _ = attacks(places, endpoint)[name]
+        lines += [f"SET {k}={v};" for k, v in sets] + [statement + ";"] + [f"RESET {k};" for k, _ in sets]
+    return "\n".join(lines + (["SELECT 'alive', count(*) FROM lance.db.t;"] if alive else [])) + "\n"
+
+
+def test_spark_sql_cli(places, s3, listener, tmp_path):
+    before = secret_version(places)
+    sql = tmp_path / "attacks.sql"
+    sql.write_text(script(places, listener.endpoint, CLI_ATTACKS))
+    p = subprocess.run(
+        [str(ROOT / "bin" / "lance-spark-sql"), "--warehouse", str(places["wh"]), "--master", "local[2]",
+         "--conf", "spark.ui.enabled=false", "--properties-file", str(properties(places, s3, tmp_path / "op.conf")),
+         "--hiveconf", "hive.cli.errors.ignore=true", "-f", str(sql)],
+        capture_output=True, text=True, timeout=600, env=driver_env(), cwd=tmp_path, stdin=subprocess.DEVNULL)
+    for name in CLI_ATTACKS:
+        assert refusal(attacks(places, "")[name][2]) in p.stderr, (name, p.stderr[-4000:])
+    assert "alive\t" in p.stdout, p.stderr[-4000:]
+    assert listener.received == [] and secret_version(places) == before
+
+
+def test_thrift_server(places, s3, listener, tmp_path):
+    """The warehouse and endpoint attacks over JDBC: each beeline connection is a fresh session."""
+    before = secret_version(places)
+    server = cs.thrift_server(places["wh"], tmp_path)
+    server.env = driver_env()
+    i = server.args.index("spark-internal")
+    server.args[i:i] = ["--properties-file", str(properties(places, s3, tmp_path / "op.conf"))]
+    server.start()
+    try:
+        with server.logs_on_failure():
+            for name in ["warehouse", "endpoint"]:
+                p = cs.beeline(server.port, script(places, listener.endpoint, [name], alive=False), tmp_path)
+                out = p.stdout + p.stderr
+                assert refusal(attacks(places, "")[name][2]) in out, (name, out[-4000:])
+            # the server still serves the operator's catalog to the next session
+            p = cs.beeline(server.port, "SELECT 'alive', count(*) FROM lance.db.t", tmp_path)
+            assert "alive\t" in p.stdout, p.stdout + p.stderr[-4000:]
+    finally:
+        server.stop()
+    assert listener.received == [] and secret_version(places) == before
