@@ -144,3 +144,22 @@ def test_spark_sql_is_answered_after_a_panic(table, warehouse, tmp_path):
         capture_output=True, text=True, timeout=300, cwd=tmp_path, stdin=subprocess.DEVNULL)
     assert "Lance panicked: `DateTime - TimeDelta` overflowed" in p.stderr, p.stderr[-3000:]
     assert f"{name}\t" in p.stdout, p.stdout[-3000:]  # describe_layout's row, after the panic
+
+
+def test_alter_table_refuses_a_value_lance_cannot_use(spark, warehouse):
+    """Through SQL: the refused ALTER names the key and Lance's reason and writes nothing; a
+    bad value stored by pylance directly fails compaction naming the property and its fix."""
+    path = warehouse / "db" / "props.lance"
+    degraded_table(str(path))
+    version = lance.dataset(str(path)).version
+    with pytest.raises(Exception, match=r"table property lance.compaction.data_storage_version = 'garbage!!' "
+                                        r"is not a value Lance can use: .*Unknown Lance storage version"):
+        spark.sql("ALTER TABLE lance.db.props SET TBLPROPERTIES "
+                  "('lance.compaction.data_storage_version' = 'garbage!!')")
+    assert lance.dataset(str(path)).version == version
+    lance.dataset(str(path)).update_config({"lance.compaction.data_storage_version": "garbage!!"})
+    with pytest.raises(Exception, match=r"the table property lance.compaction.data_storage_version holds a "
+                                        r"value Lance cannot use .*UNSET TBLPROPERTIES"):
+        spark.sql("CALL lance.compact(table => 'db.props')").collect()
+    spark.sql("ALTER TABLE lance.db.props UNSET TBLPROPERTIES ('lance.compaction.data_storage_version')")
+    assert spark.sql("CALL lance.compact(table => 'db.props')").collect()[0]["new_version"] > version

@@ -24,9 +24,10 @@ def open_dataset(table: str, uri: str, storage_options: dict[str, str] | None = 
             except Exception:
                 latest = None
             if latest is not None:
+                why = ("; older versions may have been cleaned up" if version < latest else "")
                 raise CompactionError(
                     f"table {table}: version {version} does not exist (the table is at version "
-                    f"{latest}; older versions may have been cleaned up)") from None
+                    f"{latest}{why})") from None
         if failure.kind == MISSING:
             # Say only what is known: Lance's own words, and for a local folder what is there.
             local = uri[len("file://"):] if uri.startswith("file://") else uri
