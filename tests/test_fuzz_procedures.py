@@ -53,7 +53,9 @@ DURATION_TEXTS = ["'0 seconds'", "'-5 days'", "'100000000 days'", "'9999-12-31T0
                   "'0001-01-01T00:00:00Z'", "'1 second'", "'2 weeks'", "'1e400 days'", "'-0 days'",
                   "'2262-04-12T00:00:00Z'", "'P1D'", "'9223372036854775807 seconds'"]
 WHERES = ["'id = 1'", "'1 = 1'", "'id > 9223372036854775807'", "'nonexistent = 1'", "''''", "'id IN ()'",
-          "'_rowid = 0'", "'id / 0 = 1'"]
+          "'_rowid = 0'", "'id / 0 = 1'",
+          "'" + "id + " * 700 + "1 = 2'",  # killed the engine (SIGSEGV in Lance's planner)
+          "'" + " OR ".join(["id = 1"] * 150) + "'"]
 MAP_KEYS = [o["name"] for o in _SPEC["options"]] + ["strategy", "since_version", "colour", "", "test_x",
                                                    "max_fragments", "where", "\u00e9"]
 MAP_VALUES = ["'0'", "'-1'", "'9223372036854775807'", "'99999999999999999999999'", "'NaN'", "'inf'",
@@ -121,7 +123,11 @@ def _duration_failure(statement: str, text: str) -> bool:
 # What a clear error is not: an unrecognized failure, a Java/Python stack, the JVM's own
 # internal error wrapping.
 UNCLEAR = ("an unexpected error (none lance_compact recognizes", "Traceback (most recent", "\tat io.github",
-           "NullPointerException", "[INTERNAL_ERROR]")
+           "NullPointerException", "[INTERNAL_ERROR]", "exited with code", "did not answer")
+
+
+def _engine_pid(spark) -> int:
+    return spark._jvm.io.github.lancecompact.spark.engine.EngineProcess.get(spark._jsparkSession).pid()
 
 
 @pytest.fixture(scope="module")
@@ -133,6 +139,8 @@ def fuzz_table(warehouse):
 
 def test_fuzzed_procedure_calls_are_answered_within_a_bound(spark, fuzz_table):
     rng = random.Random(SEED)
+    spark.sql(f"CALL lance.describe_layout(table => '{TABLE}')").collect()
+    pid = _engine_pid(spark)
     outcomes: list[tuple[str, str, str, float]] = []
     bad: list[tuple[str, str, str]] = []
     for _ in range(CASES):
@@ -149,6 +157,7 @@ def test_fuzzed_procedure_calls_are_answered_within_a_bound(spark, fuzz_table):
                 bad.append(("unclear error", statement, text[:1000]))
     rows = spark.sql(f"CALL lance.describe_layout(table => '{TABLE}')").collect()
     assert rows and rows[0]["table"] == TABLE
+    assert _engine_pid(spark) == pid, "the engine process died during the fuzz and was restarted"
     report = os.environ.get("LANCE_COMPACT_FUZZ_REPORT")
     if report:
         with open(report, "w") as f:
@@ -172,3 +181,17 @@ def test_values_lance_cannot_take_are_refused_at_the_parse(option, value, messag
     with pytest.raises(CompactionError, match=message) as e:
         convert_value(option_specs()[option], value, "db.t")
     assert f"table db.t: option {option}" in e.value.message
+
+
+def test_a_predicate_deep_enough_to_overflow_lances_stack_is_refused_at_the_parse():
+    """``a + a + ... = 1`` with ~700 operators overflowed the stack of Lance's planner: the
+    engine process died (SIGSEGV). Refused by its token count; a long literal counts once."""
+    from lance_compact.errors import CompactionError
+    from lance_compact.options import MAX_PREDICATE_TOKENS, check_predicate
+
+    check_predicate("db.t", "id + " * 390 + "1 = 2")
+    check_predicate("db.t", "name = '" + "x+" * 5000 + "'")
+    for deep in ["id + " * 700 + "1 = 2", "id" + " IS NULL" * 2000]:
+        with pytest.raises(CompactionError, match=f"table db.t: option where has \\d+ tokens .*at most "
+                                                  f"{MAX_PREDICATE_TOKENS}"):
+            check_predicate("db.t", deep)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -245,7 +246,27 @@ def parse_options(table: str, strategy: str, planner_settings: Mapping[str, Opti
                 raise CompactionError(
                     f"table {table}: option {name} is given twice (as a parameter and in options)")
             target[name] = convert_value(o, value, table)
+            if name == "where":
+                check_predicate(table, target[name])
     return options, settings, {**run_defaults(), **run}, hooks
+
+
+# Lance's planner recurses once per operator of a chain such as ``a + a + ... = 1`` or
+# ``a IS NULL IS NULL ...``, on a thread with a small stack: from about 650 levels it overflows
+# its stack and the engine process dies (SIGSEGV). Each level takes at least two tokens, so
+# 800 tokens keep a predicate below 400 levels.
+MAX_PREDICATE_TOKENS = 800
+_TOKEN = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|\w+|\S")
+
+
+def check_predicate(table: str, predicate: str) -> None:
+    """Refuse a ``where`` predicate too long for Lance to evaluate safely."""
+    tokens = len(_TOKEN.findall(predicate))
+    if tokens > MAX_PREDICATE_TOKENS:
+        raise CompactionError(
+            f"table {table}: option where has {tokens} tokens (names, literals, operators); at most "
+            f"{MAX_PREDICATE_TOKENS} are accepted (Lance's planner overflows its stack on longer "
+            "chains of operators): narrow it, e.g. with a range instead of a list")
 
 
 def lance_options(table: str, params: Mapping[str, Any] | None,

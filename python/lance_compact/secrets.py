@@ -56,10 +56,16 @@ def remember_operator(storage_options: Mapping[str, str] | None) -> None:
     """At engine start: the operator's secret storage option values (its static configuration),
     redacted from every later log line of this process (at most :data:`MAX_OPERATOR_SECRETS`).
     The operator chose them, so only the length bound applies."""
+    short = sorted(k for k, v in (storage_options or {}).items()
+                   if SECRET_OPTION.search(k) and v is not None and len(str(v)) < MIN_LOGGED_SECRET)
     with _operator_lock:
         for value in secret_values(storage_options):
             if len(value) >= MIN_LOGGED_SECRET and len(_operator) < MAX_OPERATOR_SECRETS:
                 _operator.add(value)
+    if short:  # named, never shown
+        logging.getLogger("lance_compact.secrets").warning(
+            "storage options %s have values shorter than %d characters: too short to redact from "
+            "this log without erasing ordinary text; use real credentials", ", ".join(short), MIN_LOGGED_SECRET)
 
 
 @contextmanager

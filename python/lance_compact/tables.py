@@ -37,7 +37,7 @@ def open_dataset(table: str, uri: str, storage_options: dict[str, str] | None = 
                                           "exists but has no _versions folder)") from None
                 raise CompactionError(f"table {table}: Lance cannot open {uri} although it has a "
                                       f"_versions folder; Lance reported: {failure.detail}") from None
-            raise CompactionError(f"table {table}: {uri} does not exist (Lance found no dataset "
-                                  f"there: {failure.detail})") from None
+            raise CompactionError(f"table {table}: {uri} does not exist (no Lance dataset "
+                                  "there)") from None
         raise CompactionError(f"table {table}: cannot open {uri}: {failure.phrase} "
                               f"({failure.detail})") from None
