@@ -163,3 +163,17 @@ def test_alter_table_refuses_a_value_lance_cannot_use(spark, warehouse):
         spark.sql("CALL lance.compact(table => 'db.props')").collect()
     spark.sql("ALTER TABLE lance.db.props UNSET TBLPROPERTIES ('lance.compaction.data_storage_version')")
     assert spark.sql("CALL lance.compact(table => 'db.props')").collect()[0]["new_version"] > version
+
+
+def test_a_predicate_that_overflowed_lances_stack_is_refused_and_the_engine_lives(spark, table, engine_log):
+    """``where => 'id + id + ... = 1'`` (700 operators) killed the engine (SIGSEGV in Lance's
+    planner); now refused before Lance sees it, by the same engine."""
+    name, path = table
+    _answers(spark, name)
+    pids = _engine_pids(engine_log)
+    version = lance.dataset(str(path)).version
+    with pytest.raises(Exception, match=r"option where has \d+ tokens .*at most 800"):
+        spark.sql(f"CALL lance.compact(table => '{name}', where => '{'id + ' * 700}1 = 2')").collect()
+    assert lance.dataset(str(path)).version == version
+    _answers(spark, name)
+    assert _engine_pids(engine_log) == pids
