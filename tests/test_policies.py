@@ -159,3 +159,56 @@ def test_alter_properties_validates_then_writes_one_commit(tmp_path):
     _, rows = alter_properties(request(unset=["lance_compact.maintain.enabled", "lance_compact.maintain.priority"]))
     assert rows == [("lance.compaction.target_rows_per_fragment", "500")]
     assert lance.dataset(ds.uri).version == version + 1
+
+
+def test_lance_compaction_values_are_asked_of_lance_before_they_are_written(tmp_path):
+    """A lance.compaction.* value Lance cannot use (an unknown data_storage_version, a V1
+    version on a V2 table) is refused naming the key and Lance's reason; nothing is written."""
+    ds = _write(str(tmp_path / "v.lance"), 3)
+    request = lambda **kw: json.dumps({"table": "db.v", "uri": ds.uri, **kw})  # noqa: E731
+    for value, reason in [("garbage!!", "Unknown Lance storage version"), ("legacy", "cannot be mixed")]:
+        with pytest.raises(CompactionError) as e:
+            alter_properties(request(set={"lance.compaction.data_storage_version": value}))
+        assert f"table property lance.compaction.data_storage_version = '{value}' is not a value Lance can use" \
+            in e.value.message and reason in e.value.message and "nothing was changed" in e.value.message
+        assert lance.dataset(ds.uri).version == ds.version
+    for bad, text in [({"lance_compact.maintain.older_than": "soon"}, "lance_compact.maintain.older_than"),
+                      ({"lance_compact.maintain.priority": "1.5"}, "expects an integer")]:
+        with pytest.raises(CompactionError, match=text):
+            alter_properties(request(set=bad))
+        assert lance.dataset(ds.uri).version == ds.version
+    _, rows = alter_properties(request(set={"lance.compaction.data_storage_version": "2.1"}))
+    assert rows == [("lance.compaction.data_storage_version", "2.1")]
+    lance.dataset(ds.uri).optimize.compact_files()  # Lance can use what was stored
+
+
+def test_a_bad_value_written_by_another_tool_is_named_with_its_fix(tmp_path):
+    """pylance itself stores anything: compaction then fails naming the property and how to
+    remove it (not as a bug); changing another key is refused until it is removed; setting
+    that key to a good value, or unsetting it, is accepted."""
+    from lance_compact.engine import handle
+    from lance_compact.orchestrate import dry_run
+
+    ds = _write(str(tmp_path / "b.lance"), 3)
+    ds.update_config({"lance.compaction.data_storage_version": "garbage!!"})
+    bad_version = lance.dataset(ds.uri).version
+    request = lambda **kw: json.dumps({"table": "db.b", "uri": ds.uri, **kw})  # noqa: E731
+    answer = handle({"plan": lambda r: ("x STRING", dry_run(r))}, "plan", request())
+    assert not answer["ok"]
+    assert "the table property lance.compaction.data_storage_version holds a value Lance cannot use " \
+           "('garbage!!')" in answer["error"]
+    assert "UNSET TBLPROPERTIES ('lance.compaction.data_storage_version')" in answer["error"]
+    assert "bug" not in answer["error"]
+    with pytest.raises(CompactionError) as e:
+        alter_properties(request(set={"lance.compaction.target_rows_per_fragment": "100"}))
+    assert "already holds a value Lance cannot use" in e.value.message
+    assert "ALTER TABLE db.b UNSET TBLPROPERTIES ('lance.compaction.data_storage_version')" in e.value.message
+    assert lance.dataset(ds.uri).version == bad_version
+    with pytest.raises(CompactionError, match="is not a value Lance can use"):  # still bad
+        alter_properties(request(set={"lance.compaction.data_storage_version": "nope"}))
+    _, rows = alter_properties(request(set={"lance.compaction.data_storage_version": "2.2"}))
+    assert rows == [("lance.compaction.data_storage_version", "2.2")]
+    lance.dataset(ds.uri).update_config({"lance.compaction.data_storage_version": "garbage!!"})
+    _, rows = alter_properties(request(unset=["lance.compaction.data_storage_version"]))
+    assert rows == []
+    assert handle({"plan": lambda r: ("x STRING", dry_run(r))}, "plan", request())["ok"]

@@ -177,7 +177,7 @@ import logging, sys, threading
 from lance_compact import secrets
 logging.basicConfig(level=logging.INFO, stream=sys.stderr)
 secrets.install_log_redaction()
-secrets.remember({"aws_secret_access_key": sys.argv[1], "aws_access_key_id": sys.argv[2], "aws_region": "us-east-1"})
+secrets.remember_operator({"aws_secret_access_key": sys.argv[1], "aws_access_key_id": sys.argv[2], "aws_region": "us-east-1"})
 logging.getLogger("lance_compact.engine").info("opened with %s %s in us-east-1", sys.argv[1], sys.argv[2])
 t = threading.Thread(target=lambda: 1 / 0 if sys.argv[1] else None, name="worker")
 t.start(); t.join()

@@ -72,29 +72,81 @@ def _handlers(sc: Any) -> dict[str, Callable[[str], tuple[str, list[tuple]]]]:
 
 def handle(handlers: dict[str, Callable[[str], tuple[str, list[tuple]]]], action: str,
            request: str) -> dict[str, Any]:
-    """Serve one request; errors become ``{"ok": false, "error": ...}``."""
+    """Serve one request; every failure becomes ``{"ok": false, "error": ...}``: a Lance panic
+    (pyo3's ``PanicException``, a ``BaseException``) and a ``SystemExit`` or
+    ``KeyboardInterrupt`` raised by a handler included, so no statement is left unanswered and
+    the engine keeps serving."""
     from .errors import CompactionError
-    from .secrets import redact
+    from .secrets import redact, request_secrets
 
     try:
         storage = json.loads(request).get("storage_options")
     except (ValueError, AttributeError):
         storage = None
-    from .secrets import remember
-    remember(storage)
-    try:
-        if action not in handlers:
-            raise CompactionError(f"engine: unknown action {action!r}")
-        schema, rows = handlers[action](request)
-        return {"ok": True, "schema": schema, "rows": [list(r) for r in rows]}
-    except CompactionError as e:
-        return {"ok": False, "error": redact(e.message, storage)}
-    except Exception as e:  # a bug or an unexpected Lance error: say what, keep serving
-        from .failures import describe
+    # This request's secrets are redacted from its own log lines only (not remembered).
+    with request_secrets(storage):
+        try:
+            if action not in handlers:
+                raise CompactionError(f"engine: unknown action {action!r}")
+            request = _test_fault(action, request)
+            schema, rows = handlers[action](request)
+            return {"ok": True, "schema": schema, "rows": [list(r) for r in rows]}
+        except CompactionError as e:
+            return {"ok": False, "error": redact(e.message, storage)}
+        except Exception as e:  # a bug or an unexpected Lance error: say what, keep serving
+            from .failures import describe
 
-        log.error("engine: %s failed: %s", action, redact(traceback.format_exc(), storage))
-        return {"ok": False, "error": redact(
-            f"lance_compact engine: {action} failed: {type(e).__name__}: {describe(e)}", storage)}
+            log.error("engine: %s failed: %s", action, redact(traceback.format_exc(), storage))
+            return {"ok": False, "error": redact(
+                f"lance_compact engine: {action} failed: {type(e).__name__}: {describe(e)}", storage)}
+        except _LoseResponse:
+            raise
+        except BaseException as e:  # noqa: B036 - a panic, SystemExit, KeyboardInterrupt
+            log.error("engine: %s failed: %s", action, redact(traceback.format_exc(), storage))
+            return {"ok": False, "error": redact(_base_exception_message(action, e), storage)}
+
+
+def _base_exception_message(action: str, e: BaseException) -> str:
+    """What a ``BaseException`` that is not an ``Exception`` means for the user."""
+    from .failures import first_part
+
+    text = first_part(str(e)) or "(no message)"
+    if type(e).__name__ == "PanicException":  # pyo3_runtime.PanicException: Rust panicked
+        return (f"Lance panicked: {text} (lance_compact engine: {action}; an input Lance cannot "
+                "handle: nothing was committed by the failing step; the engine keeps serving)")
+    return (f"lance_compact engine: {action} was stopped by {type(e).__name__}: {text} "
+            "(the engine keeps serving)")
+
+
+# Test-only (LANCE_COMPACT_TEST_HOOKS=1): options-map key test_engine_fault of a CALL
+# (panic | system_exit | keyboard_interrupt | lose_response) makes its request fail so.
+TEST_FAULT = "test_engine_fault"
+
+
+def _test_fault(action: str, request: str) -> str:
+    from .options import hooks_enabled
+
+    if not hooks_enabled() or TEST_FAULT not in request:
+        return request
+    raw = json.loads(request)
+    fault = (raw.get("options") or {}).pop(TEST_FAULT, None)
+    if fault == "panic":  # a real Lance panic: `DateTime - TimeDelta` overflowed
+        import datetime
+        import lance
+        lance.dataset(raw["uri"], storage_options=raw.get("storage_options") or None) \
+            .explain_cleanup_old_versions(older_than=datetime.timedelta(days=10 ** 8))
+        raise AssertionError("Lance no longer panics here: choose another panic for the test")
+    if fault == "system_exit":
+        raise SystemExit(3)
+    if fault == "keyboard_interrupt":
+        raise KeyboardInterrupt("injected")
+    if fault == "lose_response":
+        raise _LoseResponse()
+    return json.dumps(raw)
+
+
+class _LoseResponse(BaseException):
+    """Test-only: the serving thread ends without answering (as if it had died)."""
 
 
 def _exit_with_parent() -> None:
@@ -133,13 +185,39 @@ def _start_workers(sc: Any) -> None:
         log.warning("starting Python workers ahead of time failed: %s", e)
 
 
-def _heartbeat(bridge: Any) -> None:
+class _Serving:
+    """The requests this engine took and has not answered: the heartbeat reports them, so
+    the JVM fails a request whose serving thread is gone without answering instead of
+    waiting for it while the engine is otherwise alive."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._ids: set[str] = set()
+        self._taken = 0
+
+    def take(self, request_id: str) -> None:
+        with self._lock:
+            self._taken += 1
+            self._ids.add(request_id)
+
+    def done(self, request_id: str) -> None:
+        with self._lock:
+            self._ids.discard(request_id)
+
+    def report(self) -> str:
+        """``<requests taken>;<id>,<id>...``, what ``EngineBridge.heartbeat`` reads."""
+        with self._lock:
+            return f"{self._taken};{','.join(sorted(self._ids))}"
+
+
+def _heartbeat(bridge: Any, serving: _Serving) -> None:
     """Tell the JVM this process is alive, every few seconds: a caller waiting for an answer
-    takes a silent engine as hung (``spark.lance.compact.engine.heartbeatTimeout``)."""
+    takes a silent engine as hung (``spark.lance.compact.engine.heartbeatTimeout``), and a
+    request this engine no longer lists as served as lost."""
     interval = bridge.heartbeatIntervalMs() / 1000
     while True:
         try:
-            bridge.heartbeat()
+            bridge.heartbeat(serving.report())
         except Exception as e:  # the JVM is going away; stdin's end stops this process
             log.warning("heartbeat failed: %s", e)
         time.sleep(interval)
@@ -154,7 +232,7 @@ def _read_driver_settings(sc: Any) -> None:
 
     conf = sc.getConf().getAll()
     secrets.install_log_redaction()
-    secrets.remember({k.rsplit(".", 1)[-1]: v for k, v in conf if ".storage." in k})
+    secrets.remember_operator({k.rsplit(".", 1)[-1]: v for k, v in conf if ".storage." in k})
     driver_conf.load(conf)
     if hooks_enabled():
         log.warning("test hooks are enabled ($LANCE_COMPACT_TEST_HOOKS=1): for tests only")
@@ -179,29 +257,48 @@ def main() -> None:
     preload.join()
     handlers = _handlers(sc)
     bridge.ready()
-    threading.Thread(target=_heartbeat, args=(bridge,), daemon=True, name="heartbeat").start()
+    serving = _Serving()
+    threading.Thread(target=_heartbeat, args=(bridge, serving), daemon=True, name="heartbeat").start()
     log.info("engine ready (pid %d)", os.getpid())
 
-    def serve(raw: str) -> None:
-        from .cancellation import serving
+    def serve(request_id: str, action: str, request: str) -> None:
+        from .cancellation import serving as checking_cancellation
 
         started = time.monotonic()
-        message = json.loads(raw)
+        text = None
         try:
-            bridge.adopt(message["id"])
-            with serving(lambda: bridge.cancelled(message["id"])):
-                text = json.dumps(handle(handlers, message["action"], message["request"]))
-        except Exception as e:  # the caller must always get an answer
-            text = json.dumps({"ok": False, "error": f"lance_compact engine: {type(e).__name__}: {e}"})
+            bridge.adopt(request_id)
+            with checking_cancellation(lambda: bridge.cancelled(request_id)):
+                text = json.dumps(handle(handlers, action, request))
+        except _LoseResponse:
+            return  # test-only: the JVM must notice from the heartbeat (finally still runs)
+        except BaseException as e:  # noqa: B036 - the caller must always get an answer
+            text = json.dumps({"ok": False, "error": f"lance_compact engine: {action}: {type(e).__name__}: {e}"})
         finally:
-            bridge.adopt("")  # clear the caller's job group and tags from this thread
-        bridge.respond(message["id"], text)
-        log.info("served %s in %d ms", message["action"], (time.monotonic() - started) * 1000)
+            try:
+                bridge.adopt("")  # clear the caller's job group and tags from this thread
+            except BaseException as e:  # noqa: B036
+                log.warning("engine: clearing the caller's properties failed: %s", e)
+            try:
+                if text is not None:
+                    bridge.respond(request_id, text)
+            finally:
+                serving.done(request_id)  # the JVM fails it if it was not answered
+        log.info("served %s in %d ms", action, (time.monotonic() - started) * 1000)
 
     while True:
         raw = bridge.nextRequest(60_000)
-        if raw is not None:
-            threading.Thread(target=serve, args=(raw,), daemon=True).start()
+        if raw is None:
+            continue
+        message = json.loads(raw)
+        serving.take(message["id"])
+        try:
+            threading.Thread(target=serve, args=(message["id"], message["action"], message["request"]),
+                             daemon=True, name=f"request-{message['id']}").start()
+        except BaseException as e:  # noqa: B036 - e.g. no thread can be started: answer here
+            serving.done(message["id"])
+            bridge.respond(message["id"], json.dumps(
+                {"ok": False, "error": f"lance_compact engine: cannot serve {message['action']}: {e}"}))
 
 
 if __name__ == "__main__":

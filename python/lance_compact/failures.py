@@ -10,7 +10,9 @@ into one of:
   404, throttling 429/503, 5xx);
 - ``missing``: the table (its ``_versions`` folder) does not exist;
 - ``corrupt``: a file the table references is corrupt, truncated or missing;
-- ``bug``: anything else, ours or Lance's.
+- ``config``: the table's config holds a ``lance.compaction.*`` value Lance cannot use
+  (written by another tool): every compaction fails until it is fixed or removed;
+- ``bug``: anything else (not recognized: possibly a bug, ours or Lance's).
 
 Messages built from a :class:`Failure` always contain, for other code and tests to rely on:
 "object store" for storage faults, "concurrent" and the operation for conflicts, "does not
@@ -22,6 +24,9 @@ import re
 from dataclasses import dataclass
 
 CONFLICT, STORAGE, MISSING, CORRUPT, BUG = "conflict", "storage", "missing", "corrupt", "bug"
+CONFIG = "config"
+
+_BAD_PROPERTY = re.compile(r"invalid value for (lance\.compaction\.[\w.]+): ('[^']*'|\S+)", re.I)
 
 _VERSION_GONE = re.compile(r"_versions/[^/\s]+\.manifest was not found")
 _OPERATION = re.compile(r"concurrent transaction (\w+)", re.I)
@@ -110,6 +115,12 @@ def classify(error: BaseException | str) -> Failure:
         m = _OPERATION.search(text)
         op = m.group(1) if m else "change"
         return Failure(CONFLICT, f"a concurrent {op} by another writer conflicts with this change", op, detail)
+    m = _BAD_PROPERTY.search(text)
+    if m:
+        key, value = m.group(1), m.group(2)
+        return Failure(CONFIG, f"the table property {key} holds a value Lance cannot use ({value}); "
+                               f"every compaction of the table fails until it is removed with ALTER TABLE "
+                               f"<table> UNSET TBLPROPERTIES ('{key}') or set to a valid value", None, detail)
     # Lance says "Dataset at path X was not found: Not found: X/_versions" for a missing table,
     # and "... _versions/N.manifest was not found" for a missing version.
     if "was not found" in low and "dataset at path" in low:
@@ -128,8 +139,8 @@ def classify(error: BaseException | str) -> Failure:
         return Failure(CORRUPT, "a corrupt or unreadable file", None, detail)
     if "no such file" in low or "not found" in low:
         return Failure(MISSING, "a file or table does not exist", None, detail)
-    return Failure(BUG, "an unexpected error (a bug in lance_compact or Lance: please report it "
-                        "with the engine's log)", None, detail)
+    return Failure(BUG, "an unexpected error (none lance_compact recognizes: Lance's words follow; "
+                        "if the input was valid, please report it with the engine's log)", None, detail)
 
 
 def describe(error: BaseException | str) -> str:

@@ -6,7 +6,9 @@ lives in exactly one place.
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -55,8 +57,14 @@ def result_columns(kind: str = "result_columns") -> list[tuple[str, str]]:
     return [(c["name"], c["type"]) for c in spec()[kind]]
 
 
+LONG_MIN, LONG_MAX = -(2 ** 63), 2 ** 63 - 1  # Spark's LONG, and what Lance converts
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
+
+
+def _num(x: float) -> str:
+    """A bound as written in the spec: 4294967295, not 4.29497e+09."""
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
 
 
 def convert_value(o: OptionSpec, value: Any, table: str) -> Any:
@@ -79,6 +87,8 @@ def convert_value(o: OptionSpec, value: Any, table: str) -> Any:
                 raise bad("an integer") from None
         else:
             raise bad("an integer")
+        if not LONG_MIN <= v <= LONG_MAX:  # Lance's integers are 64-bit: it cannot convert more
+            raise bad(f"an integer from {LONG_MIN} to {LONG_MAX}")
     elif o.type == "double":
         if isinstance(value, bool):
             raise bad("a number")
@@ -86,6 +96,8 @@ def convert_value(o: OptionSpec, value: Any, table: str) -> Any:
             v = float(value.strip() if isinstance(value, str) else value)
         except (TypeError, ValueError):
             raise bad("a number") from None
+        if not math.isfinite(v):  # NaN passes every range check; Lance's thresholds need a number
+            raise bad("a finite number")
     elif o.type == "boolean":
         if isinstance(value, bool):
             v = value
@@ -105,17 +117,19 @@ def convert_value(o: OptionSpec, value: Any, table: str) -> Any:
             raise bad("comma-separated integers") from None
         for x in v:
             if o.min is not None and x < o.min:
-                raise bad(f"integers >= {o.min:g}")
+                raise bad(f"integers >= {_num(o.min)}")
+            if x > LONG_MAX:
+                raise bad(f"integers <= {LONG_MAX}")
         return v
     else:  # pragma: no cover - the spec is ours
         raise AssertionError(f"unknown option type {o.type}")
 
     if o.min is not None and v < o.min:
         raise CompactionError(
-            f"table {table}: option {o.name} must be >= {o.min:g}, got {value!r}")
+            f"table {table}: option {o.name} must be >= {_num(o.min)}, got {value!r}")
     if o.max is not None and v > o.max:
         raise CompactionError(
-            f"table {table}: option {o.name} must be <= {o.max:g}, got {value!r}")
+            f"table {table}: option {o.name} must be <= {_num(o.max)}, got {value!r}")
     if o.choices is not None and v not in o.choices:
         raise CompactionError(
             f"table {table}: option {o.name} must be one of {', '.join(o.choices)}, got {value!r}")
@@ -232,7 +246,27 @@ def parse_options(table: str, strategy: str, planner_settings: Mapping[str, Opti
                 raise CompactionError(
                     f"table {table}: option {name} is given twice (as a parameter and in options)")
             target[name] = convert_value(o, value, table)
+            if name == "where":
+                check_predicate(table, target[name])
     return options, settings, {**run_defaults(), **run}, hooks
+
+
+# Lance's planner recurses once per operator of a chain such as ``a + a + ... = 1`` or
+# ``a IS NULL IS NULL ...``, on a thread with a small stack: from about 650 levels it overflows
+# its stack and the engine process dies (SIGSEGV). Each level takes at least two tokens, so
+# 800 tokens keep a predicate below 400 levels.
+MAX_PREDICATE_TOKENS = 800
+_TOKEN = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|\w+|\S")
+
+
+def check_predicate(table: str, predicate: str) -> None:
+    """Refuse a ``where`` predicate too long for Lance to evaluate safely."""
+    tokens = len(_TOKEN.findall(predicate))
+    if tokens > MAX_PREDICATE_TOKENS:
+        raise CompactionError(
+            f"table {table}: option where has {tokens} tokens (names, literals, operators); at most "
+            f"{MAX_PREDICATE_TOKENS} are accepted (Lance's planner overflows its stack on longer "
+            "chains of operators): narrow it, e.g. with a range instead of a list")
 
 
 def lance_options(table: str, params: Mapping[str, Any] | None,

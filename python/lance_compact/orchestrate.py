@@ -88,13 +88,22 @@ def _batches(plan: Plan, groups: int, first_id: int = 0) -> list[Batch]:
 
 
 def fragments_matching(dataset: lance.LanceDataset, where: str, table: str) -> set[int]:
-    """Ids of the fragments holding at least one live row matching the Lance predicate."""
+    """Ids of the fragments holding at least one live row matching the Lance predicate. The
+    matching row addresses are streamed batch by batch, keeping only their fragment ids, so the
+    driver holds one batch and the set of fragment ids, never every matching address."""
+    import pyarrow.compute as pc
+
+    fragments: set[int] = set()
     try:
-        addresses = dataset.scanner(filter=where, columns=[], with_row_address=True).to_table()["_rowaddr"]
+        scanner = dataset.scanner(filter=where, columns=[], with_row_address=True, scan_in_order=False)
+        for batch in scanner.to_batches():
+            if batch.num_rows:
+                ids = pc.unique(pc.shift_right(batch.column("_rowaddr"), 32))
+                fragments.update(ids.to_pylist())
     except (ValueError, OSError) as e:
         raise CompactionError(f"table {table}: where {where!r} is not a predicate Lance can evaluate on "
                               f"this table ({str(e).splitlines()[0][:200]})") from None
-    return {a >> 32 for a in addresses.unique().to_pylist()}
+    return fragments
 
 
 def shape(plan: Plan, run: dict[str, Any]) -> Plan:

@@ -83,6 +83,13 @@ class Policy:
         return {k: v for k, v in self.values.items() if k in names}
 
 
+def check_policy_value(table: str, key: str, value: Any, where: str) -> Any:
+    """``value`` of policy key ``key`` checked and converted (its type, range, and for
+    ``older_than`` a duration cleanup accepts); an error names the table and ``where`` (e.g.
+    "table property lance_compact.maintain.priority")."""
+    return _convert(table, key, value, where)
+
+
 def _convert(table: str, key: str, value: Any, where: str) -> Any:
     o = policy_specs()[key]
     try:

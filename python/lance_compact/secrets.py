@@ -10,7 +10,8 @@ import logging
 import re
 import sys
 import threading
-from typing import Mapping
+from contextlib import contextmanager
+from typing import Iterator, Mapping
 
 # Storage option names whose values are secrets or identify one: aws_access_key_id,
 # aws_secret_access_key, aws_session_token, azure_storage_account_key, *_sas_*, tokens,
@@ -33,24 +34,63 @@ def redact(text: str, storage_options: Mapping[str, str] | None) -> str:
     return text
 
 
-# The engine's log: every line passes through redaction of every secret the engine has seen
-# (the catalogs' storage options at start, each request's storage options).
-_seen: dict[str, str] = {}
-_seen_lock = threading.Lock()
+# The engine's log: every line is redacted of the operator's secrets (the static configuration's
+# secret-named storage options, read once at start) and, on the thread serving a request, of
+# that request's own secrets. A value a SQL user sets is never remembered beyond its request:
+# `SET ...storage.my_secret=compact` must not erase "compact" from everyone's log lines.
+MIN_LOGGED_SECRET = 6  # shorter values would turn every log line into mush; a real key is long
+MAX_OPERATOR_SECRETS = 64
+_operator: set[str] = set()
+_operator_lock = threading.Lock()
+_request = threading.local()
 
 
-def remember(storage_options: Mapping[str, str] | None) -> None:
-    """Redact ``storage_options``' secret values from every later log line of this process."""
-    with _seen_lock:
-        for k, v in (storage_options or {}).items():
-            if SECRET_OPTION.search(k) and v is not None:
-                _seen[str(v)] = k
+def redactable_in_logs(value: str) -> bool:
+    """Whether ``value`` is redacted from log lines: at least :data:`MIN_LOGGED_SECRET`
+    characters, and not a plain word (letters only, up to 12: "compact", "version"), which a
+    real key, token or password generated for a store is not."""
+    return len(value) >= MIN_LOGGED_SECRET and not (value.isalpha() and len(value) <= 12)
+
+
+def remember_operator(storage_options: Mapping[str, str] | None) -> None:
+    """At engine start: the operator's secret storage option values (its static configuration),
+    redacted from every later log line of this process (at most :data:`MAX_OPERATOR_SECRETS`).
+    The operator chose them, so only the length bound applies."""
+    short = sorted(k for k, v in (storage_options or {}).items()
+                   if SECRET_OPTION.search(k) and v is not None and len(str(v)) < MIN_LOGGED_SECRET)
+    with _operator_lock:
+        for value in secret_values(storage_options):
+            if len(value) >= MIN_LOGGED_SECRET and len(_operator) < MAX_OPERATOR_SECRETS:
+                _operator.add(value)
+    if short:  # named, never shown
+        logging.getLogger("lance_compact.secrets").warning(
+            "storage options %s have values shorter than %d characters: too short to redact from "
+            "this log without erasing ordinary text; use real credentials", ", ".join(short), MIN_LOGGED_SECRET)
+
+
+@contextmanager
+def request_secrets(storage_options: Mapping[str, str] | None) -> Iterator[None]:
+    """While serving one request on this thread: its secret values are also redacted from the
+    log lines this thread writes (the plain words and short values excepted, see
+    :func:`redactable_in_logs`), and forgotten afterwards."""
+    previous = getattr(_request, "values", ())
+    _request.values = tuple(v for v in secret_values(storage_options) if redactable_in_logs(v))
+    try:
+        yield
+    finally:
+        _request.values = previous
+
+
+def _log_secrets() -> list[str]:
+    with _operator_lock:
+        known = set(_operator)
+    known.update(getattr(_request, "values", ()))
+    return sorted(known, key=len, reverse=True)
 
 
 class _RedactingFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
-        with _seen_lock:
-            known = sorted((v for v in _seen if len(v) >= 3), key=len, reverse=True)
+        known = _log_secrets()
         if not known:
             return True
 

@@ -21,11 +21,16 @@ there can be removed. A refused change writes nothing (the version is unchanged)
 from __future__ import annotations
 
 import json
+import re
+import tempfile
 from typing import Any
+
+import lance
 
 from .errors import CompactionError
 from .options import OptionSpec, convert_value, option_specs
-from .policy import LANCE_COMPACTION_PREFIX, PROPERTY_PREFIX, policy_specs
+from .failures import first_part
+from .policy import LANCE_COMPACTION_PREFIX, PROPERTY_PREFIX, check_policy_value, policy_specs
 from .tables import open_dataset
 
 
@@ -66,17 +71,13 @@ def checked_changes(table: str, set_: dict[str, Any], unset: list[str]) -> dict[
         if o is None:
             raise _refuse(table, f"cannot set table property {key!r}")
         name = key.strip().lower()
-        try:
-            v = convert_value(o, value, table)
-        except CompactionError as e:
-            raise CompactionError(e.message.replace(f"option {o.name}", f"table property {name}", 1)) from None
-        if name == PROPERTY_PREFIX + "older_than":
-            from .version_cleanup import parse_older_than
+        if name.startswith(PROPERTY_PREFIX):
+            v = check_policy_value(table, name[len(PROPERTY_PREFIX):], value, f"table property {name}")
+        else:
             try:
-                parse_older_than(v, table)
+                v = convert_value(o, value, table)
             except CompactionError as e:
-                raise CompactionError(f"table {table}: table property {name} "
-                                      f"{e.message.split('older_than ', 1)[1]}") from None
+                raise CompactionError(e.message.replace(f"option {o.name}", f"table property {name}", 1)) from None
         update[name] = str(v).lower() if isinstance(v, bool) else str(v)
     for key in unset:
         name = key.strip().lower()
@@ -86,6 +87,64 @@ def checked_changes(table: str, set_: dict[str, Any], unset: list[str]) -> dict[
             raise CompactionError(f"table {table}: table property {name} is both set and unset")
         update[name] = None
     return update
+
+
+_CONFIG_ERROR = re.compile(r"invalid value for (lance\.compaction\.[\w.]+)", re.I)
+
+
+def check_with_lance(table: str, ds: lance.LanceDataset, update: dict[str, str | None]) -> None:
+    """Ask Lance whether it can use each ``lance.compaction.*`` value of ``update``: it plans a
+    compaction of the table with the value as an option (planning writes nothing). Where the
+    table's config already holds a value Lance cannot parse (Lance reads it on every plan), the
+    value is asked of a scratch table of the same storage version instead, if that key is being
+    changed now; otherwise the change is refused, saying which property to remove first."""
+    from lance.optimize import Compaction
+
+    changed = set(update)
+    for name, text in update.items():
+        if text is None or not name.startswith(LANCE_COMPACTION_PREFIX):
+            continue
+        option = name[len(LANCE_COMPACTION_PREFIX):]
+        value = convert_value(lance_config_specs()[option], text, table)
+        try:
+            Compaction.plan(ds, {option: value})
+            continue
+        except Exception as e:  # Lance says ValueError or OSError
+            error = e
+        stored = _CONFIG_ERROR.search(str(error))
+        if stored and stored.group(1).lower() != name:
+            if stored.group(1).lower() not in changed:
+                raise CompactionError(
+                    f"table {table}: its table property {stored.group(1)} already holds a value Lance "
+                    f"cannot use ({first_part(str(error), 200)}); remove it first with ALTER TABLE "
+                    f"{table} UNSET TBLPROPERTIES ('{stored.group(1)}')") from None
+            error = _scratch_plan_error(ds, option, value)
+        elif stored:  # the stored value of this very key is bad: ask without the table's config
+            error = _scratch_plan_error(ds, option, value)
+        if error is not None:
+            raise CompactionError(
+                f"table {table}: table property {name} = {text!r} is not a value Lance can use: "
+                f"{first_part(str(error), 300)}; nothing was changed") from None
+
+
+def _scratch_plan_error(ds: lance.LanceDataset, option: str, value: Any) -> Exception | None:
+    """Lance's error planning a compaction with ``{option: value}`` on a scratch table of
+    ``ds``'s storage version (two one-row fragments, no config), or None."""
+    import pyarrow as pa
+    from lance.optimize import Compaction
+
+    with tempfile.TemporaryDirectory(prefix="lance-compact-check-") as scratch:
+        try:
+            version = ds.data_storage_version
+        except Exception:
+            version = None
+        kwargs = {"data_storage_version": version} if version else {}
+        probe = lance.write_dataset(pa.table({"x": [0, 1]}), scratch, max_rows_per_file=1, **kwargs)
+        try:
+            Compaction.plan(probe, {option: value})
+        except Exception as e:
+            return e
+    return None
 
 
 def alter_properties(request_json: str) -> tuple[str, list[tuple]]:
@@ -98,6 +157,7 @@ def alter_properties(request_json: str) -> tuple[str, list[tuple]]:
     config = ds.config() or {}
     # UNSET of a key that is not there is no change; an empty update makes no version.
     update = {k: v for k, v in update.items() if v is not None or k in config}
+    check_with_lance(table, ds, update)
     if update:
         ds.update_config(update)
         ds = open_dataset(table, raw["uri"], raw.get("storage_options"))

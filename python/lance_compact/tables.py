@@ -24,14 +24,19 @@ def open_dataset(table: str, uri: str, storage_options: dict[str, str] | None = 
             except Exception:
                 latest = None
             if latest is not None:
+                why = ("; older versions may have been cleaned up" if version < latest else "")
                 raise CompactionError(
                     f"table {table}: version {version} does not exist (the table is at version "
-                    f"{latest}; older versions may have been cleaned up)") from None
+                    f"{latest}{why})") from None
         if failure.kind == MISSING:
+            # Say only what is known: Lance's own words, and for a local folder what is there.
             local = uri[len("file://"):] if uri.startswith("file://") else uri
             if "://" not in local and os.path.isdir(local):
-                raise CompactionError(f"table {table}: {uri} is not a Lance dataset (the folder "
-                                      "exists but has no _versions folder)") from None
+                if not os.path.isdir(os.path.join(local, "_versions")):
+                    raise CompactionError(f"table {table}: {uri} is not a Lance dataset (the folder "
+                                          "exists but has no _versions folder)") from None
+                raise CompactionError(f"table {table}: Lance cannot open {uri} although it has a "
+                                      f"_versions folder; Lance reported: {failure.detail}") from None
             raise CompactionError(f"table {table}: {uri} does not exist (no Lance dataset "
                                   "there)") from None
         raise CompactionError(f"table {table}: cannot open {uri}: {failure.phrase} "

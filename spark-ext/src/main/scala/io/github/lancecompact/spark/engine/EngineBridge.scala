@@ -19,8 +19,10 @@ import org.apache.spark.api.java.JavaSparkContext
 final class EngineBridge(sc: SparkContext) {
   import EngineBridge._
 
-  private final class Request(val id: String, val json: String,
+  private final class Request(val id: String, val action: String, val json: String,
                               val properties: Map[String, String]) {
+    /** Its place among the requests the engine took (0: still queued). */
+    @volatile var taken: Long = 0L
     val response = new CompletableFuture[String]()
     /** The job tag of this request's Spark jobs. */
     val tag: String = s"lance-compact-$instance-request-$id"
@@ -32,6 +34,8 @@ final class EngineBridge(sc: SparkContext) {
   @volatile private var lastBeat = System.nanoTime()
 
   private val ids = new AtomicLong()
+  /** How many requests the engine took from the queue (one poller: in the order taken). */
+  private val takenCount = new AtomicLong()
   private val queue = new LinkedBlockingQueue[Request]()
   private val pending = new ConcurrentHashMap[String, Request]()
   private val readyLatch = new CountDownLatch(1)
@@ -44,6 +48,26 @@ final class EngineBridge(sc: SparkContext) {
 
   /** Called by the engine's heartbeat thread every [[heartbeatIntervalMs]]. */
   def heartbeat(): Unit = lastBeat = System.nanoTime()
+
+  /** The heartbeat with what the engine is serving: `<requests taken>;<id>,<id>,...`. A
+   * request the engine took (counted) but no longer lists ended without an answer (its
+   * serving thread is gone): it is failed now rather than waited on while the engine lives. */
+  def heartbeat(serving: String): Unit = {
+    lastBeat = System.nanoTime()
+    val (count, listed) = serving.split(";", 2) match {
+      case Array(n, rest) => (n.toLongOption.getOrElse(0L), rest.split(",").filter(_.nonEmpty).toSet)
+      case _ => (0L, Set.empty[String])
+    }
+    pending.values().forEach { r =>
+      if (r.taken > 0 && r.taken <= count && !listed.contains(r.id) && pending.remove(r.id, r)) {
+        r.cancelReason = "the engine stopped serving it"
+        cancelJobs(r)
+        r.response.completeExceptionally(new IllegalStateException(
+          s"the lance_compact engine stopped serving ${r.action} without answering (the thread serving " +
+            "it ended); nothing more runs for it and the engine serves other statements. See its log."))
+      }
+    }
+  }
 
   /** How often the engine should call [[heartbeat]]. */
   @volatile var heartbeatIntervalMs: Long = 2000
@@ -60,7 +84,7 @@ final class EngineBridge(sc: SparkContext) {
   /** The next request's JSON `{"id", "action", "request"}`, or null after `timeoutMs`. */
   def nextRequest(timeoutMs: Long): String = {
     val r = queue.poll(timeoutMs, TimeUnit.MILLISECONDS)
-    if (r == null) null else r.json
+    if (r == null) null else { r.taken = takenCount.incrementAndGet(); r.json }
   }
 
   /** On the calling (engine-paired) thread: the local properties of the request's caller,
@@ -93,7 +117,7 @@ final class EngineBridge(sc: SparkContext) {
     val id = ids.incrementAndGet().toString
     val body = s"""{"id":"$id","action":${quote(action)},"request":${quote(requestJson)}}"""
     val props = Inherited.flatMap(k => Option(sc.getLocalProperty(k)).map(k -> _)).toMap
-    val r = new Request(id, body, props)
+    val r = new Request(id, action, body, props)
     pending.put(id, r)
     queue.put(r)
     (id, r.response)

@@ -1,0 +1,179 @@
+"""The engine answers every statement: a Lance panic, a SystemExit or KeyboardInterrupt raised
+while serving, or a serving thread that ends without answering fails that statement with a
+named error within a bound, and the engine goes on serving; its log is redacted of the
+operator's secrets and of a request's own secrets only while that request is served."""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+import uuid
+
+import lance
+import pytest
+
+from conftest import ROOT, lance_session
+from oracle import degraded_table
+
+OPERATOR_SECRET = f"op-secret-{uuid.uuid4().hex}"
+BOUND_S = 60
+
+
+@pytest.fixture(scope="module")
+def engine_log(tmp_path_factory):
+    return tmp_path_factory.mktemp("engine-log") / "engine.log"
+
+
+@pytest.fixture(scope="module")
+def spark(warehouse, engine_log):
+    # The operator's static configuration holds a secret-named storage option; a heartbeat
+    # timeout of 10 s makes the engine beat every 2 s.
+    session = lance_session("local[2]", "engine-robustness", str(warehouse), {
+        "spark.lance.compact.engine.log": str(engine_log),
+        "spark.lance.compact.engine.heartbeatTimeout": "10s",
+        "spark.sql.catalog.lance.storage.my_session_token": OPERATOR_SECRET})
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="module")
+def table(warehouse):
+    path = warehouse / "db" / "robust.lance"
+    degraded_table(str(path))
+    return "db.robust", path
+
+
+def _engine_pids(engine_log) -> list[str]:
+    return re.findall(r"engine ready \(pid (\d+)\)", engine_log.read_text())
+
+
+def _answers(spark, table) -> None:
+    """A trivial statement still gets its answer."""
+    rows = spark.sql(f"CALL lance.describe_layout(table => '{table}')").collect()
+    assert rows and rows[0]["table"] == table
+
+
+@pytest.mark.parametrize("fault, message", [
+    ("panic", r"Lance panicked: `DateTime - TimeDelta` overflowed \(lance_compact engine: plan"),
+    ("system_exit", r"lance_compact engine: plan was stopped by SystemExit: 3"),
+    ("keyboard_interrupt", r"lance_compact engine: plan was stopped by KeyboardInterrupt: injected"),
+    ("lose_response", r"stopped serving plan without answering"),
+])
+def test_a_failure_that_is_no_exception_fails_its_statement_and_the_engine_keeps_serving(
+        spark, table, engine_log, fault, message):
+    name, path = table
+    _answers(spark, name)
+    pids = _engine_pids(engine_log)
+    version = lance.dataset(str(path)).version
+    started = time.monotonic()
+    with pytest.raises(Exception, match=message):
+        spark.sql(f"CALL lance.plan_compaction(table => '{name}', "
+                  f"options => map('test_engine_fault', '{fault}'))").collect()
+    assert time.monotonic() - started < BOUND_S
+    assert lance.dataset(str(path)).version == version
+    _answers(spark, name)
+    assert _engine_pids(engine_log) == pids  # the same engine, still serving
+
+
+def test_cleanup_far_in_the_past_is_answered(spark, table):
+    """The measured hang: cleanup of versions older than 10^8 days (Lance panics on the date
+    arithmetic unless the duration is refused first). Answered either way, within the bound."""
+    name, path = table
+    version = lance.dataset(str(path)).version
+    started = time.monotonic()
+    with pytest.raises(Exception, match=r"Lance panicked|older_than"):
+        spark.sql(f"CALL lance.cleanup(table => '{name}', older_than => '100000000 days', "
+                  "dry_run => true)").collect()
+    assert time.monotonic() - started < BOUND_S
+    assert lance.dataset(str(path)).version == version
+    _answers(spark, name)
+
+
+def test_a_users_secret_is_not_redacted_from_other_statements_log_lines(spark, table, engine_log):
+    """A user's SET of a secret-named storage option redacts its value from that user's own
+    statement only; the operator's secret never appears in the log."""
+    name, _ = table
+    user = spark.newSession()
+    user.sql(f"SET spark.sql.catalog.lance.storage.my_secret={name}")
+    user.sql(f"CALL lance.compact(table => '{name}')").collect()
+    own = engine_log.read_text().splitlines()
+    assert any("table *********(redacted): planned" in line for line in own)
+    start = len(own)
+    spark.sql(f"CALL lance.compact(table => '{name}')").collect()  # another session
+    later = engine_log.read_text().splitlines()[start:]
+    assert any(f"table {name}: planned" in line for line in later)
+    assert not any("(redacted)" in line for line in later)
+    assert OPERATOR_SECRET not in engine_log.read_text()
+
+
+LOGGING = """
+import json, logging, sys
+from lance_compact import secrets
+from lance_compact.engine import handle
+logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
+secrets.install_log_redaction()
+operator, theirs = sys.argv[1], sys.argv[2]
+secrets.remember_operator({"aws_secret_access_key": operator, "short_token": "abc12"})
+log = logging.getLogger("lance_compact.test")
+said = lambda r: (log.info("LINE compact abc12 %s %s", operator, theirs), ("x INT", []))[1]
+handle({"a": said}, "a", json.dumps({"storage_options": {"my_secret": "compact", "user_token": theirs}}))
+handle({"a": said}, "a", json.dumps({}))
+"""
+
+
+def test_redaction_is_the_operators_secrets_and_the_requests_own():
+    operator, theirs = f"planted-{uuid.uuid4().hex}", f"user-{uuid.uuid4().hex}"
+    p = subprocess.run([sys.executable, "-c", LOGGING, operator, theirs], capture_output=True, text=True,
+                       timeout=60, cwd=ROOT)
+    lines = [line for line in p.stderr.splitlines() if line.startswith("LINE")]
+    assert lines == ["LINE compact abc12 *********(redacted) *********(redacted)",  # in its own request
+                     f"LINE compact abc12 *********(redacted) {theirs}"], p.stderr  # not remembered
+    assert operator not in p.stderr
+
+
+def test_spark_sql_is_answered_after_a_panic(table, warehouse, tmp_path):
+    """Through the spark-sql CLI (no Python driver): the panicking statement fails with its
+    message and the statements after it run."""
+    name, _ = table
+    p = subprocess.run(
+        [str(ROOT / "bin" / "lance-spark-sql"), "--warehouse", str(warehouse), "--master", "local[2]",
+         "--hiveconf", "hive.cli.errors.ignore=true", "-e", ";\n".join([
+             f"CALL lance.plan_compaction(table => '{name}', options => map('test_engine_fault', 'panic'))",
+             f"CALL lance.describe_layout(table => '{name}')"])],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path, stdin=subprocess.DEVNULL)
+    assert "Lance panicked: `DateTime - TimeDelta` overflowed" in p.stderr, p.stderr[-3000:]
+    assert f"{name}\t" in p.stdout, p.stdout[-3000:]  # describe_layout's row, after the panic
+
+
+def test_alter_table_refuses_a_value_lance_cannot_use(spark, warehouse):
+    """Through SQL: the refused ALTER names the key and Lance's reason and writes nothing; a
+    bad value stored by pylance directly fails compaction naming the property and its fix."""
+    path = warehouse / "db" / "props.lance"
+    degraded_table(str(path))
+    version = lance.dataset(str(path)).version
+    with pytest.raises(Exception, match=r"table property lance.compaction.data_storage_version = 'garbage!!' "
+                                        r"is not a value Lance can use: .*Unknown Lance storage version"):
+        spark.sql("ALTER TABLE lance.db.props SET TBLPROPERTIES "
+                  "('lance.compaction.data_storage_version' = 'garbage!!')")
+    assert lance.dataset(str(path)).version == version
+    lance.dataset(str(path)).update_config({"lance.compaction.data_storage_version": "garbage!!"})
+    with pytest.raises(Exception, match=r"the table property lance.compaction.data_storage_version holds a "
+                                        r"value Lance cannot use .*UNSET TBLPROPERTIES"):
+        spark.sql("CALL lance.compact(table => 'db.props')").collect()
+    spark.sql("ALTER TABLE lance.db.props UNSET TBLPROPERTIES ('lance.compaction.data_storage_version')")
+    assert spark.sql("CALL lance.compact(table => 'db.props')").collect()[0]["new_version"] > version
+
+
+def test_a_predicate_that_overflowed_lances_stack_is_refused_and_the_engine_lives(spark, table, engine_log):
+    """``where => 'id + id + ... = 1'`` (700 operators) killed the engine (SIGSEGV in Lance's
+    planner); now refused before Lance sees it, by the same engine."""
+    name, path = table
+    _answers(spark, name)
+    pids = _engine_pids(engine_log)
+    version = lance.dataset(str(path)).version
+    with pytest.raises(Exception, match=r"option where has \d+ tokens .*at most 800"):
+        spark.sql(f"CALL lance.compact(table => '{name}', where => '{'id + ' * 700}1 = 2')").collect()
+    assert lance.dataset(str(path)).version == version
+    _answers(spark, name)
+    assert _engine_pids(engine_log) == pids
