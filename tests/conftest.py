@@ -19,6 +19,11 @@ sys.path.insert(0, str(ROOT / "examples"))
 os.environ["LANCE_COMPACT_TEST_HOOKS"] = "1"
 # The example strategy (examples/my_planners.py), registered as the catalog's operator would.
 STRATEGIES = {"skip_newest": "my_planners.SkipNewest"}
+# The operator's floor for cleanup's removal of unreferenced files lowered to nothing, for the
+# modules whose tests remove orphans seconds old (no writer works on their tables then); SQL
+# cannot lower it (docs/maintenance-cleanup.md). A module sets SPARK_CONF = NO_CLEANUP_FLOOR.
+CLEANUP_FLOOR_KEY = "spark.lance.compact.cleanup.unverifiedMinAge"
+NO_CLEANUP_FLOOR = {CLEANUP_FLOOR_KEY: "0 seconds"}
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -62,9 +67,12 @@ def lance_session(master: str, app: str, warehouse: str, conf: dict | None = Non
 
 @pytest.fixture(scope="module")
 def spark(warehouse, request):
-    """A module may set SPARK_MASTER (e.g. local[2,3] to give tasks 3 attempts)."""
+    """A module may set SPARK_MASTER (e.g. local[2,3] to give tasks 3 attempts) and SPARK_CONF
+    (more static settings, e.g. NO_CLEANUP_FLOOR)."""
     session = lance_session(getattr(request.module, "SPARK_MASTER", "local[2]"), "lance-compact-tests",
-                            str(warehouse), {"spark.sql.shuffle.partitions": "2"}, strategies=STRATEGIES,
+                            str(warehouse), {"spark.sql.shuffle.partitions": "2",
+                                             **getattr(request.module, "SPARK_CONF", {})},
+                            strategies=STRATEGIES,
                             picture_dir=str(warehouse.parent))
     yield session
     session.stop()

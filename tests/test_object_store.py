@@ -13,7 +13,7 @@ from lance.file import LanceFileSession
 from pyspark.errors import AnalysisException
 
 import stress
-from conftest import ROOT, lance_session
+from conftest import NO_CLEANUP_FLOOR, ROOT, lance_session
 from oracle import content, degraded_table
 from s3_server import ACCESS_KEY_ID, SECRET_ACCESS_KEY
 
@@ -34,7 +34,8 @@ def spark(s3, wh, tmp_path_factory):
     events = tmp_path_factory.mktemp("events")
     session = lance_session(SPARK_MASTER, "lance-compact-s3-tests", wh,
                             {"spark.eventLog.enabled": "true", "spark.eventLog.dir": str(events),
-                             "spark.eventLog.compress": "false"}, storage_options=s3.storage_options)
+                             "spark.eventLog.compress": "false", **NO_CLEANUP_FLOOR},
+                            storage_options=s3.storage_options)
     session.events = events
     yield session
     session.stop()

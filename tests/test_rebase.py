@@ -11,11 +11,12 @@ import lance
 import pyarrow as pa
 import pytest
 
-from conftest import ROOT, compact_call, degraded_table_for
+from conftest import NO_CLEANUP_FLOOR, ROOT, compact_call, degraded_table_for
 from oracle import batch, content
 from index_checks import index_agrees_with_scan
 
 SPARK_MASTER = "local[2,2]"
+SPARK_CONF = NO_CLEANUP_FLOOR  # the operator allows cleanup of orphans of any age (tests below)
 
 
 def unique_name(request) -> str:

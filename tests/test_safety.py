@@ -8,10 +8,11 @@ import time
 import lance
 import pytest
 
-from conftest import ROOT, compact_call, degraded_table_for
+from conftest import NO_CLEANUP_FLOOR, ROOT, compact_call, degraded_table_for
 from oracle import content, degraded_table
 
 SPARK_MASTER = "local[2,3]"
+SPARK_CONF = NO_CLEANUP_FLOOR  # the operator allows cleanup of orphans of any age (tests below)
 
 
 @pytest.fixture
@@ -283,7 +284,7 @@ def test_two_compactions_at_once_neither_loses_nor_duplicates(spark, table, tmp_
 
 def test_cleanup_spares_a_writers_files_younger_than_the_bound(spark, table):
     """delete_unverified removes files no version references only once they are older than
-    unverified_min_age (default 1 hour): a writer's files written before its commit survive,
+    unverified_min_age (here '1 hour'; the operator's floor is 0 in this module): a writer's files written before its commit survive,
     even when another commit landed in between (pylance's own delete_unverified removes those)."""
     from lance.fragment import write_fragments
 
@@ -305,7 +306,7 @@ def test_cleanup_spares_a_writers_files_younger_than_the_bound(spark, table):
     before = content(lance.dataset(str(path)))
 
     r = spark.sql(f"CALL lance.cleanup(table => '{t}', older_than => '0 seconds', "
-                  "delete_unverified => true)").collect()[0]
+                  "delete_unverified => true, unverified_min_age => '1 hour')").collect()[0]
     assert r.old_versions >= 1
     assert orphan_deletions() == young_deletions and young_data <= set(data_files(path))
     # One hour old: removed, counted, and the table is unchanged.
@@ -316,10 +317,12 @@ def test_cleanup_spares_a_writers_files_younger_than_the_bound(spark, table):
         os.utime(path / "data" / name, (old, old))
     sizes = sum(os.path.getsize(path / "_deletions" / n) for n in young_deletions) + \
         sum(os.path.getsize(path / "data" / n) for n in young_data)
-    dry = spark.sql(f"CALL lance.cleanup(table => '{t}', delete_unverified => true, dry_run => true)").collect()[0]
+    dry = spark.sql(f"CALL lance.cleanup(table => '{t}', delete_unverified => true, dry_run => true, "
+                    "unverified_min_age => '1 hour')").collect()[0]
     assert (dry.data_files_removed, dry.deletion_files_removed, dry.bytes_removed) == (1, 1, sizes)
     assert orphan_deletions() == young_deletions and young_data <= set(data_files(path))
-    r = spark.sql(f"CALL lance.cleanup(table => '{t}', delete_unverified => true)").collect()[0]
+    r = spark.sql(f"CALL lance.cleanup(table => '{t}', delete_unverified => true, "
+                  "unverified_min_age => '1 hour')").collect()[0]
     assert (r.data_files_removed, r.deletion_files_removed, r.bytes_removed) == (1, 1, sizes)
     assert not orphan_deletions() and not (young_data & set(data_files(path)))
     assert content(lance.dataset(str(path))) == before

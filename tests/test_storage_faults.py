@@ -13,7 +13,7 @@ import re
 import lance
 import pytest
 
-from conftest import lance_session
+from conftest import NO_CLEANUP_FLOOR, lance_session
 from oracle import content, degraded_table
 from fault_proxy import FaultProxy
 from table_files import cleanup_everything, orphans_and_missing, rewrites_since, stored
@@ -47,7 +47,8 @@ def wh(s3):
 @pytest.fixture(scope="module")
 def spark(s3, proxy, wh):
     options = {**s3.storage_options, "aws_endpoint": proxy.endpoint, **CLIENT}
-    session = lance_session(SPARK_MASTER, "lance-compact-fault-tests", wh, storage_options=options)
+    session = lance_session(SPARK_MASTER, "lance-compact-fault-tests", wh, NO_CLEANUP_FLOOR,
+                            storage_options=options)
     yield session
     session.stop()
 

@@ -8,6 +8,11 @@ statement can change (``SET`` writes a session's SQL configuration, not this):
   strategy, chosen in SQL by ``<name>``. Nothing a SQL user names is imported otherwise.
 - ``spark.lance.compact.picture.dir = /folder``: where ``describe_layout(picture => ...)``
   may write; without it the picture parameter is refused.
+- ``spark.lance.compact.cleanup.unverifiedMinAge = 7 days``: the youngest a file no version
+  references may be for cleanup to remove it (the floor of ``unverified_min_age``; default
+  Lance's own 7 days). A writer's data and deletion files exist before its commit, so a SQL
+  user must not be able to remove young ones; only the operator, who knows no write runs
+  for longer, lowers it ('1 hour'; '0 seconds' lets Lance's ``delete_unverified`` run).
 """
 from __future__ import annotations
 
@@ -15,26 +20,31 @@ import re
 from typing import Iterable
 
 PICTURE_DIR = "spark.lance.compact.picture.dir"
+CLEANUP_FLOOR = "spark.lance.compact.cleanup.unverifiedMinAge"
 _STRATEGY_KEY = re.compile(r"spark\.sql\.catalog\.([^.]+)\.strategies\.([^.]+)")
 
 _strategies: dict[str, dict[str, str]] = {}  # catalog -> strategy name -> module.Class
 _picture_dir: str | None = None
+_cleanup_floor: str | None = None
 
 
 def load(conf: Iterable[tuple[str, str]]) -> None:
     """Take the settings from the driver's static Spark configuration (engine start)."""
-    global _picture_dir
+    global _picture_dir, _cleanup_floor
     strategies: dict[str, dict[str, str]] = {}
-    picture_dir = None
+    picture_dir = cleanup_floor = None
     for key, value in conf:
         m = _STRATEGY_KEY.fullmatch(key)
         if m and value.strip():
             strategies.setdefault(m.group(1), {})[m.group(2).lower()] = value.strip()
         elif key == PICTURE_DIR and value.strip():
             picture_dir = value.strip()
+        elif key == CLEANUP_FLOOR:
+            cleanup_floor = value  # checked where it is used (version_cleanup.unverified_floor)
     _strategies.clear()
     _strategies.update(strategies)
     _picture_dir = picture_dir
+    _cleanup_floor = cleanup_floor
 
 
 def strategies(catalog: str | None) -> dict[str, str]:
@@ -51,3 +61,9 @@ def strategies(catalog: str | None) -> dict[str, str]:
 def picture_dir() -> str | None:
     """The folder describe_layout may draw pictures into, or None (pictures off)."""
     return _picture_dir
+
+
+def cleanup_floor() -> str | None:
+    """The operator's floor for removing unreferenced files as written (None: not set, Lance's
+    7 days)."""
+    return _cleanup_floor

@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 RUN_KEYS = ("dry_run", "max_tables", "max_bytes", "max_duration", "parallelism", "exclude")
 def parse_duration(text: str, what: str = "max_duration") -> timedelta:
     """'10 minutes', '90 seconds', '1 hour', '2 days' (version_cleanup's durations)."""
-    duration = version_cleanup.parse_duration(text)
+    duration = version_cleanup.parse_duration(text, f"maintain_warehouse: {what}")
     if duration is None:
         raise CompactionError(f"maintain_warehouse: {what} expects '<n> seconds|minutes|hours|days', got {text!r}")
     return duration
@@ -213,6 +213,11 @@ def maintain_warehouse(request_json: str, run_packed: Callable) -> list[Table]:
                 if args.get("max_duration") else None)
     excluded = {x.strip() for x in (args.get("exclude") or "").split(",") if x.strip()}
     call_args = {k: v for k, v in args.items() if k not in RUN_KEYS}
+    if call_args.get("older_than") is not None:  # the call's own argument: refused, not a failure per table
+        try:
+            version_cleanup.parse_older_than(call_args["older_than"], where)
+        except CompactionError as e:
+            raise CompactionError("maintain_warehouse: older_than " + e.message.split("older_than ", 1)[1]) from None
     storage = dict(raw.get("storage_options") or {})
     settings = dict(raw.get("maintain_settings") or {})
     catalog = raw.get("catalog") or "lance"
