@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 
 import lance
 import pyarrow as pa
@@ -14,6 +15,8 @@ import pyarrow.compute as pc
 from lance import LanceOperation
 from lance.fragment import write_fragments
 
+from lance_compact import cleanup
+from lance_compact.streaming import with_maintenance, with_warehouse_maintenance
 from oracle import batch, degraded_table
 from table_files import stored
 
@@ -60,10 +63,12 @@ def table_with_history(uri: str, storage_options: dict | None = None) -> lance.L
                           storage_options=storage_options)
 
 
-def start_writer(uri: str, storage_options: dict | None = None, first_id: int = 1_000_000) -> InFlight:
-    """Write (not commit) 5 new rows and the deletion of the first row of fragment 0."""
+def start_writer(uri: str, storage_options: dict | None = None, first_id: int = 1_000_000,
+                 fragment: int = 0) -> InFlight:
+    """Write (not commit) 5 new rows and the deletion of the first row of fragment ``fragment``
+    (the ``fragment``-th of the latest version, one without deletions)."""
     ds = lance.dataset(uri, storage_options=storage_options or None)
-    frag = ds.get_fragments()[0]
+    frag = ds.get_fragments()[fragment]
     assert frag.metadata.deletion_file is None
     deleted_id = frag.to_table(limit=1)["id"][0].as_py()
     updated = frag.delete_rows([0])
@@ -87,3 +92,65 @@ def assert_commit_reads_back(w: InFlight) -> None:
     got = after.to_table().sort_by("id")
     assert got.num_rows == w.expected.num_rows
     assert got.to_pylist() == w.expected.to_pylist()
+
+
+# Every form of cleanup a SQL (or PySpark) user has, on table ``t``.
+CLEANUP_FORMS = {
+    "default": lambda spark, t: spark.sql(f"CALL lance.cleanup(table => '{t}')").collect(),
+    "delete_unverified": lambda spark, t: spark.sql(
+        f"CALL lance.cleanup(table => '{t}', delete_unverified => true)").collect(),
+    "delete_unverified_older_than_0": lambda spark, t: spark.sql(
+        f"CALL lance.cleanup(table => '{t}', older_than => '0 seconds', delete_unverified => true)").collect(),
+    "delete_unverified_false": lambda spark, t: spark.sql(
+        f"CALL lance.cleanup(table => '{t}', older_than => '0 seconds', delete_unverified => false)").collect(),
+    "min_age_7_days": lambda spark, t: spark.sql(
+        f"CALL lance.cleanup(table => '{t}', older_than => '0 seconds', delete_unverified => true, "
+        "unverified_min_age => '7 days')").collect(),
+    "older_than_0": lambda spark, t: spark.sql(
+        f"CALL lance.cleanup(table => '{t}', older_than => '0 seconds')").collect(),
+    "older_than_timestamp_now": lambda spark, t: spark.sql(
+        f"CALL lance.cleanup(table => '{t}', older_than => '{datetime.now(timezone.utc).isoformat()}', "
+        "delete_unverified => true)").collect(),
+    "dry_run": lambda spark, t: spark.sql(
+        f"CALL lance.cleanup(table => '{t}', older_than => '0 seconds', delete_unverified => true, "
+        "dry_run => true)").collect(),
+    "retain_versions": lambda spark, t: spark.sql(
+        f"CALL lance.cleanup(table => '{t}', older_than => '0 seconds', retain_versions => 1, "
+        "delete_unverified => true)").collect(),
+    "pyspark_cleanup": lambda spark, t: cleanup(spark, t, older_than="0 seconds", delete_unverified=True,
+                                                retain_versions=1).collect(),
+    "maintain": lambda spark, t: spark.sql(
+        f"CALL lance.maintain(table => '{t}', older_than => '0 seconds', min_small_fragments => 1000)").collect(),
+    "maintain_warehouse": lambda spark, t: spark.sql(
+        "CALL lance.maintain_warehouse(older_than => '0 seconds', min_small_fragments => 1000)").collect(),
+}
+
+
+def _stream_rows(spark, t, warehouse_wide: bool):
+    """A foreachBatch helper's maintenance after one micro-batch (its write does nothing: the
+    table's writer is the one in flight)."""
+    rows = []
+    helper = (with_warehouse_maintenance(spark, lambda b, i: None, every=1, older_than="0 seconds",
+                                         min_small_fragments=1000, on_result=lambda i, r: rows.extend(r))
+              if warehouse_wide else
+              with_maintenance(spark, t, lambda b, i: None, every=1, older_than="0 seconds",
+                               min_small_fragments=1000, on_result=lambda i, r: rows.extend(r)))
+    helper(None, 0)
+    return rows
+
+
+CLEANUP_FORMS["stream_maintain"] = lambda spark, t: _stream_rows(spark, t, False)
+CLEANUP_FORMS["stream_maintain_warehouse"] = lambda spark, t: _stream_rows(spark, t, True)
+
+
+def run_form(spark, form: str, t: str, w: InFlight) -> None:
+    """Cleanup form ``form`` on table ``t`` while ``w`` is in flight; checks that it really ran
+    (maintain's cleanup step ran, old versions went where the form removes them)."""
+    so = w.storage_options or None
+    versions = len(lance.dataset(w.uri, storage_options=so).versions())
+    rows = CLEANUP_FORMS[form](spark, t)
+    if form.startswith(("maintain", "stream")):
+        steps = [r for r in rows if r.step == "cleanup" and getattr(r, "table", t) == t]
+        assert steps and steps[0].ran, rows
+    if form not in ("default", "delete_unverified", "dry_run"):  # these keep Lance's two weeks of versions
+        assert len(lance.dataset(w.uri, storage_options=so).versions()) < versions

@@ -12,60 +12,9 @@ import lance
 import pytest
 
 from conftest import CLEANUP_FLOOR_KEY, refused
-from inflight_writer import assert_commit_reads_back, start_writer, table_with_history
-from lance_compact import cleanup
-from lance_compact.streaming import with_maintenance, with_warehouse_maintenance
+from inflight_writer import CLEANUP_FORMS, assert_commit_reads_back, run_form, start_writer, table_with_history
 
 HOURS = 3600
-
-# Every form of cleanup a SQL (or PySpark) user has, on table ``t``.
-FORMS = {
-    "default": lambda spark, t: spark.sql(f"CALL lance.cleanup(table => '{t}')").collect(),
-    "delete_unverified": lambda spark, t: spark.sql(
-        f"CALL lance.cleanup(table => '{t}', delete_unverified => true)").collect(),
-    "delete_unverified_older_than_0": lambda spark, t: spark.sql(
-        f"CALL lance.cleanup(table => '{t}', older_than => '0 seconds', delete_unverified => true)").collect(),
-    "delete_unverified_false": lambda spark, t: spark.sql(
-        f"CALL lance.cleanup(table => '{t}', older_than => '0 seconds', delete_unverified => false)").collect(),
-    "min_age_7_days": lambda spark, t: spark.sql(
-        f"CALL lance.cleanup(table => '{t}', older_than => '0 seconds', delete_unverified => true, "
-        "unverified_min_age => '7 days')").collect(),
-    "older_than_0": lambda spark, t: spark.sql(
-        f"CALL lance.cleanup(table => '{t}', older_than => '0 seconds')").collect(),
-    "older_than_timestamp_now": lambda spark, t: spark.sql(
-        f"CALL lance.cleanup(table => '{t}', older_than => '{datetime.now(timezone.utc).isoformat()}', "
-        "delete_unverified => true)").collect(),
-    "dry_run": lambda spark, t: spark.sql(
-        f"CALL lance.cleanup(table => '{t}', older_than => '0 seconds', delete_unverified => true, "
-        "dry_run => true)").collect(),
-    "retain_versions": lambda spark, t: spark.sql(
-        f"CALL lance.cleanup(table => '{t}', older_than => '0 seconds', retain_versions => 1, "
-        "delete_unverified => true)").collect(),
-    "pyspark_cleanup": lambda spark, t: cleanup(spark, t, older_than="0 seconds", delete_unverified=True,
-                                                retain_versions=1).collect(),
-    "maintain": lambda spark, t: spark.sql(
-        f"CALL lance.maintain(table => '{t}', older_than => '0 seconds', min_small_fragments => 1000)").collect(),
-    "maintain_warehouse": lambda spark, t: spark.sql(
-        "CALL lance.maintain_warehouse(older_than => '0 seconds', min_small_fragments => 1000)").collect(),
-}
-
-
-def _stream_rows(spark, t, warehouse_wide: bool):
-    """A foreachBatch helper's maintenance after one micro-batch (its write does nothing: the
-    table's writer is the one in flight)."""
-    rows = []
-    helper = (with_warehouse_maintenance(spark, lambda b, i: None, every=1, older_than="0 seconds",
-                                         min_small_fragments=1000, on_result=lambda i, r: rows.extend(r))
-              if warehouse_wide else
-              with_maintenance(spark, t, lambda b, i: None, every=1, older_than="0 seconds",
-                               min_small_fragments=1000, on_result=lambda i, r: rows.extend(r)))
-    helper(None, 0)
-    return rows
-
-
-FORMS["stream_maintain"] = lambda spark, t: _stream_rows(spark, t, False)
-FORMS["stream_maintain_warehouse"] = lambda spark, t: _stream_rows(spark, t, True)
-
 
 @pytest.fixture
 def table(warehouse, request):
@@ -76,18 +25,12 @@ def table(warehouse, request):
 
 
 @pytest.mark.parametrize("age", [2 * HOURS, 6 * 24 * HOURS + 23 * HOURS], ids=["2h", "6d23h"])
-@pytest.mark.parametrize("form", list(FORMS))
+@pytest.mark.parametrize("form", list(CLEANUP_FORMS))
 def test_a_write_in_flight_survives_every_cleanup(spark, table, form, age):
     t, uri = table
     writer = start_writer(uri)
     writer.age(age)
-    versions = len(lance.dataset(uri).versions())
-    rows = FORMS[form](spark, t)
-    if form.startswith(("maintain", "stream")):  # the maintain forms really ran their cleanup
-        steps = [r for r in rows if r.step == "cleanup" and getattr(r, "table", t) == t]
-        assert steps and steps[0].ran, rows
-    if form not in ("default", "delete_unverified", "dry_run"):  # these keep Lance's two weeks of versions
-        assert len(lance.dataset(uri).versions()) < versions
+    run_form(spark, form, t, writer)
     assert_commit_reads_back(writer)
 
 

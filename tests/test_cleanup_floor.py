@@ -1,0 +1,85 @@
+"""The operator's floor for cleanup (driver setting spark.lance.compact.cleanup.unverifiedMinAge),
+lowered to one hour in this module's session builder (static configuration): orphans older
+than that are removed, a write in flight younger than it survives every form of cleanup, SQL
+cannot go below it. And the listing order: a commit landing between cleanup's listing of the
+folder and its reading of the references keeps its files."""
+from __future__ import annotations
+
+import lance
+import pyarrow as pa
+import pytest
+
+from conftest import CLEANUP_FLOOR_KEY, refused
+from inflight_writer import CLEANUP_FORMS, assert_commit_reads_back, run_form, start_writer, table_with_history
+from lance_compact.version_cleanup import unreferenced_files
+from oracle import batch
+
+SPARK_CONF = {CLEANUP_FLOOR_KEY: "1 hour"}
+MINUTES = 60
+
+
+def fresh(warehouse, name):
+    uri = str(warehouse / "db" / f"{name}.lance")
+    table_with_history(uri)
+    return f"db.{name}", uri
+
+
+def test_the_lowered_floor_removes_aged_orphans_and_spares_a_young_write(spark, warehouse):
+    t, uri = fresh(warehouse, "aged_and_young")
+    abandoned = start_writer(uri, first_id=3_000_000)  # a write that failed two hours ago
+    abandoned.age(120 * MINUTES)
+    live = start_writer(uri)  # a write in flight, 50 minutes into its job
+    live.age(50 * MINUTES)
+    extra = batch(4_000_000, 2)
+    # another commit lands: Lance's own delete_unverified would now remove both writers' files
+    lance.write_dataset(extra, uri, mode="append")
+    live.expected = pa.concat_tables([live.expected, extra.cast(live.expected.schema)]).sort_by("id")
+    dry = spark.sql(f"CALL lance.cleanup(table => '{t}', delete_unverified => true, dry_run => true)").collect()[0]
+    assert (dry.data_files_removed, dry.deletion_files_removed) == (1, 1)
+    assert abandoned.still_stored() == abandoned.files
+    r = spark.sql(f"CALL lance.cleanup(table => '{t}', delete_unverified => true)").collect()[0]
+    assert (r.data_files_removed, r.deletion_files_removed) == (1, 1)
+    assert not abandoned.still_stored()
+    assert_commit_reads_back(live)
+
+
+@pytest.mark.parametrize("min_age", ["0 seconds", "59 minutes"])
+def test_sql_cannot_go_below_the_lowered_floor(spark, warehouse, min_age):
+    t, uri = fresh(warehouse, "below_" + min_age.replace(" ", "_"))
+    writer = start_writer(uri)
+    writer.age(30 * MINUTES)
+    with refused(uri, f"unverified_min_age '{min_age}' is below the floor '1 hour'.*{CLEANUP_FLOOR_KEY}"):
+        spark.sql(f"CALL lance.cleanup(table => '{t}', delete_unverified => true, "
+                  f"unverified_min_age => '{min_age}')").collect()
+    r = spark.sql(f"CALL lance.cleanup(table => '{t}', older_than => '0 seconds', delete_unverified => true, "
+                  "unverified_min_age => '1 hour')").collect()[0]
+    assert r.old_versions >= 1 and r.data_files_removed == 0
+    assert_commit_reads_back(writer)
+
+
+@pytest.mark.parametrize("form", list(CLEANUP_FORMS))
+def test_a_write_younger_than_the_floor_survives_every_cleanup(spark, warehouse, form):
+    t, uri = fresh(warehouse, f"young_{form}")
+    writer = start_writer(uri)
+    writer.age(50 * MINUTES)
+    run_form(spark, form, t, writer)
+    assert_commit_reads_back(writer)
+
+
+def test_a_commit_between_listing_and_references_keeps_its_files(warehouse):
+    """unreferenced_files lists the folder, then opens the table (open_latest): a writer whose
+    commit lands in between (here: from open_latest) is referenced by the version it reads;
+    a file written after the listing (a second writer starting then) is not a candidate at
+    all. Read the other way round, the second writer's files would be listed, unreferenced."""
+    _, uri = fresh(warehouse, "listing_race")
+    first = start_writer(uri)
+    later = []
+
+    def open_latest():
+        ds = first.commit()  # the commit lands after the listing
+        later.append(start_writer(uri, first_id=5_000_000, fragment=1))
+        return ds
+
+    orphans = set(unreferenced_files(uri, None, open_latest))
+    assert later and not orphans & first.files and not orphans & later[0].files
+    assert lance.dataset(uri).to_table().sort_by("id").to_pylist() == first.expected.to_pylist()
