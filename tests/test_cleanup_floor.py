@@ -83,3 +83,31 @@ def test_a_commit_between_listing_and_references_keeps_its_files(warehouse):
     orphans = set(unreferenced_files(uri, None, open_latest))
     assert later and not orphans & first.files and not orphans & later[0].files
     assert lance.dataset(uri).to_table().sort_by("id").to_pylist() == first.expected.to_pylist()
+
+
+@pytest.mark.parametrize("setting", ["8 days", "soon", "99999999999999 days"])
+def test_an_invalid_operator_floor_removes_nothing_and_says_which_setting(warehouse, setting):
+    """The engine's own cleanup_row, in this process, with the floor this process's driver
+    settings give it (as the engine reads them at start)."""
+    import json
+
+    from lance_compact import driver_conf
+    from lance_compact.errors import CompactionError
+    from lance_compact.version_cleanup import cleanup_row
+
+    t, uri = fresh(warehouse, "bad_floor_" + "".join(c for c in setting if c.isalnum())[:12])
+    writer = start_writer(uri)
+    writer.age(120 * MINUTES)
+    request = json.dumps({"table": t, "uri": uri, "params": {"delete_unverified": True}})
+    driver_conf.load([(CLEANUP_FLOOR_KEY, setting)])
+    try:
+        with refused(uri, f"the driver setting {CLEANUP_FLOOR_KEY} expects .* from '0 seconds' to '7 days'"):
+            cleanup_row(request)
+        row = cleanup_row(json.dumps({"table": t, "uri": uri, "params": {"older_than": "0 seconds"}}))
+        assert row  # cleanup without delete_unverified does not read the floor
+    finally:
+        driver_conf.load([])
+    assert_commit_reads_back(writer)
+    with pytest.raises(CompactionError, match="below the floor '7 days'"):  # the default again
+        cleanup_row(json.dumps({"table": t, "uri": uri,
+                                "params": {"delete_unverified": True, "unverified_min_age": "1 hour"}}))

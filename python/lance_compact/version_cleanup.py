@@ -119,7 +119,10 @@ def unverified_floor() -> tuple[timedelta, str]:
 
 
 def _min_age(args: dict, table: str) -> timedelta:
-    """``unverified_min_age`` (default: the floor), checked against the floor and 7 days."""
+    """``unverified_min_age`` (default: the floor), checked against the floor and 7 days; Lance's
+    7 days when neither it nor ``delete_unverified`` is given (the floor is not read then)."""
+    if args.get("unverified_min_age") is None and not args.get("delete_unverified"):
+        return LANCE_UNVERIFIED_AGE
     floor, floor_text = unverified_floor()
     if args.get("unverified_min_age") is None:
         return floor
