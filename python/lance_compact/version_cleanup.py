@@ -250,7 +250,8 @@ def cleanup_row(request_json: str) -> tuple:
     else:
         stats = ds.cleanup_old_versions(**kwargs)
     data_removed = deletions_removed = bytes_removed = 0
-    if unverified and not kwargs["delete_unverified"] and min_age < LANCE_UNVERIFIED_AGE:
+    # Also after Lance's delete_unverified: it leaves deletion files no version ever referenced.
+    if unverified and min_age < LANCE_UNVERIFIED_AGE:
         file_info = _file_info(uri, storage)
         cutoff = time.time() - min_age.total_seconds()
         session = LanceFileSession(uri.rstrip("/"), storage or None)
