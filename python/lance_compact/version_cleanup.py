@@ -51,7 +51,7 @@ _UNITS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 7 * 864
 LANCE_UNVERIFIED_AGE = timedelta(days=7)  # Lance removes unreferenced files this old anyway
 MAX_DURATION = timedelta(days=36500)  # 100 years: the longest duration or age accepted
 _MAX_TEXT = "'36500 days' (100 years)"
-_SYNTAX = "'<n> seconds|minutes|hours|days|weeks'"
+_SYNTAX = "'<n> days|hours|minutes|seconds|weeks'"
 
 
 def _shown(text: object) -> str:
