@@ -186,9 +186,11 @@ def connect_server(warehouse: Path, workdir: Path) -> SparkServer:
     return SparkServer("connect-server", args, port, workdir, extra_logs=[engine_log])
 
 
-def thrift_server(warehouse: Path, workdir: Path) -> SparkServer:
+def thrift_server(warehouse: Path, workdir: Path, extra: Sequence[str] = (),
+                  env: dict[str, str] | None = None) -> SparkServer:
     """The Thrift JDBC/ODBC server with the lance catalog; its Hive metastore is an in-memory
-    Derby database (the lance catalog does not use it)."""
+    Derby database (the lance catalog does not use it). ``extra``: more spark-submit options;
+    ``env``: the server's environment (default :func:`spark_env`)."""
     port = free_port()
     home = spark_home()
     engine_log = workdir / "thrift-engine.log"
@@ -203,8 +205,8 @@ def thrift_server(warehouse: Path, workdir: Path) -> SparkServer:
             "--hiveconf", f"hive.server2.logging.operation.log.location={workdir / 'operation_logs'}",
             "--hiveconf", f"hive.exec.local.scratchdir={workdir / 'scratch'}",
             "--hiveconf", f"hive.downloaded.resources.dir={workdir / 'resources'}",
-            "spark-internal"]
-    return SparkServer("thrift-server", args, port, workdir, extra_logs=[engine_log])
+            *extra, "spark-internal"]
+    return SparkServer("thrift-server", args, port, workdir, env=env, extra_logs=[engine_log])
 
 
 def beeline(port: int, sql: str, workdir: Path, *options: str,

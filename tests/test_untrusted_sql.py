@@ -1,0 +1,265 @@
+"""An untrusted SQL user of a shared Thrift server, with only SET, CALL, SELECT, ALTER TABLE,
+CREATE NAMESPACE and SHOW, against a server started as an operator would start it: no test
+hooks, the catalog `lance` over a local warehouse, the catalog `lake` over an S3-compatible
+store with the operator's keys, the engine's log kept. Every attack of docs/shared-servers.md's
+table is tried here through beeline, each in a fresh JDBC session (a fresh SparkSession: its
+catalogs are built from that session's SQL configuration on first use, which is what SET
+attacks aim at). After each: the outcome the table promises, the tables untouched, the server
+still answering."""
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+
+import lance
+import pyarrow as pa
+import pytest
+
+import client_servers as cs
+from lance_compact.api import CATALOG_CLASS
+from oracle import degraded_table
+
+KEY_ID = "AKIAOPERATOR0KEY0ID77"
+SECRET = "operator-secret-key-do-not-leak-0123456789"
+
+
+class Listener:
+    """A TCP listener on 127.0.0.1 that keeps every byte it receives and answers nothing useful:
+    where an attacker would point the operator's storage endpoint."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.sock.settimeout(0.5)
+        self.port = self.sock.getsockname()[1]
+        self.received = bytearray()
+        self.connections = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            self.connections += 1
+            with conn:
+                conn.settimeout(1)
+                try:
+                    while chunk := conn.recv(65536):
+                        self.received += chunk
+                        if b"\r\n\r\n" in chunk:
+                            conn.sendall(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n")
+                except OSError:
+                    pass
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self.sock.close()
+
+
+def _rows(n: int, start: int = 0) -> pa.Table:
+    return pa.table({"id": pa.array(range(start, start + n), pa.int64()),
+                     "v": pa.array([f"r{i}" for i in range(start, start + n)])})
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory, s3):
+    """The operator's Thrift server and what it serves: yields a namespace of paths and the server."""
+    root = tmp_path_factory.mktemp("untrusted")
+    wh, outside, workdir = root / "wh", root / "outside", root / "server"
+    for d in (wh / "db", outside / "x", workdir):
+        d.mkdir(parents=True)
+    degraded_table(str(wh / "db" / "t.lance"), fragments=12, rows_per_fragment=30)
+    degraded_table(str(outside / "x" / "secret.lance"), fragments=12, rows_per_fragment=30)
+    os.symlink(outside / "x" / "secret.lance", wh / "db" / "link.lance")
+    aged = str(wh / "db" / "aged.lance")
+    lance.write_dataset(_rows(200), aged, max_rows_per_file=20)
+    lance.dataset(aged).create_scalar_index("id", "BTREE")
+    lance.write_dataset(_rows(40, 1000), aged, mode="append", max_rows_per_file=20)
+
+    bucket = s3.fresh_bucket("untrusted")
+    lake = f"{bucket}/wh"
+    degraded_table(f"{lake}/db/t.lance", fragments=6, rows_per_fragment=20, storage_options=s3.storage_options)
+    storage = dict(s3.storage_options, aws_access_key_id=KEY_ID, aws_secret_access_key=SECRET)
+    # moto accepts any key: the operator's are stand-ins that must never travel anywhere else
+    conf = {"spark.sql.catalog.lake": CATALOG_CLASS, "spark.sql.catalog.lake.warehouse": lake,
+            **{f"spark.sql.catalog.lake.storage.{k}": v for k, v in storage.items()}}
+    props = workdir / "operator.properties"
+    props.write_text("".join(f"{k}={v}\n" for k, v in conf.items()))
+    props.chmod(0o600)
+    env = {k: v for k, v in cs.spark_env().items() if k != "LANCE_COMPACT_TEST_HOOKS"}
+    server = cs.thrift_server(wh, workdir, extra=["--properties-file", str(props)], env=env)
+    server.start()
+    try:
+        yield {"wh": wh, "outside": outside, "lake": lake, "server": server, "workdir": workdir,
+               "engine_log": workdir / "thrift-engine.log"}
+    finally:
+        server.stop()
+
+
+def sql(shared, statements: str, timeout: float = 180):
+    """One fresh JDBC session running ``statements``; (return code, stdout + stderr)."""
+    p = cs.beeline(shared["server"].port, statements, shared["workdir"], timeout=timeout)
+    return p.returncode, p.stdout + p.stderr
+
+
+def version(path) -> int:
+    return lance.dataset(str(path)).version
+
+
+def test_set_cannot_re_point_the_operators_catalog(shared):
+    secret = shared["outside"] / "x" / "secret.lance"
+    code, out = sql(shared, f"SET spark.sql.catalog.lance.warehouse={shared['outside']};\n"
+                            "SELECT count(*) AS n FROM lance.x.secret;")
+    assert code != 0 and "spark.sql.catalog.lance.warehouse" in out, out
+    assert "\nn\n" not in out
+    code, out = sql(shared, "SET spark.sql.catalog.lance.impl=dir;\n"
+                            f"SET spark.sql.catalog.lance.root={shared['outside']};\nSHOW NAMESPACES IN lance;")
+    assert code != 0 and "spark.sql.catalog.lance." in out, out
+    assert version(secret) == 1 or lance.dataset(str(secret)).version == version(secret)
+
+
+def test_the_operators_keys_go_only_to_the_operators_endpoint(shared):
+    listener = Listener()
+    try:
+        for attack in (
+                # re-point the operator's catalog that holds the keys
+                f"SET spark.sql.catalog.lake.storage.aws_endpoint=http://127.0.0.1:{listener.port};\n"
+                "SET spark.sql.catalog.lake.storage.allow_http=true;\n"
+                "CALL lake.describe_layout(table => 'db.t');",
+                # a catalog of the user's own over the operator's bucket, at the user's endpoint
+                f"SET spark.sql.catalog.mine={CATALOG_CLASS};\n"
+                f"SET spark.sql.catalog.mine.warehouse={shared['lake']};\n"
+                f"SET spark.sql.catalog.mine.storage.aws_endpoint=http://127.0.0.1:{listener.port};\n"
+                "SET spark.sql.catalog.mine.storage.allow_http=true;\n"
+                "SET spark.sql.catalog.mine.storage.aws_region=us-east-1;\n"
+                "CALL mine.describe_layout(table => 'db.t');"):
+            code, out = sql(shared, attack)
+            assert code != 0, out
+            assert KEY_ID not in out and SECRET not in out
+        time.sleep(1)
+        assert KEY_ID.encode() not in listener.received, listener.received[:400]
+        assert SECRET.encode() not in listener.received
+    finally:
+        listener.stop()
+    code, out = sql(shared, "CALL lake.describe_layout(table => 'db.t');")
+    assert code == 0, out  # the operator's own catalog still works at the operator's endpoint
+
+
+@pytest.mark.parametrize("statement", [
+    "SELECT count(*) FROM lance.db.link",
+    "SELECT * FROM lance.db.link.fragments",
+    "ALTER TABLE lance.db.link SET TBLPROPERTIES ('lance_compact.maintain.priority' = '7')",
+    "CALL lance.compact(table => 'db.link')",
+    "CALL lance.describe_layout(table => 'db.link')",
+])
+def test_a_symlink_out_of_the_warehouse_is_refused_everywhere(shared, statement):
+    secret = shared["outside"] / "x" / "secret.lance"
+    before = version(secret)
+    code, out = sql(shared, statement + ";")
+    assert code != 0 and "outside the warehouse" in out, out
+    assert version(secret) == before
+
+
+def test_the_warehouse_wide_paths_leave_a_symlinked_table_alone(shared):
+    secret = shared["outside"] / "x" / "secret.lance"
+    before = version(secret)
+    code, out = sql(shared, "SELECT concat(namespace, '.', `table`) AS t FROM lance.system.table_health;\n"
+                            "CALL lance.maintain_warehouse(namespace => 'db', older_than => '0 seconds', "
+                            "dry_run => true);")
+    assert code == 0, out
+    assert "db.link" not in out.replace("db.link.lance", "")
+    assert version(secret) == before
+
+
+def test_namespaces_cannot_be_made_inside_a_table(shared):
+    for name in ("`t.lance`.`_versions`", "`evil.lance`", "`_versions`"):
+        code, out = sql(shared, f"CREATE NAMESPACE lance.db.{name};")
+        assert code != 0, (name, out)
+    assert not (shared["wh"] / "db" / "t.lance" / "_versions" / "evil").exists()
+    assert sql(shared, "SELECT count(*) FROM lance.db.t;")[0] == 0
+
+
+def test_cleanup_never_removes_a_write_in_flight(shared):
+    uri = str(shared["wh"] / "db" / "t.lance")
+    rows_before = lance.dataset(uri).count_rows()
+    pending = lance.fragment.write_fragments(lance.dataset(uri).to_table(limit=25), uri)
+    files = [Path(uri) / "data" / f.path for m in pending for f in m.files]
+    two_hours_ago = time.time() - 7200
+    for f in files:
+        os.utime(f, (two_hours_ago, two_hours_ago))
+    for statement in ("CALL lance.cleanup(table => 'db.t', delete_unverified => true)",
+                      "CALL lance.cleanup(table => 'db.t', delete_unverified => true, "
+                      "unverified_min_age => '0 seconds')",
+                      "CALL lance.cleanup(table => 'db.t', older_than => '0 seconds', delete_unverified => true, "
+                      "unverified_min_age => '1 second')"):
+        sql(shared, statement + ";")
+        assert all(f.exists() for f in files), statement
+    ds = lance.dataset(uri)
+    lance.LanceDataset.commit(uri, lance.LanceOperation.Append(pending), read_version=ds.version)
+    assert lance.dataset(uri).to_table().num_rows == rows_before + 25
+
+
+def test_a_property_lance_cannot_use_is_refused(shared):
+    path = shared["wh"] / "db" / "t.lance"
+    before = version(path)
+    code, out = sql(shared, "ALTER TABLE lance.db.t SET TBLPROPERTIES "
+                            "('lance.compaction.data_storage_version' = 'garbage!!');")
+    assert code != 0 and "lance.compaction.data_storage_version" in out, out
+    assert version(path) == before
+    assert "data_storage_version" not in str(lance.dataset(str(path)).config())
+
+
+def test_an_input_that_makes_lance_panic_fails_its_statement_and_the_server_goes_on(shared):
+    started = time.monotonic()
+    code, out = sql(shared, "CALL lance.cleanup(table => 'db.t', older_than => '100000000 days', dry_run => true);",
+                    timeout=120)
+    assert code != 0 and time.monotonic() - started < 90, out
+    code, out = sql(shared, "SELECT count(*) AS n FROM lance.db.t;")
+    assert code == 0, out
+
+
+def test_an_aged_table_reads_as_healthy_history(shared):
+    code, out = sql(shared, "CALL lance.compact(table => 'db.aged', target_rows_per_fragment => 1000);\n"
+                            "CALL lance.cleanup(table => 'db.aged', older_than => '0 seconds');\n"
+                            "CALL lance.describe_layout(table => 'db.aged');\n"
+                            "SELECT `table`, error FROM lance.system.table_health WHERE `table` = 'aged';")
+    assert code == 0, out
+    assert "does not exist" not in out
+    assert "aged\tNULL" in out or "aged\t\n" in out + "\n", out
+
+
+def test_identifiers_with_control_characters_are_refused_and_forge_no_log_line(shared):
+    code, out = sql(shared, "CALL lance.describe_layout(table => 'db.t\\nFORGED INFO lance_compact.engine: x');")
+    assert code != 0, out
+    assert "FORGED" not in shared["engine_log"].read_text(errors="replace")
+
+
+def test_a_users_secret_named_option_does_not_blind_the_operators_log(shared):
+    sql(shared, f"SET spark.sql.catalog.mine={CATALOG_CLASS};\n"
+                f"SET spark.sql.catalog.mine.warehouse={shared['wh']};\n"
+                "SET spark.sql.catalog.mine.storage.my_secret=describe;\n"
+                "CALL mine.describe_layout(table => 'db.t');")
+    mark = len(shared["engine_log"].read_text(errors="replace"))
+    code, out = sql(shared, "CALL lance.describe_layout(table => 'db.t');")
+    assert code == 0, out
+    later = shared["engine_log"].read_text(errors="replace")[mark:]
+    assert "describe" in later or "layout" in later, later
+
+
+def test_test_hooks_and_unregistered_strategies_do_not_exist_here(shared):
+    path = shared["wh"] / "db" / "t.lance"
+    before = version(path)
+    for statement in ("CALL lance.compact(table => 'db.t', options => map('test_before_commit', 'shutil.rmtree'))",
+                      "CALL lance.compact(table => 'db.t', strategy => 'os.system')"):
+        code, out = sql(shared, statement + ";")
+        assert code != 0 and ("unknown" in out), out
+    assert version(path) == before and (path / "data").is_dir()
