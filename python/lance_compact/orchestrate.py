@@ -234,7 +234,8 @@ class Run:
         why = cancellation.reason() or why  # the statement's own cancel says more than Spark's
         results = [RewriteResult.from_json(o.result_json) for o in uncommitted if o.result_json]
         local = "://" not in request.uri or request.uri.startswith("file://")
-        cleanup = f"CALL lance.cleanup(table => '{request.table}', delete_unverified => true)"
+        cleanup = (f"CALL lance.cleanup(table => '{request.table}', delete_unverified => true) once they "
+                   "are older than the operator's floor (spark.lance.compact.cleanup.unverifiedMinAge)")
         if local:
             try:
                 removed = remove_new_files(request, results) if results else 0
