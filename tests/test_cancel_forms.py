@@ -57,6 +57,7 @@ class Statement:
             sc = spark.sparkContext
             sc.setJobGroup(self.group, "a statement to cancel", interruptOnCancel=False)
             sc.addJobTag(self.tag)
+            spark.addTag(self.tag)  # the session's tag (interruptTag); a job tag of its own in Classic
             self.jvm_thread = spark._jvm.java.lang.Thread.currentThread()
             ready.set()
             try:
@@ -66,6 +67,7 @@ class Statement:
             finally:
                 self.ended = time.monotonic()
                 sc.removeJobTag(self.tag)
+                spark.removeTag(self.tag)
                 sc.setLocalProperty("spark.jobGroup.id", None)
 
         self.thread = threading.Thread(target=run, daemon=True)
@@ -125,6 +127,8 @@ FORMS = {
     "job tag": (lambda s: s.spark.sparkContext.cancelJobsWithTag(s.tag), "job tag"),
     "all jobs": (lambda s: s.spark.sparkContext.cancelAllJobs(), "all jobs"),
     "interrupt": (lambda s: s.jvm_thread.interrupt(), "the statement was interrupted"),
+    "session interruptTag": (lambda s: s.spark.interruptTag(s.tag), "job tag"),
+    "session interruptAll": (lambda s: s.spark.interruptAll(), "job tag"),
     "UI job kill": (_kill_jobs, "Web UI"),
     "UI stage kill": (_kill_stages, "Web UI"),
 }
@@ -218,3 +222,60 @@ def test_a_normal_run_leaves_no_failed_job_and_no_watch(spark, warehouse, reques
     watches = set(sc._jsc.sc().statusTracker().getJobIdsForTag(WATCH_TAG)) & set(jobs)
     assert watches, "the statement kept a cancel watch"
     wait_for(lambda: all(tracker.getJobInfo(j).status == "SUCCEEDED" for j in jobs), timeout=10)
+
+
+def test_a_second_signal_stops_the_maintenance_service_round(tmp_path):
+    """The service in a round (3 tables, one at a time, slowed as above): SIGTERM then SIGTERM
+    again as the first table's compaction commits. The round stops within a bound, nothing
+    commits after the second signal, rows exact, and the process exits."""
+    import json
+    import signal
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    wh = tmp_path / "wh"
+    paths = [wh / "ws" / f"t{i}.lance" for i in range(3)]
+    for p in paths:
+        degraded_table(str(p), fragments=FRAGMENTS)
+    before = {p: lance.dataset(str(p)) for p in paths}
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable,
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")]),
+           "LANCE_COMPACT_TEST_TASK_SLEEP_MS": str(TASK_SLEEP_MS),
+           "LANCE_COMPACT_TEST_DRIVER_PAUSE_MS": str(DRIVER_PAUSE_MS)}
+    service = subprocess.Popen(
+        [sys.executable, "-m", "lance_compact.maintenance_service", "--warehouse", str(wh),
+         "--master", "local[2]", "--conf", "spark.ui.enabled=false", "--every", "1h",
+         "--param", "target_rows_per_fragment=300", "--param", "parallelism=1"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
+    try:
+        wait_for(lambda: any(lance.dataset(str(p)).version != before[p].version for p in paths), timeout=180)
+        service.send_signal(signal.SIGTERM)
+        time.sleep(0.2)
+        versions = {p: lance.dataset(str(p)).version for p in paths}
+        signalled = time.monotonic()
+        service.send_signal(signal.SIGTERM)
+        lines = []
+        while True:
+            line = service.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            if line.startswith('{"stopped"'):
+                stopped = time.monotonic() - signalled
+        service.wait(timeout=60)
+        exited = time.monotonic() - signalled
+        print(f"\nservice: second SIGTERM -> round stopped and reported in {stopped:.2f} s, "
+              f"process exited in {exited:.2f} s")
+        reports = [json.loads(x) for x in lines if x.startswith("{")]
+        assert "cancelled" in reports[0].get("error", ""), reports
+        assert reports[-1]["stopped"] is True and reports[-1]["signal"] is True
+        assert stopped < BOUND_S and service.returncode == 0
+        assert {p: lance.dataset(str(p)).version for p in paths} == versions, "a commit landed after the cancel"
+        for p in paths:
+            assert content(lance.dataset(str(p))) == content(before[p])
+    finally:
+        if service.poll() is None:
+            service.kill()
+            service.wait(timeout=30)

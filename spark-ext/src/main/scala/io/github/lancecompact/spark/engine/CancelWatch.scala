@@ -98,7 +98,20 @@ final class CancelWatch(sc: SparkContext, onCancel: (String, String) => Unit)
       sc.setLocalProperty(DescriptionKey,
         "lance_compact: cancel watch (holds the statement's cancel while no job of it runs)")
       val rdd = sc.parallelize(Seq(0), 1)
-      sc.submitJob(rdd, (_: Iterator[Int]) => CancelWatch.hold(key), Seq(0), (_: Int, _: Unit) => (), ())
+      val job = sc.submitJob(rdd, (_: Iterator[Int]) => CancelWatch.hold(key), Seq(0), (_: Int, _: Unit) => (), ())
+      // A job of a group cancelled with its future jobs (cancelJobGroupAndFutureJobs) is failed
+      // as it is submitted, with no listener event: its future says so.
+      job.onComplete {
+        case scala.util.Failure(e) =>
+          val why = cancelText(String.valueOf(e.getMessage))
+          if (why.isDefined && !Released.containsKey(key)) s.synchronized {
+            if (s.watchKey == key && !s.cancelled) {
+              s.cancelled = true
+              onCancel(s.id, why.get)
+            }
+          }
+        case _ =>
+      }(scala.concurrent.ExecutionContext.parasitic)
     } catch {
       case e: Exception =>
         logDebug(s"cancel watch of request ${s.id} not started", e)
