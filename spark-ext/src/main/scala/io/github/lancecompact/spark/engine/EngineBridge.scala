@@ -44,6 +44,8 @@ final class EngineBridge(sc: SparkContext) {
   /** Keeps a cancel sent while no job of a statement runs (CancelWatch.scala). */
   private val watch = new CancelWatch(sc, (id, why) => cancelledBySpark(id, why))
   sc.addSparkListener(watch)
+  /** Whether statements keep a cancel watch (`spark.lance.compact.cancelWatch`, default true). */
+  @volatile var cancelWatch: Boolean = sc.getConf.getBoolean(CancelWatchConf, true)
 
   /** The driver's SparkContext, which the engine wraps in a PySpark SparkContext. */
   def javaSparkContext(): JavaSparkContext = JavaSparkContext.fromSparkContext(sc)
@@ -101,7 +103,7 @@ final class EngineBridge(sc: SparkContext) {
     Inherited.foreach(k => sc.setLocalProperty(k, props.getOrElse(k, null)))
     request.foreach { r =>
       sc.addJobTag(r.tag)
-      if (r.watched) watch.watch(r.id, r.tag, r.properties)
+      if (r.watched && cancelWatch) watch.watch(r.id, r.tag, r.properties)
     }
   }
 
@@ -166,6 +168,7 @@ object EngineBridge {
 
   /** Actions whose statements keep a cancel watch: those that run Spark jobs and commit. */
   val Watched: Set[String] = Set("compact", "maintain", "maintain_warehouse")
+  val CancelWatchConf = "spark.lance.compact.cancelWatch"
 
   private val mapper = new com.fasterxml.jackson.databind.ObjectMapper()
   private val Instances = new AtomicLong()
