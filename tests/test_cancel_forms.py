@@ -127,8 +127,10 @@ FORMS = {
     "job tag": (lambda s: s.spark.sparkContext.cancelJobsWithTag(s.tag), "job tag"),
     "all jobs": (lambda s: s.spark.sparkContext.cancelAllJobs(), "all jobs"),
     "interrupt": (lambda s: s.jvm_thread.interrupt(), "the statement was interrupted"),
-    "session interruptTag": (lambda s: s.spark.interruptTag(s.tag), "job tag"),
-    "session interruptAll": (lambda s: s.spark.interruptAll(), "job tag"),
+    # Spark Classic's SparkSession.interruptAll (its reason reads "cancellation of all jobs").
+    # (Classic's interruptTag finds only the tags the CALLING thread added: a tag added on the
+    # statement's thread cannot be interrupted from another one, for any query.)
+    "session interruptAll": (lambda s: s.spark.interruptAll(), "all jobs"),
     "UI job kill": (_kill_jobs, "Web UI"),
     "UI stage kill": (_kill_stages, "Web UI"),
 }

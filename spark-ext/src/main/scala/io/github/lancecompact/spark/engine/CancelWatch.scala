@@ -225,6 +225,28 @@ object CancelWatch {
     }
   }
 
+  /** The job tags Spark Classic gives the jobs of a statement of the active session
+   * (`SparkSession.addTag`'s and the session's own), which `SparkSession.interruptTag` /
+   * `interruptAll` cancel. Spark applies them only while a query EXECUTES
+   * (`SQLExecution.withSessionTagsApplied`, private to Spark); a procedure runs while the CALL
+   * is analysed, so the engine's jobs take them here, read by reflection (empty when Spark
+   * names them otherwise, or on Connect, whose interrupt reaches the statement's thread). */
+  def sessionTags(): Seq[String] = try {
+    val session: AnyRef = org.apache.spark.sql.SparkSession.active
+    val c = session.getClass
+    val own = c.getMethod("sessionJobTag").invoke(session).toString
+    val managed = c.getMethod("managedJobTags").invoke(session) match {
+      case t: ThreadLocal[_] => t.get()
+      case other => other
+    }
+    val values: Seq[String] = managed match {
+      case m: java.util.Map[_, _] => m.values().toArray.toSeq.map(_.toString)
+      case m: scala.collection.Map[_, _] => m.values.map(_.toString).toSeq
+      case _ => Nil
+    }
+    own +: values
+  } catch { case _: Exception | _: LinkageError => Nil }
+
   private val JobCancelled = "Job \\d+ cancelled\\s*(.*)".r.unanchored
 
   /** Spark's text when a job was cancelled (its reason), else None. */

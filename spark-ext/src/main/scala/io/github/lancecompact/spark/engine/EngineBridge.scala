@@ -138,7 +138,11 @@ final class EngineBridge(sc: SparkContext) {
   private[engine] def submit(action: String, requestJson: String): (String, CompletableFuture[String]) = {
     val id = ids.incrementAndGet().toString
     val body = s"""{"id":"$id","action":${quote(action)},"request":${quote(requestJson)}}"""
-    val props = Inherited.flatMap(k => Option(sc.getLocalProperty(k)).map(k -> _)).toMap
+    val own = Inherited.flatMap(k => Option(sc.getLocalProperty(k)).map(k -> _)).toMap
+    // Spark Classic's session tags (SparkSession.addTag, interruptTag/interruptAll): CancelWatch.scala
+    val tags = (own.get("spark.job.tags").toSeq.flatMap(_.split(",")) ++ CancelWatch.sessionTags())
+      .filter(_.nonEmpty).distinct
+    val props = if (tags.isEmpty) own else own + ("spark.job.tags" -> tags.mkString(","))
     val r = new Request(id, action, body, props)
     pending.put(id, r)
     queue.put(r)
