@@ -31,14 +31,9 @@ WATCH_TAG = "lance-compact-cancel-watch"  # CancelWatch.WatchTag
 
 @pytest.fixture(scope="module")
 def spark(warehouse):
-    slow = {"LANCE_COMPACT_TEST_TASK_SLEEP_MS": str(TASK_SLEEP_MS),
-            "LANCE_COMPACT_TEST_DRIVER_PAUSE_MS": str(DRIVER_PAUSE_MS)}
-    os.environ.update(slow)  # the driver JVM (and its engine and workers) inherit them at launch
-    try:
-        session = lance_session("local[2]", "lance-compact-cancel-forms", str(warehouse))
-    finally:
-        for k in slow:
-            del os.environ[k]
+    session = lance_session("local[2]", "lance-compact-cancel-forms", str(warehouse),
+                            {"spark.lance.compact.test.taskSleepMs": str(TASK_SLEEP_MS),
+                             "spark.lance.compact.test.driverPauseMs": str(DRIVER_PAUSE_MS)})
     yield session
     session.stop()
 

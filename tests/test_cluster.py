@@ -152,12 +152,9 @@ def test_a_cancel_while_no_job_runs_stops_a_call_on_the_cluster(cluster, tmp_pat
     path = wh / "db" / "t.lance"
     before = degraded_table(str(path), fragments=24, rows_per_fragment=40)
     expected = content(before)
-    os.environ["LANCE_COMPACT_TEST_DRIVER_PAUSE_MS"] = "3000"  # the driver JVM and engine inherit it
-    try:
-        spark = lance_session(url, "lance-compact-cluster-cancel", str(wh),
-                              {"spark.executor.memory": "1g", "spark.executor.cores": "1"})
-    finally:
-        del os.environ["LANCE_COMPACT_TEST_DRIVER_PAUSE_MS"]
+    spark = lance_session(url, "lance-compact-cluster-cancel", str(wh),
+                          {"spark.executor.memory": "1g", "spark.executor.cores": "1",
+                           "spark.lance.compact.test.driverPauseMs": "3000"})
     try:
         sc = spark.sparkContext
         tracker = sc.statusTracker()

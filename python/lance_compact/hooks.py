@@ -7,10 +7,11 @@ the rewrite and the commit. They exist only in an engine started for tests
 every ``test_*`` key is an unknown option. Executors get them only inside the request the
 engine built.
 
-Two slow-downs apply to every statement of a process started for tests, for procedures that
+Two slow-downs apply to every statement of an engine started for tests, for procedures that
 take no options map (maintain, maintain_warehouse): ``$LANCE_COMPACT_TEST_TASK_SLEEP_MS``
 (each rewrite task sleeps first) and ``$LANCE_COMPACT_TEST_DRIVER_PAUSE_MS`` (the driver
-pauses, no Spark job running, before each commit and each maintenance step).
+pauses, no Spark job running, before each commit and each maintenance step), taken from the
+application's static ``spark.lance.compact.test.taskSleepMs`` / ``driverPauseMs``.
 """
 from __future__ import annotations
 
@@ -64,6 +65,27 @@ def before_commit(request: Any) -> None:
         getattr(importlib.import_module(module), func)(request.uri, request.storage_options)
     if request.hooks.get("test_kill_driver_before_commit"):
         _kill_driver()
+
+
+# Static Spark settings of an application started for tests -> this engine's slow-downs.
+SLOWDOWNS = {"spark.lance.compact.test.taskSleepMs": "LANCE_COMPACT_TEST_TASK_SLEEP_MS",
+             "spark.lance.compact.test.driverPauseMs": "LANCE_COMPACT_TEST_DRIVER_PAUSE_MS"}
+
+
+def load_slowdowns(conf: dict[str, str]) -> None:
+    """At engine start, with test hooks enabled: the application's test slow-downs (static
+    settings, so each test module's Spark application has its own)."""
+    for key, env in SLOWDOWNS.items():
+        if conf.get(key):
+            os.environ[env] = conf[key]
+
+
+def with_slowdowns(request_hooks: dict[str, Any]) -> dict[str, Any]:
+    """The hooks a rewrite task gets: the request's, plus this engine's task slow-down."""
+    ms = os.environ.get("LANCE_COMPACT_TEST_TASK_SLEEP_MS") if hooks_enabled() else None
+    if ms and not request_hooks.get("test_task_sleep_ms"):
+        return {**request_hooks, "test_task_sleep_ms": f"all:{ms}"}
+    return request_hooks
 
 
 def driver_pause() -> bool:

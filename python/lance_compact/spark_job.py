@@ -182,7 +182,7 @@ class SparkBatchRunner:
         # Largest tasks first, so the last to finish is a small one.
         order = sorted(range(len(batch.ids)), key=lambda i: -(batch.rows[i][7] or 0))
         items = [(batch.ids[i], batch.tasks[i]) for i in order]
-        executor = _Executor(request.table, request.uri, request.storage_options, request.hooks,
+        executor = _Executor(request.table, request.uri, request.storage_options, hooks.with_slowdowns(request.hooks),
                              request.run["partial_progress"], max_task_attempts(sc),
                              lance.__version__)
         outcomes = sc.accumulator([], _Outcomes())
@@ -262,7 +262,8 @@ def run_packed(sc: SparkContext, entries: list[tuple[CompactionRequest, Batch, i
     innocent), ``innocent`` when the whole job failed for another table's task (its run may
     try again)."""
     attempts = max_task_attempts(sc)
-    executors = [_Executor(r.table, r.uri, r.storage_options, r.hooks, True, attempts, lance.__version__)
+    executors = [_Executor(r.table, r.uri, r.storage_options, hooks.with_slowdowns(r.hooks), True, attempts,
+                           lance.__version__)
                  for r, _, _ in entries]
     sized = [(entries[k][1].rows[i][7] or 0, k, entries[k][1].ids[i], entries[k][1].tasks[i])
              for k, (_, b, _) in enumerate(entries) for i in range(len(b.ids))]
