@@ -73,8 +73,10 @@ class Statement:
         """(real jobs of the statement so far, of which running); watches left out."""
         jsc = self.spark.sparkContext._jsc.sc()
         tracker = self.spark.sparkContext.statusTracker()
+        group = list(tracker.getJobIdsForGroup(self.group))
+        # read after the group's: a watch that started in between is listed here too
         watches = set(jsc.statusTracker().getJobIdsForTag(WATCH_TAG))
-        ids = sorted(i for i in tracker.getJobIdsForGroup(self.group) if i not in watches)
+        ids = sorted(i for i in group if i not in watches)
         running = [i for i in ids if tracker.getJobInfo(i) is not None and tracker.getJobInfo(i).status == "RUNNING"]
         return ids, running
 
