@@ -135,3 +135,65 @@ def test_spark_sql_on_a_cluster_over_the_object_store(cluster, s3, tmp_path):
     for where, text in texts.items():
         for planted in (ACCESS_KEY_ID, SECRET_ACCESS_KEY):
             assert planted not in text, f"a planted credential appeared in {where}"
+
+
+def test_a_cancel_while_no_job_runs_stops_a_call_on_the_cluster(cluster, tmp_path):
+    """PySpark on the cluster (our jar on the executors through spark.jars): a plain
+    cancelJobGroup sent while the driver pauses before the commit (no job of the statement
+    runs; test hook) is taken by the statement's cancel watch, an executor task: the CALL fails
+    saying so, nothing is committed, and the next CALL works. On a cluster a released watch is
+    cancelled with our reason, so it shows as a failed job of the group."""
+    import threading
+
+    from conftest import compact_call, lance_session
+
+    url, _ = cluster
+    wh = tmp_path / "wh"
+    path = wh / "db" / "t.lance"
+    before = degraded_table(str(path), fragments=24, rows_per_fragment=40)
+    expected = content(before)
+    spark = lance_session(url, "lance-compact-cluster-cancel", str(wh),
+                          {"spark.executor.memory": "1g", "spark.executor.cores": "1",
+                           "spark.lance.compact.test.driverPauseMs": "3000"})
+    try:
+        sc = spark.sparkContext
+        tracker = sc.statusTracker()
+        watches = lambda: set(sc._jsc.sc().statusTracker().getJobIdsForTag("lance-compact-cancel-watch"))
+        outcome = {}
+
+        def run():
+            sc.setJobGroup("cluster-cancel", "to cancel")
+            try:
+                spark.sql("CALL lance.compact(table => 'db.t', target_rows_per_fragment => 300)").collect()
+            except Exception as e:
+                outcome["error"] = str(e)
+            finally:
+                outcome["ended"] = time.monotonic()
+                sc.setLocalProperty("spark.jobGroup.id", None)
+
+        t = threading.Thread(target=run, daemon=True)
+        t.start()
+
+        def real(status=None):
+            return [j for j in tracker.getJobIdsForGroup("cluster-cancel") if j not in watches()
+                    and (status is None or tracker.getJobInfo(j).status == status)]
+        deadline = time.monotonic() + 180
+        while not (real("SUCCEEDED") and not real("RUNNING")):  # rewritten; the driver pauses before the commit
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        time.sleep(0.5)
+        running_watch = [j for j in watches() & set(tracker.getJobIdsForGroup("cluster-cancel"))
+                         if tracker.getJobInfo(j).status == "RUNNING"]
+        assert running_watch, "no cancel watch ran while the driver paused"
+        cancelled_at = time.monotonic()
+        sc.cancelJobGroup("cluster-cancel")
+        t.join(60)
+        assert not t.is_alive()
+        print(f"\ncluster: job group cancel while no job runs -> failed in {outcome['ended'] - cancelled_at:.2f} s")
+        assert "cancelled" in outcome.get("error", "") and "job group cluster-cancel" in outcome["error"], outcome
+        assert "nothing was committed" in outcome["error"]
+        assert lance.dataset(str(path)).version == before.version
+        r = compact_call(spark, "db.t")
+        assert r.commits == 1 and content(lance.dataset(str(path))) == expected
+    finally:
+        spark.stop()

@@ -236,6 +236,8 @@ def _read_driver_settings(sc: Any) -> None:
     driver_conf.load(conf)
     if hooks_enabled():
         log.warning("test hooks are enabled ($LANCE_COMPACT_TEST_HOOKS=1): for tests only")
+        from .hooks import load_slowdowns
+        load_slowdowns(dict(conf))
 
 
 def main() -> None:

@@ -21,8 +21,11 @@ call, with ``--param key=value`` as its arguments). Between rounds it remembers,
 Each round prints one JSON line (tables maintained, failed, backed off, skipped; seconds).
 ``--rounds N`` stops after N rounds. SIGTERM or SIGINT stops it cleanly: during a round the
 round finishes (each table's commits are atomic: a table is either maintained or not), then it
-exits; a second signal cancels the round's Spark jobs (tables whose rewrite was cancelled
-commit nothing) and exits. The figures also reach Spark's metrics system (``EnginePlugin``'s
+exits; a second signal cancels the round (``cancelAllJobs``, which reaches the statement
+whether or not a Spark job of it runs at that moment: nothing starts or commits after it,
+what committed before stays), and exits; if the round has not ended ``--stop-timeout`` (30 s)
+after that, the process exits all the same (a commit is atomic; files of uncommitted
+rewrites are left for ``cleanup``). The figures also reach Spark's metrics system (``EnginePlugin``'s
 source ``maintenance.*``) for whatever sink the application configures.
 """
 from __future__ import annotations
@@ -75,22 +78,34 @@ class Service:
     """The rounds, the per-table memory (minimum interval, back-off) and the stop flag."""
 
     def __init__(self, spark: Any, namespace: str | None, params: dict[str, Any], every: float,
-                 min_interval: float, backoff: float, max_backoff: float, catalog: str = "lance") -> None:
+                 min_interval: float, backoff: float, max_backoff: float, catalog: str = "lance",
+                 stop_timeout: float = 30.0) -> None:
         self.spark, self.namespace, self.params, self.catalog = spark, namespace, params, catalog
         self.every, self.min_interval = every, min_interval
         self.backoff, self.max_backoff = backoff, max_backoff
         self.tables: dict[str, TableState] = {}
         self.stop = threading.Event()
         self.signals = 0
+        self.stop_timeout = stop_timeout
+        self.stopped = threading.Event()  # run() returned
 
     def on_signal(self, signum: int, frame: Any) -> None:
         self.signals += 1
         self.stop.set()
         if self.signals == 1:
             log.warning("signal %d: stopping after the current round", signum)
-        else:  # abandon: cancel the round's jobs from another thread (this one is in a Py4J call)
-            log.warning("signal %d again: cancelling the current round's Spark jobs", signum)
-            threading.Thread(target=self.spark.sparkContext.cancelAllJobs, daemon=True).start()
+        elif self.signals == 2:  # abandon: cancel the round from another thread (this one is in a Py4J call)
+            log.warning("signal %d again: cancelling the current round", signum)
+            threading.Thread(target=self._cancel_round, daemon=True).start()
+
+    def _cancel_round(self) -> None:
+        """Cancel the round; exit the process if it has not ended ``stop_timeout`` later."""
+        self.spark.sparkContext.cancelAllJobs()
+        if not self.stopped.wait(self.stop_timeout):
+            log.error("the round did not end %.0f s after it was cancelled: exiting", self.stop_timeout)
+            print(json.dumps({"stopped": True, "signal": True, "forced": True}), flush=True)
+            import os
+            os._exit(3)
 
     def excluded(self, now: float) -> dict[str, str]:
         """Tables left out of the next round, and why."""
@@ -142,6 +157,7 @@ class Service:
                 break
             self.stop.wait(self.every)
         print(json.dumps({"stopped": True, "rounds": number, "signal": self.signals > 0}), flush=True)
+        self.stopped.set()
         return number
 
 
@@ -168,6 +184,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--properties-file", metavar="PATH",
                    help="a Spark properties file, as spark-submit reads it (the catalog's warehouse and "
                         "storage.* settings, any Spark setting); its values never reach a command line")
+    p.add_argument("--stop-timeout", type=seconds, default=seconds("30s"),
+                   help="after a second SIGTERM/SIGINT, exit this long later if the cancelled round "
+                        "has not ended (default 30s)")
     p.add_argument("--master", help="Spark master (default: spark-submit's, else local[*])")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark setting; repeatable")
     a = p.parse_args(argv)
@@ -203,7 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     spark = configure_spark_with_lance_compact(builder, warehouse=a.warehouse, catalog=a.catalog,
                                                storage_options=storage or None).getOrCreate()
     params = {k: _value(v) for k, v in (kv.split("=", 1) for kv in a.param)}
-    service = Service(spark, a.namespace, params, a.every, a.min_interval, a.backoff, a.max_backoff, a.catalog)
+    service = Service(spark, a.namespace, params, a.every, a.min_interval, a.backoff, a.max_backoff, a.catalog,
+                      a.stop_timeout)
     signal.signal(signal.SIGTERM, service.on_signal)
     signal.signal(signal.SIGINT, service.on_signal)
     try:

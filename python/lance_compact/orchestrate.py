@@ -284,8 +284,9 @@ class Run:
         if sorted(o.task_id for o in outcomes) != sorted(batch.ids):
             raise CompactionError(
                 f"table {request.table}: {len(outcomes)} of {len(batch.ids)} tasks reported back")
-        self._check_cancelled("before a commit", [o for o in outcomes if o.error is None] + batch.carried)
         hooks.before_commit(request)
+        # Asked last, right before Lance commits: a cancel seen by then stops the commit.
+        self._check_cancelled("before a commit", [o for o in outcomes if o.error is None] + batch.carried)
         # In plan order, whatever order the tasks finished in: Lance numbers the new
         # fragments in the order of the results, and the layout must equal its own.
         done = sorted([o for o in outcomes if o.error is None] + batch.carried, key=lambda o: o.task_id)

@@ -8,6 +8,10 @@ group and tags apply) packs every batch waiting at that moment into one job
 every table still in its compaction step is waiting, or ``max_wait`` after the first batch
 arrived; batches arriving while a job runs go into the next. Commits, conflict re-plans and
 partial progress stay in each table's run, in its own thread, in order.
+
+A cancelled statement starts no further job: once any job of it was cancelled (or the JVM
+says the statement was), every batch still waiting is answered "cancelled" without running,
+and no table retries a cancelled job.
 """
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from . import cancellation
 from .execute import TaskOutcome
 from .orchestrate import Batch, BatchFailure
 from .request import CompactionRequest
@@ -89,6 +94,12 @@ class SharedJobs:
             self._dispatch(taken)
 
     def _dispatch(self, taken: list[_Waiting]) -> None:
+        why = cancellation.reason()  # this (the request's) thread asks the statement
+        if why:
+            for w in taken:
+                w.result = ([], BatchFailure(why, None, cancelled=True))
+                w.done.set()
+            return
         self.jobs += 1
         self.tasks += sum(len(w.batch.ids) for w in taken)
         try:
@@ -100,7 +111,7 @@ class SharedJobs:
                        for w in taken]
         again = []
         for w, (outcomes, failure, innocent) in zip(taken, results):
-            if innocent and not w.retried and not outcomes:
+            if innocent and not w.retried and not outcomes and not (failure and failure.cancelled):
                 # Another table's task brought the job down before this table's tasks ran:
                 # once more, in the next job.
                 w.retried = True

@@ -21,6 +21,7 @@ from pyspark import SparkContext, TaskContext
 from pyspark.accumulators import AccumulatorParam, _accumulatorRegistry
 
 from . import hooks
+from . import cancellation
 from .cancellation import job_cancelled
 from .errors import MARKER, CompactionError
 from .execute import TaskOutcome, check_same_pylance, execute_task
@@ -140,7 +141,10 @@ def _settle(sc: SparkContext, tag: str | None, timeout: float = 15.0) -> bool:
     deadline = time.monotonic() + timeout
     while True:
         running = 0
+        watches = set(tracker.getJobIdsForTag(WATCH_TAG))  # the statement's cancel watch: not ours to wait for
         for job in tracker.getJobIdsForTag(tag):
+            if job in watches:
+                continue
             info = tracker.getJobInfo(job)
             if info.isEmpty():
                 continue
@@ -154,6 +158,10 @@ def _settle(sc: SparkContext, tag: str | None, timeout: float = 15.0) -> bool:
             log.warning("%d tasks still running %.0f s after their job failed", running, timeout)
             return False
         time.sleep(0.2)
+
+
+# The job tag of every cancel watch (CancelWatch.WatchTag in the JVM).
+WATCH_TAG = "lance-compact-cancel-watch"
 
 
 def _request_tag(sc: SparkContext) -> str | None:
@@ -174,7 +182,7 @@ class SparkBatchRunner:
         # Largest tasks first, so the last to finish is a small one.
         order = sorted(range(len(batch.ids)), key=lambda i: -(batch.rows[i][7] or 0))
         items = [(batch.ids[i], batch.tasks[i]) for i in order]
-        executor = _Executor(request.table, request.uri, request.storage_options, request.hooks,
+        executor = _Executor(request.table, request.uri, request.storage_options, hooks.with_slowdowns(request.hooks),
                              request.run["partial_progress"], max_task_attempts(sc),
                              lance.__version__)
         outcomes = sc.accumulator([], _Outcomes())
@@ -190,6 +198,8 @@ class SparkBatchRunner:
             # The partition Spark names is a place in the job's order, not the batch's.
             position = (order[failed.position]
                         if failed.position is not None and failed.position < len(order) else None)
+            if failed.cancelled:  # a cancelled job cancels the whole statement
+                cancellation.cancel(failed.message)
             settled = _settle(sc, _request_tag(sc))
             failure = BatchFailure(failed.message, position, failed.cancelled, settled)
         finally:
@@ -252,7 +262,8 @@ def run_packed(sc: SparkContext, entries: list[tuple[CompactionRequest, Batch, i
     innocent), ``innocent`` when the whole job failed for another table's task (its run may
     try again)."""
     attempts = max_task_attempts(sc)
-    executors = [_Executor(r.table, r.uri, r.storage_options, r.hooks, True, attempts, lance.__version__)
+    executors = [_Executor(r.table, r.uri, r.storage_options, hooks.with_slowdowns(r.hooks), True, attempts,
+                           lance.__version__)
                  for r, _, _ in entries]
     sized = [(entries[k][1].rows[i][7] or 0, k, entries[k][1].ids[i], entries[k][1].tasks[i])
              for k, (_, b, _) in enumerate(entries) for i in range(len(b.ids))]
@@ -275,7 +286,10 @@ def run_packed(sc: SparkContext, entries: list[tuple[CompactionRequest, Batch, i
         sc.parallelize(parts, len(parts)).mapPartitions(rewrite).count()
     except Exception as e:  # a task failed all its attempts outside Lance (its worker died, say)
         failed = job_failure(e, "(shared job)")
-        if failed.position is not None and failed.position < len(parts):
+        if failed.cancelled:  # the statement was cancelled: every table of it stops, none retries
+            cancellation.cancel(failed.message)
+            failed = BatchFailure(failed.message, None, True, _settle(sc, _request_tag(sc)))
+        elif failed.position is not None and failed.position < len(parts):
             owners = {k for k, _, _ in parts[failed.position]}
             if len(owners) == 1:  # a partition of one table's tasks: that table's failure
                 owner = owners.pop()
@@ -289,6 +303,9 @@ def run_packed(sc: SparkContext, entries: list[tuple[CompactionRequest, Batch, i
     out = []
     for k, (request, batch, number) in enumerate(entries):
         done = by_table[k]
+        if failed is not None and failed.cancelled:
+            out.append((done, failed, False))
+            continue
         if failed is not None:
             mine = owner == k or owner is None
             position = next((i for i, tid in enumerate(batch.ids) if tid == failed_task), None) \

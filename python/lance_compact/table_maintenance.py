@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Callable
 
-from . import cancellation, orchestrate
+from . import cancellation, hooks, orchestrate
 from .version_cleanup import cleanup_row
 from .errors import CompactionError
 from .health import compaction_due, reclaimable
@@ -132,6 +132,11 @@ STEPS: dict[str, Callable[[Target, dict[str, Any], Any, bool], dict[str, Any]]] 
 def run_step(step: str, t: Target, args: dict[str, Any], runner: Any, dry: bool) -> dict[str, Any]:
     """One step of ``t``: its row (``step``, ``ran``, ``reason``, ``version``, ``outcome``,
     ``elapsed_ms``, and step figures such as ``bytes_rewritten``)."""
+    # tests only: a moment with no Spark job running; a cancel that came during it stops here
+    why = cancellation.reason() if hooks.driver_pause() else None
+    if why:
+        raise cancellation.Cancelled(f"table {t.table}: the {step} step was not started: the statement "
+                                     f"was cancelled ({why})")
     clock = time.monotonic()
     row = STEPS[step](t, args, runner, dry)
     row["elapsed_ms"] = int((time.monotonic() - clock) * 1000)

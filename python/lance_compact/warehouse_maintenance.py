@@ -17,6 +17,7 @@ first (then priority), within budgets; one row per table and step.
 from __future__ import annotations
 
 import json
+import re
 import logging
 import threading
 import time
@@ -145,6 +146,7 @@ def _maintain_steps(t: Table, jobs: SharedJobs, dry: bool, deadline: float | Non
             failed = step
             if isinstance(e, cancellation.Cancelled):
                 t.cancelled, failed = "a Spark job of its maintenance was cancelled", "cancelled"
+                cancellation.cancel(t.cancelled)  # every other table stops at its next check too
             row = {"step": step, "ran": False, "reason": "due; failed", "outcome": None,
                    "error": _error_text(e, t.target.storage_options), "version": None, "bytes_rewritten": 0,
                    "elapsed_ms": int((time.monotonic() - clock) * 1000)}
@@ -242,6 +244,11 @@ def maintain_warehouse(request_json: str, run_packed: Callable) -> list[Table]:
     why = cancellation.reason() or next((t.cancelled for t in chosen if t.cancelled), None)
     if why:
         done = [f"{t.target.table} {r['step']} (version {r['version']})" for t in chosen for r in t.rows if r["ran"]]
+        # a compaction with partial progress may have committed before its cancel: its error says which
+        done += [f"{t.target.table} {r['step']} ({m.group(1)})" for t in chosen for r in t.rows
+                 if not r["ran"] and r["error"]
+                 for m in [re.search(r"(versions? [\d, and]+) (?:was|were) committed before the cancel", r["error"])]
+                 if m]
         raise cancellation.Cancelled(
             f"{where}: maintain_warehouse was cancelled ({why}); "
             + (f"done before the cancel: {', '.join(done)}" if done else "no table was changed")

@@ -23,6 +23,8 @@ final class EngineBridge(sc: SparkContext) {
                               val properties: Map[String, String]) {
     /** Its place among the requests the engine took (0: still queued). */
     @volatile var taken: Long = 0L
+    /** Whether it keeps a cancel watch (CancelWatch.scala). */
+    val watched: Boolean = Watched.contains(action)
     val response = new CompletableFuture[String]()
     /** The job tag of this request's Spark jobs. */
     val tag: String = s"lance-compact-$instance-request-$id"
@@ -39,6 +41,11 @@ final class EngineBridge(sc: SparkContext) {
   private val queue = new LinkedBlockingQueue[Request]()
   private val pending = new ConcurrentHashMap[String, Request]()
   private val readyLatch = new CountDownLatch(1)
+  /** Keeps a cancel sent while no job of a statement runs (CancelWatch.scala). */
+  private val watch = new CancelWatch(sc, (id, why) => cancelledBySpark(id, why))
+  sc.addSparkListener(watch)
+  /** Whether statements keep a cancel watch (`spark.lance.compact.cancelWatch`, default true). */
+  @volatile var cancelWatch: Boolean = sc.getConf.getBoolean(CancelWatchConf, true)
 
   /** The driver's SparkContext, which the engine wraps in a PySpark SparkContext. */
   def javaSparkContext(): JavaSparkContext = JavaSparkContext.fromSparkContext(sc)
@@ -61,6 +68,7 @@ final class EngineBridge(sc: SparkContext) {
     pending.values().forEach { r =>
       if (r.taken > 0 && r.taken <= count && !listed.contains(r.id) && pending.remove(r.id, r)) {
         r.cancelReason = "the engine stopped serving it"
+        watch.unwatch(r.id)
         cancelJobs(r)
         r.response.completeExceptionally(new IllegalStateException(
           s"the lance_compact engine stopped serving ${r.action} without answering (the thread serving " +
@@ -93,18 +101,32 @@ final class EngineBridge(sc: SparkContext) {
     val request = Option(pending.get(id))
     val props = request.map(_.properties).getOrElse(Map.empty)
     Inherited.foreach(k => sc.setLocalProperty(k, props.getOrElse(k, null)))
-    request.foreach(r => sc.addJobTag(r.tag))
+    request.foreach { r =>
+      sc.addJobTag(r.tag)
+      if (r.watched && cancelWatch) watch.watch(r.id, r.tag, r.properties)
+    }
   }
 
   /** The engine's response to request `id` (JSON). */
-  def respond(id: String, json: String): Unit =
+  def respond(id: String, json: String): Unit = {
+    watch.unwatch(id)
     Option(pending.remove(id)).foreach(_.response.complete(json))
+  }
 
   /** Mark request `id` cancelled (the engine stops at its next check) and cancel its
    * running Spark jobs. */
   private[engine] def cancel(id: String, reason: String): Unit =
     Option(pending.get(id)).foreach { r =>
       r.cancelReason = reason
+      watch.cancelled(id)
+      cancelJobs(r)
+    }
+
+  /** A Spark job of request `id` (its own or its cancel watch) was cancelled: the whole
+   * statement is, with Spark's reason ("Job 7 cancelled part of cancelled job group g"). */
+  private def cancelledBySpark(id: String, why: String): Unit =
+    Option(pending.get(id)).foreach { r =>
+      if (r.cancelReason == null) r.cancelReason = why
       cancelJobs(r)
     }
 
@@ -116,7 +138,11 @@ final class EngineBridge(sc: SparkContext) {
   private[engine] def submit(action: String, requestJson: String): (String, CompletableFuture[String]) = {
     val id = ids.incrementAndGet().toString
     val body = s"""{"id":"$id","action":${quote(action)},"request":${quote(requestJson)}}"""
-    val props = Inherited.flatMap(k => Option(sc.getLocalProperty(k)).map(k -> _)).toMap
+    val own = Inherited.flatMap(k => Option(sc.getLocalProperty(k)).map(k -> _)).toMap
+    // Spark Classic's session tags (SparkSession.addTag, interruptTag/interruptAll): CancelWatch.scala
+    val tags = (own.get("spark.job.tags").toSeq.flatMap(_.split(",")) ++ CancelWatch.sessionTags())
+      .filter(_.nonEmpty).distinct
+    val props = if (tags.isEmpty) own else own + ("spark.job.tags" -> tags.mkString(","))
     val r = new Request(id, action, body, props)
     pending.put(id, r)
     queue.put(r)
@@ -131,8 +157,11 @@ final class EngineBridge(sc: SparkContext) {
       cancelJobs(r)
       r.response.completeExceptionally(error)
     }
+    pending.values().forEach(r => watch.unwatch(r.id))
     pending.clear()
     queue.clear()
+    try sc.removeSparkListener(watch) catch { case _: Exception => () }
+    watch.stop()
   }
 }
 
@@ -140,6 +169,10 @@ object EngineBridge {
   /** Local properties that tie a job to its statement: cancellation and scheduling. */
   val Inherited: Seq[String] = Seq("spark.jobGroup.id", "spark.job.interruptOnCancel",
     "spark.job.tags", "spark.scheduler.pool")
+
+  /** Actions whose statements keep a cancel watch: those that run Spark jobs and commit. */
+  val Watched: Set[String] = Set("compact", "maintain", "maintain_warehouse")
+  val CancelWatchConf = "spark.lance.compact.cancelWatch"
 
   private val mapper = new com.fasterxml.jackson.databind.ObjectMapper()
   private val Instances = new AtomicLong()
