@@ -132,3 +132,16 @@ def refused(path, match: str):
     with pytest.raises(Exception, match=match) as e:
         yield e
     assert lance.dataset(str(path)).version == version
+
+
+def wait_for(what, timeout: float = 120, step: float = 0.2):
+    """``what()``'s first truthy value, polled every ``step`` seconds for at most ``timeout``."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        value = what()
+        if value:
+            return value
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(step)

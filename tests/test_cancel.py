@@ -17,7 +17,7 @@ import time
 import lance
 import pytest
 
-from conftest import ROOT, compact_call, degraded_table_for
+from conftest import ROOT, compact_call, degraded_table_for, wait_for
 from oracle import content
 
 os.environ["LANCE_COMPACT_TEST_HOOKS"] = "1"  # test hooks exist only in processes started so
@@ -94,16 +94,6 @@ class Statement:
     def join(self, timeout: float) -> None:
         self.thread.join(timeout)
         assert not self.thread.is_alive(), f"the statement did not end within {timeout} s"
-
-
-def wait_for(what, timeout: float = 120, step: float = 0.2):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = what()
-        if value:
-            return value
-        assert time.monotonic() < deadline, "timed out waiting"
-        time.sleep(step)
 
 
 WATCH_TAG = "lance-compact-cancel-watch"  # CancelWatch.WatchTag

@@ -12,6 +12,7 @@ hooks, as the suite does): every rewrite task sleeps ``TASK_SLEEP_MS`` and the d
 assertion reads the tables with pylance: the statement fails saying "cancelled" within a bound,
 no commit lands after the cancel, no job starts after it, rows exact, the next statement works.
 """
+import functools
 import os
 import threading
 import time
@@ -19,8 +20,10 @@ import time
 import lance
 import pytest
 
-from conftest import compact_call, lance_session
+from conftest import compact_call, lance_session, wait_for as _wait_for
 from oracle import content, degraded_table
+
+wait_for = functools.partial(_wait_for, step=0.05)  # cancels are timed: poll closely
 
 os.environ["LANCE_COMPACT_TEST_HOOKS"] = "1"
 TASK_SLEEP_MS = 700
@@ -89,16 +92,6 @@ class Statement:
     def join(self, timeout: float) -> None:
         self.thread.join(timeout)
         assert not self.thread.is_alive(), f"the statement did not end within {timeout} s"
-
-
-def wait_for(what, timeout: float = 120, step: float = 0.05):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = what()
-        if value:
-            return value
-        assert time.monotonic() < deadline, "timed out waiting"
-        time.sleep(step)
 
 
 def _kill_jobs(s: Statement) -> None:

@@ -31,28 +31,32 @@ def is_retryable_conflict(error: Exception) -> bool:
     return "retryable commit conflict" in text or "preempted by concurrent transaction" in text
 
 
-def remove_new_files(request: CompactionRequest, results: Iterable[RewriteResult]) -> int:
-    """Delete the data files of results that were never committed (local tables only;
-    elsewhere ``CALL lance.cleanup`` removes them). A file the latest version references is
-    kept whatever happened, so this can never break the table. Returns how many it removed."""
-    uri = request.uri
+def remove_uncommitted(uri: str, latest: lance.LanceDataset, paths: Iterable[str]) -> int:
+    """Delete data files (names under ``data/``) that were written and never committed: local
+    tables only (elsewhere ``CALL lance.cleanup`` removes them). A file the latest version
+    references is kept whatever happened, so this can never break the table. Returns how many
+    it removed."""
     if "://" in uri and not uri.startswith("file://"):
         return 0
     root = uri[len("file://"):] if uri.startswith("file://") else uri
-    latest = open_dataset(request.table, uri, request.storage_options)
     referenced = {d.path for f in latest.get_fragments() for d in f.metadata.files}
     removed = 0
-    for r in results:
-        for f in r.new_fragments:
-            for d in f.files:
-                if d.path in referenced:
-                    continue
-                try:
-                    os.remove(os.path.join(root, "data", d.path))
-                    removed += 1
-                except OSError:
-                    pass
+    for path in set(paths) - referenced:
+        try:
+            os.remove(os.path.join(root, "data", path))
+            removed += 1
+        except OSError:
+            pass
     return removed
+
+
+def remove_new_files(request: CompactionRequest, results: Iterable[RewriteResult]) -> int:
+    """Delete the data files of results that were never committed (:func:`remove_uncommitted`)."""
+    uri = request.uri
+    if "://" in uri and not uri.startswith("file://"):
+        return 0
+    latest = open_dataset(request.table, uri, request.storage_options)
+    return remove_uncommitted(uri, latest, (d.path for r in results for f in r.new_fragments for d in f.files))
 
 
 @dataclass

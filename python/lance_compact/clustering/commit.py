@@ -9,14 +9,13 @@ adds them (queries stay right meanwhile, scanning what is not covered).
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import lance
 from lance import LanceOperation
 from lance.fragment import FragmentMetadata
 
-from ..commit import is_retryable_conflict
+from ..commit import is_retryable_conflict, remove_uncommitted
 from ..indices import index_state
 
 
@@ -49,22 +48,8 @@ def commit_rewrite(uri: str, storage_options: dict[str, str], read_version: int,
 
 
 def remove_files(uri: str, dataset: lance.LanceDataset, fragments: list[FragmentMetadata]) -> int:
-    """Delete the data files of uncommitted new fragments (local tables only; elsewhere
-    ``CALL lance.cleanup`` removes them). A file the latest version references is kept."""
-    if "://" in uri and not uri.startswith("file://"):
-        return 0
-    root = uri[len("file://"):] if uri.startswith("file://") else uri
-    referenced = {d.path for f in dataset.get_fragments() for d in f.metadata.data_files()}
-    removed = 0
-    for f in fragments:
-        for d in f.data_files():
-            if d.path not in referenced:
-                try:
-                    os.remove(os.path.join(root, "data", d.path))
-                    removed += 1
-                except OSError:
-                    pass
-    return removed
+    """Delete the data files of uncommitted new fragments (:func:`lance_compact.commit.remove_uncommitted`)."""
+    return remove_uncommitted(uri, dataset, (d.path for f in fragments for d in f.data_files()))
 
 
 @dataclass(frozen=True)
