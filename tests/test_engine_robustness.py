@@ -90,13 +90,17 @@ def test_cleanup_far_in_the_past_is_answered(spark, table):
     _answers(spark, name)
 
 
-def test_a_users_secret_is_not_redacted_from_other_statements_log_lines(spark, table, engine_log):
-    """A user's SET of a secret-named storage option redacts its value from that user's own
-    statement only; the operator's secret never appears in the log."""
+def test_a_users_secret_is_not_redacted_from_other_statements_log_lines(spark, warehouse, table, engine_log):
+    """A user's secret-named storage option (in a catalog of their own: the operator's catalog
+    refuses session storage settings) redacts its value from that user's own statement only;
+    the operator's secret never appears in the log."""
+    from lance_compact.api import CATALOG_CLASS
+
     name, _ = table
     user = spark.newSession()
-    user.sql(f"SET spark.sql.catalog.lance.storage.my_secret={name}")
-    user.sql(f"CALL lance.compact(table => '{name}')").collect()
+    for key, value in (("", CATALOG_CLASS), (".warehouse", str(warehouse)), (".storage.my_secret", name)):
+        user.sql(f"SET spark.sql.catalog.mine{key}={value}")
+    user.sql(f"CALL mine.compact(table => '{name}')").collect()
     own = engine_log.read_text().splitlines()
     assert any("table *********(redacted): planned" in line for line in own)
     start = len(own)

@@ -163,6 +163,9 @@ object EngineProcess extends Logging {
   /** The engine of the active session's SparkContext, started on first use. */
   def get(spark: SparkSession): EngineProcess = synchronized {
     val sc = spark.sparkContext
+    // A thread may still hold a session of a stopped SparkContext as its active one (a warm-up
+    // started by a catalog built there): it must never stop the live context's engine.
+    if (sc.isStopped) throw new IllegalStateException("the session's SparkContext is stopped")
     current match {
       case Some(e) if (e.sc eq sc) && e.alive => e
       case previous =>
