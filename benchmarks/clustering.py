@@ -35,8 +35,8 @@ from lance.fragment import write_fragments
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "python"))
 
-from lance_compact.clustering.keys import column_bounds, zvalues  # noqa: E402
-from lance_compact.clustering.sort_order import parse_sort_order  # noqa: E402
+from lance_compact.compaction.clustering.keys import column_bounds, zvalues  # noqa: E402
+from lance_compact.compaction.clustering.sort_order import parse_sort_order  # noqa: E402
 
 
 def make_base(uri: str, rows: int, fragments: int) -> None:

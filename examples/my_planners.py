@@ -6,7 +6,7 @@ catalog, then chosen by name (docs/shared-servers.md):
 """
 from lance.optimize import Compaction
 
-from lance_compact.planners import Planner
+from lance_compact.compaction.planners import Planner
 
 
 class SkipNewest(Planner):

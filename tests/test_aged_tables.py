@@ -274,7 +274,7 @@ def test_a_cleaned_up_version_is_named_as_such(spark, aged, name):
 
 def test_a_gone_version_is_not_classified_as_a_missing_table(aged):
     """The error pylance raises for a version cleanup removed is named as a version gone."""
-    from lance_compact.failures import MISSING, classify, describe
+    from lance_compact.runtime.failures import MISSING, classify, describe
 
     path, _, _ = aged["cleaned_after_remap"]
     with pytest.raises(OSError) as e:

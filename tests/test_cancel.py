@@ -261,8 +261,8 @@ def test_interrupting_the_statement_thread_stops_the_run(spark, table):
 def test_maintain_stops_between_steps_when_cancelled(warehouse, request):
     """maintain asks before each step (in the engine the probe asks the JVM; here it says
     cancelled after the first question): the compaction ran, the rest did not."""
-    from lance_compact import cancellation
-    from lance_compact.table_maintenance import maintain_rows
+    from lance_compact.runtime import cancellation
+    from lance_compact.maintenance.table_maintenance import maintain_rows
 
     t, path = degraded_table_for(warehouse, request, fragments=4)
     lance.dataset(str(path)).optimize.compact_files(target_rows_per_fragment=1000)
@@ -286,8 +286,8 @@ def test_maintain_warehouse_stops_every_table_when_cancelled(tmp_path):
     import json
 
     import pyarrow as pa
-    from lance_compact import cancellation
-    from lance_compact.warehouse_maintenance import maintain_warehouse
+    from lance_compact.runtime import cancellation
+    from lance_compact.maintenance.warehouse_maintenance import maintain_warehouse
 
     tables = []
     for name in ("a", "b"):
@@ -404,7 +404,7 @@ def test_an_unreachable_object_store_is_named(s3):
     """moto's server stopped: opening a table on it says the object store is unreachable,
     not that the table is gone."""
     from lance_compact.errors import CompactionError
-    from lance_compact.tables import open_dataset
+    from lance_compact.runtime.tables import open_dataset
     from s3_server import S3Server
     from oracle import degraded_table
 
@@ -452,7 +452,7 @@ def test_an_unreachable_object_store_is_named(s3):
 def test_failure_rules_on_texts_lance_raised(text, kind, expected):
     """The rules on texts captured from pylance 14.0.2 (conflicts, a store refusing, failing or
     unreachable, a missing table, truncated and missing files)."""
-    from lance_compact.failures import classify, describe
+    from lance_compact.runtime.failures import classify, describe
 
     f = classify(text)
     assert f.kind == kind and expected in describe(text)

@@ -242,7 +242,7 @@ def test_every_type_of_the_type_map_reads_on_the_driver_and_the_executors(spark,
     import pyarrow as pa
 
     from lance_compact.api import CATALOG_CLASS
-    from lance_compact.spark_types import RULES, schema_ddl
+    from lance_compact.runtime.spark_types import RULES, schema_ddl
 
     samples = _samples()
     examples = [t for _, _, ts in RULES for t in ts]

@@ -11,7 +11,7 @@ import pytest
 
 from conftest import CLEANUP_FLOOR_KEY, refused
 from inflight_writer import CLEANUP_FORMS, assert_commit_reads_back, run_form, start_writer, table_with_history
-from lance_compact.version_cleanup import unreferenced_files
+from lance_compact.maintenance.version_cleanup import unreferenced_files
 from oracle import batch
 
 SPARK_CONF = {CLEANUP_FLOOR_KEY: "1 hour"}
@@ -91,9 +91,9 @@ def test_an_invalid_operator_floor_removes_nothing_and_says_which_setting(wareho
     settings give it (as the engine reads them at start)."""
     import json
 
-    from lance_compact import driver_conf
+    from lance_compact.runtime import driver_conf
     from lance_compact.errors import CompactionError
-    from lance_compact.version_cleanup import cleanup_row
+    from lance_compact.maintenance.version_cleanup import cleanup_row
 
     t, uri = fresh(warehouse, "bad_floor_" + "".join(c for c in setting if c.isalnum())[:12])
     writer = start_writer(uri)

@@ -19,7 +19,7 @@ import pytest
 from conftest import lance_session, refused
 from lance_compact import compact, plan_compaction
 from lance_compact.api import CATALOG_CLASS
-from lance_compact.clustering.plan import FILL
+from lance_compact.compaction.clustering.plan import FILL
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -86,7 +86,7 @@ def answers(ds) -> dict:
 
 
 def unindexed(ds) -> dict:
-    from lance_compact.indices import index_state
+    from lance_compact.maintenance.indices import index_state
     return {n: e["unindexed"] for n, e in index_state(ds).items()}
 
 
@@ -265,7 +265,7 @@ def test_benchmark_smoke(spark, tmp_path):
                                   pa.large_list(pa.int64())])
 def test_types_that_cannot_be_ordered_are_named(kind):
     """The schema check alone (Lance stores few of these types; the check is the same)."""
-    from lance_compact.clustering.sort_order import check_columns, parse_sort_order
+    from lance_compact.compaction.clustering.sort_order import check_columns, parse_sort_order
     from lance_compact.errors import CompactionError
 
     schema = pa.schema([pa.field("a", pa.int64()), pa.field("odd", kind)])

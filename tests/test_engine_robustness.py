@@ -113,7 +113,7 @@ def test_a_users_secret_is_not_redacted_from_other_statements_log_lines(spark, w
 
 LOGGING = """
 import json, logging, sys
-from lance_compact import secrets
+from lance_compact.runtime import secrets
 from lance_compact.engine import handle
 logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
 secrets.install_log_redaction()

@@ -29,7 +29,7 @@ def test_more_small_fragments_score_strictly_worse(spark, graded):
 
 
 def test_deleted_rows_and_old_versions_grade_too(spark, warehouse):
-    from lance_compact.health import needs
+    from lance_compact.maintenance.health import needs
 
     base = {"fragments": 20, "rows": 800, "target_rows_per_fragment": 1 << 20, "deleted_row_ratio": 0.0,
             "reclaimable_versions": 0, "unindexed_fragments": 0}

@@ -18,7 +18,7 @@ import pytest
 
 from oracle import batch, degraded_table
 from lance_compact import FragmentHistogram, describe_layout
-from lance_compact.histogram import PlotUnavailable
+from lance_compact.report.histogram import PlotUnavailable
 from lance_compact.options import result_columns
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -333,13 +333,13 @@ def test_without_matplotlib_the_text_form_still_works(monkeypatch, one_fragment,
     assert "fragments 2 -> 1" in h.to_text()
     # The engine's describe_layout, in this process: the text, and a clear error for a picture.
     from lance_compact.errors import CompactionError
-    from lance_compact.layout import layout_result
+    from lance_compact.report.layout import layout_result
     table, path = one_fragment
     request = {"table": table, "uri": str(path), "params": {"histogram": True}}
     schema, rows = layout_result(json.dumps(request))
     assert schema.lower() == "`histogram` string" and rows[-2][0].startswith("fragments 1; ")
     request["params"]["picture"] = str(tmp_path / "x.png")
-    from lance_compact import driver_conf
+    from lance_compact.runtime import driver_conf
     monkeypatch.setattr(driver_conf, "_picture_dir", str(tmp_path))  # as the operator set it
     with pytest.raises(CompactionError, match=re.escape(
             "describe_layout parameter picture: the layout picture needs matplotlib, which is not "

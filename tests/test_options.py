@@ -5,8 +5,8 @@ import pytest
 
 from lance_compact.errors import CompactionError
 from lance_compact.options import lance_options, option_specs
-from lance_compact.request import CompactionRequest
-from lance_compact.planners import get_planner
+from lance_compact.compaction.request import CompactionRequest
+from lance_compact.compaction.planners import get_planner
 
 
 def test_only_given_options_reach_lance():
@@ -68,13 +68,13 @@ def test_unknown_strategy_lists_the_valid_ones():
     # A dotted name nobody registered is refused before anything is imported.
     with pytest.raises(CompactionError, match="unknown strategy 'json.JSONDecoder'.*strategies.<name>"):
         get_planner("json.JSONDecoder", "db.t", catalog="lance")
-    from lance_compact import driver_conf
+    from lance_compact.runtime import driver_conf
     try:
         driver_conf.load([("spark.sql.catalog.lance.strategies.gone", "no_such_module.Planner"),
                           ("spark.sql.catalog.lance.strategies.json", "json.JSONDecoder")])
         with pytest.raises(CompactionError, match="registered strategy 'gone'.*cannot be loaded"):
             get_planner("gone", "db.t", catalog="lance")
-        with pytest.raises(CompactionError, match="is not a lance_compact.planners.Planner"):
+        with pytest.raises(CompactionError, match="is not a lance_compact.compaction.planners.Planner"):
             get_planner("json", "db.t", catalog="lance")
         with pytest.raises(CompactionError, match="unknown strategy 'json'; valid strategies are: "
                                                   "default, deletion_only, incremental, io_bounded \("):
@@ -85,7 +85,7 @@ def test_unknown_strategy_lists_the_valid_ones():
 
 def test_an_executor_on_another_pylance_refuses_the_task():
     import lance
-    from lance_compact.execute import check_same_pylance
+    from lance_compact.compaction.execute import check_same_pylance
 
     check_same_pylance(lance.__version__)
     with pytest.raises(CompactionError, match="driver planned with pylance 0.0.1"):
@@ -98,7 +98,7 @@ def test_removing_uncommitted_files_never_touches_committed_ones(tmp_path):
     from lance.optimize import Compaction
 
     from oracle import content, degraded_table
-    from lance_compact.commit import remove_new_files
+    from lance_compact.compaction.commit import remove_new_files
 
     uri = str(tmp_path / "t.lance")
     ds = degraded_table(uri, fragments=20, rows_per_fragment=20)

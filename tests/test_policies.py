@@ -10,10 +10,10 @@ import pyarrow as pa
 import pytest
 
 from lance_compact.errors import CompactionError
-from lance_compact.health import table_health
-from lance_compact.table_maintenance import maintain_rows
-from lance_compact.policy import PROPERTY_PREFIX, resolve_policy
-from lance_compact.table_properties import alter_properties
+from lance_compact.maintenance.health import table_health
+from lance_compact.maintenance.table_maintenance import maintain_rows
+from lance_compact.maintenance.policy import PROPERTY_PREFIX, resolve_policy
+from lance_compact.catalog.table_properties import alter_properties
 
 
 def _write(uri: str, fragments: int, rows: int = 50, delete: str | None = None, index: bool = False,
@@ -187,7 +187,7 @@ def test_a_bad_value_written_by_another_tool_is_named_with_its_fix(tmp_path):
     remove it (not as a bug); changing another key is refused until it is removed; setting
     that key to a good value, or unsetting it, is accepted."""
     from lance_compact.engine import handle
-    from lance_compact.orchestrate import dry_run
+    from lance_compact.compaction.orchestrate import dry_run
 
     ds = _write(str(tmp_path / "b.lance"), 3)
     ds.update_config({"lance.compaction.data_storage_version": "garbage!!"})

@@ -120,7 +120,7 @@ def test_secret_conf_settings_are_moved_off_the_command_line(tmp_path):
 
 
 def test_the_private_properties_file_is_for_this_user_only():
-    from lance_compact.private_conf import write_properties
+    from lance_compact.runtime.private_conf import write_properties
 
     path = write_properties({"spark.sql.catalog.lance.storage.aws_secret_access_key": "a=b\\c"}, keep=True)
     try:
@@ -174,7 +174,7 @@ def test_pyspark_sessions_get_storage_options_without_a_command_line(tmp_path):
 
 LOGGING = """
 import logging, sys, threading
-from lance_compact import secrets
+from lance_compact.runtime import secrets
 logging.basicConfig(level=logging.INFO, stream=sys.stderr)
 secrets.install_log_redaction()
 secrets.remember_operator({"aws_secret_access_key": sys.argv[1], "aws_access_key_id": sys.argv[2], "aws_region": "us-east-1"})

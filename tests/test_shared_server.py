@@ -45,7 +45,7 @@ def setup(tmp_path):
     probe.mkdir()
     (probe / "import_probe.py").write_text(
         f"import pathlib\npathlib.Path({str(marker)!r}).write_text('imported')\n"
-        "from lance_compact.planners import Planner as Probe\n")
+        "from lance_compact.compaction.planners import Planner as Probe\n")
     env = {k: v for k, v in os.environ.items()
            if k not in ("LANCE_COMPACT_TEST_HOOKS", "PYSPARK_SUBMIT_ARGS") and not k.startswith("PYSPARK_GATEWAY")}
     env["PYTHONPATH"] = os.pathsep.join([str(probe), str(ROOT / "examples"), str(ROOT / "tests")])

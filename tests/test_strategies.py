@@ -8,8 +8,8 @@ from lance.optimize import Compaction
 
 from oracle import batch, content, layout
 from lance_compact import FragmentHistogram, cleanup, describe_layout, plan_compaction
-from lance_compact.planners import get_planner
-from lance_compact.planners.io_bounded import benefit
+from lance_compact.compaction.planners import get_planner
+from lance_compact.compaction.planners.io_bounded import benefit
 
 
 def random_layout(path, seed, index=True):

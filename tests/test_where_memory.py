@@ -10,12 +10,12 @@ import pyarrow as pa
 import pytest
 
 from lance_compact.errors import CompactionError
-from lance_compact.orchestrate import fragments_matching
+from lance_compact.compaction.orchestrate import fragments_matching
 
 MEASURE = """
 import resource, sys, time
 import lance
-from lance_compact.orchestrate import fragments_matching
+from lance_compact.compaction.orchestrate import fragments_matching
 ds = lance.dataset(sys.argv[1])
 fragments_matching(ds, "id < 10", "t")  # the first scan's one-off allocations
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

@@ -4,7 +4,7 @@ from .api import (LanceCompaction, call_procedure, cleanup, compact,
                   maintain_warehouse,
                   optimize_indices, plan_compaction, spark_conf)
 from .errors import CompactionError
-from .histogram import FragmentHistogram
+from .report.histogram import FragmentHistogram
 
 __all__ = ["CompactionError", "FragmentHistogram", "LanceCompaction", "call_procedure", "cleanup",
            "compact", "configure_spark_with_lance_compact", "describe_layout", "jar_path",

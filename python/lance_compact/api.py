@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .options import option_specs
-from .private_conf import split, write_properties
+from .runtime.private_conf import split, write_properties
 
 PICTURE_DIR = "spark.lance.compact.picture.dir"
 
@@ -62,7 +62,7 @@ def spark_conf(warehouse: str | None = None, catalog: str = "lance",
     name -> ``module.Class``, chosen in SQL by name (nothing a SQL user names is imported).
 
     Storage options hold secrets: never pass these settings as ``--conf`` on a command line
-    (``ps`` shows it to every user); :mod:`lance_compact.private_conf` puts them in a private
+    (``ps`` shows it to every user); :mod:`lance_compact.runtime.private_conf` puts them in a private
     properties file, as ``lance-spark-sql`` and :func:`configure_spark_with_lance_compact` do.
     """
     conf = {"spark.jars": _merged(jars, jar_path()),

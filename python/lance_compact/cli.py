@@ -37,7 +37,7 @@ import sys
 from pathlib import Path
 
 from .api import spark_conf
-from .private_conf import is_sensitive, write_properties
+from .runtime.private_conf import is_sensitive, write_properties
 
 STORAGE_ENV_PREFIX = "LANCE_STORAGE_"
 USAGE = "usage: lance-spark-sql [--warehouse DIR_OR_URI] [spark-sql arguments...]"

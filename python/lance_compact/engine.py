@@ -34,15 +34,16 @@ def _on_first_use(module: str, function: str) -> Callable[[str], tuple[str, list
 
 
 def _handlers(sc: Any) -> dict[str, Callable[[str], tuple[str, list[tuple]]]]:
-    from . import orchestrate
-    from .version_cleanup import cleanup_row
-    from .layout import layout_result
+    from .compaction import orchestrate
+    from .maintenance.version_cleanup import cleanup_row
+    from .report.layout import layout_result
     from .options import columns_ddl, result_columns
-    from .spark_job import SparkBatchRunner
-    from .warehouse import warehouse_rows
-    from . import metadata_tables, table_reads
-    from .indices import optimize_indices_row
-    from .table_maintenance import maintain_rows
+    from .compaction.spark_job import SparkBatchRunner
+    from .catalog.warehouse import warehouse_rows
+    from .catalog import metadata_tables
+    from .catalog import table_reads
+    from .maintenance.indices import optimize_indices_row
+    from .maintenance.table_maintenance import maintain_rows
 
     runner = SparkBatchRunner(sc)
     return {
@@ -55,18 +56,18 @@ def _handlers(sc: Any) -> dict[str, Callable[[str], tuple[str, list[tuple]]]]:
         "read": table_reads.read,
         # imported on first use: lance.namespace alone takes about 1 s to import cold, and
         # neither is on a CALL's path
-        "read_plan": _on_first_use("read_source", "read_plan"),
-        "namespace": _on_first_use("namespaces", "namespace_rows"),
+        "read_plan": _on_first_use("catalog.read_source", "read_plan"),
+        "namespace": _on_first_use("catalog.namespaces", "namespace_rows"),
         "metadata": metadata_tables.metadata_table,
         "maintain": lambda r: (columns_ddl(result_columns("maintain_columns")), maintain_rows(r, runner)),
         "optimize_indices": lambda r: (columns_ddl(result_columns("optimize_indices_columns")),
                                        [optimize_indices_row(r)]),
         # imported on first use, like the namespace handlers: no CALL but its own needs it
         "maintain_warehouse": lambda r: (columns_ddl(result_columns("maintain_warehouse_columns")), importlib.import_module(
-            ".warehouse_maintenance", __package__).maintain_warehouse_on_spark(r, sc)),
-        "table_health": _on_first_use("system_tables", "table_health_rows"),
-        "maintenance_history": _on_first_use("system_tables", "maintenance_history_rows"),
-        "alter_properties": _on_first_use("table_properties", "alter_properties"),
+            ".maintenance.warehouse_maintenance", __package__).maintain_warehouse_on_spark(r, sc)),
+        "table_health": _on_first_use("catalog.system_tables", "table_health_rows"),
+        "maintenance_history": _on_first_use("catalog.system_tables", "maintenance_history_rows"),
+        "alter_properties": _on_first_use("catalog.table_properties", "alter_properties"),
     }
 
 
@@ -77,7 +78,7 @@ def handle(handlers: dict[str, Callable[[str], tuple[str, list[tuple]]]], action
     ``KeyboardInterrupt`` raised by a handler included, so no statement is left unanswered and
     the engine keeps serving."""
     from .errors import CompactionError
-    from .secrets import redact, request_secrets
+    from .runtime.secrets import redact, request_secrets
 
     try:
         storage = json.loads(request).get("storage_options")
@@ -94,7 +95,7 @@ def handle(handlers: dict[str, Callable[[str], tuple[str, list[tuple]]]], action
         except CompactionError as e:
             return {"ok": False, "error": redact(e.message, storage)}
         except Exception as e:  # a bug or an unexpected Lance error: say what, keep serving
-            from .failures import describe
+            from .runtime.failures import describe
 
             log.error("engine: %s failed: %s", action, redact(traceback.format_exc(), storage))
             return {"ok": False, "error": redact(
@@ -108,7 +109,7 @@ def handle(handlers: dict[str, Callable[[str], tuple[str, list[tuple]]]], action
 
 def _base_exception_message(action: str, e: BaseException) -> str:
     """What a ``BaseException`` that is not an ``Exception`` means for the user."""
-    from .failures import first_part
+    from .runtime.failures import first_part
 
     text = first_part(str(e)) or "(no message)"
     if type(e).__name__ == "PanicException":  # pyo3_runtime.PanicException: Rust panicked
@@ -171,13 +172,15 @@ def _exit_when_orphaned() -> None:
 def _preload() -> None:
     # Overlaps the imports a first call needs with connecting to the JVM.
     import lance  # noqa: F401
-    from . import orchestrate, layout, version_cleanup, spark_job  # noqa: F401
+    from .compaction import orchestrate, spark_job  # noqa: F401
+    from .maintenance import version_cleanup  # noqa: F401
+    from .report import layout  # noqa: F401
 
 
 def _start_workers(sc: Any) -> None:
     # While this process finishes starting and plans, the executors start their Python workers.
     try:
-        from .spark_job import start_workers
+        from .compaction.spark_job import start_workers
         clock = time.monotonic()
         start_workers(sc)
         log.info("Python workers started in %d ms", (time.monotonic() - clock) * 1000)
@@ -227,7 +230,8 @@ def _read_driver_settings(sc: Any) -> None:
     """Once, at start: what the operator configured (the SparkContext's static conf: registered
     strategies, the picture folder) and whether this engine was started for tests (its
     environment). No SQL statement can change either afterwards."""
-    from . import driver_conf, secrets
+    from .runtime import driver_conf
+    from .runtime import secrets
     from .options import hooks_enabled
 
     conf = sc.getConf().getAll()
@@ -236,7 +240,7 @@ def _read_driver_settings(sc: Any) -> None:
     driver_conf.load(conf)
     if hooks_enabled():
         log.warning("test hooks are enabled ($LANCE_COMPACT_TEST_HOOKS=1): for tests only")
-        from .hooks import load_slowdowns
+        from .runtime.hooks import load_slowdowns
         load_slowdowns(dict(conf))
 
 
@@ -264,7 +268,7 @@ def main() -> None:
     log.info("engine ready (pid %d)", os.getpid())
 
     def serve(request_id: str, action: str, request: str) -> None:
-        from .cancellation import serving as checking_cancellation
+        from .runtime.cancellation import serving as checking_cancellation
 
         started = time.monotonic()
         text = None

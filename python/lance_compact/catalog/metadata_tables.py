@@ -1,0 +1,108 @@
+"""A table's metadata tables ``fragments``, ``versions`` and ``indices`` (``lance.db.t.fragments``
+...): the facts Lance keeps in its manifests, as SQL tables. Every answer is
+``(schema DDL, rows)`` with JSON-safe values (timestamps as microseconds)."""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..errors import CompactionError
+from ..compaction.fragments import data_bytes, live_and_deleted
+from ..compaction.history import rewrite_counts, undecodable_rewrite
+from ..compaction.fragments import index_state
+from .table_reads import open_request
+
+
+METADATA_TABLES = ("fragments", "versions", "indices")
+
+
+def _fragments(ds) -> tuple[str, list[list]]:
+    covering: dict[int, list[str]] = {}
+    for name, e in index_state(ds).items():
+        for fid in e["covered"]:
+            covering.setdefault(fid, []).append(name)
+    rows = []
+    for f in ds.get_fragments():
+        m = f.metadata
+        d = m.deletion_file
+        live, deleted = live_and_deleted(m)
+        rows.append([f.fragment_id, live, deleted, m.physical_rows,
+                     [x.path for x in m.files],
+                     data_bytes([m]) or 0,
+                     d.path(f.fragment_id) if d else None,
+                     sorted(covering.get(f.fragment_id, []))])
+    return ("`id` BIGINT, `live_rows` BIGINT, `deleted_rows` BIGINT, `physical_rows` BIGINT, "
+            "`data_files` ARRAY<STRING>, `bytes` BIGINT, `deletion_file` STRING, "
+            "`indices` ARRAY<STRING>"), rows
+
+
+def _operation(ds, version: int) -> tuple[str | None, Any]:
+    """(name, operation object) of the transaction that committed ``version``; the object is
+    None when pylance cannot build it, both None when the transaction is gone."""
+    try:
+        t = ds.read_transaction(version)
+    except TypeError as e:
+        return ("Rewrite" if undecodable_rewrite(e) else None), None
+    except (OSError, ValueError):
+        return None, None
+    if t is None or t.operation is None:
+        return None, None
+    return type(t.operation).__name__, t.operation
+
+
+def version_records(ds) -> list[dict[str, Any]]:
+    """Per version, oldest first: ``version``, ``timestamp`` (datetime), ``operation`` (the
+    transaction's kind), ``transaction`` (pylance's operation object, or None),
+    ``fragments`` and ``rows`` (the manifest's summary), and for compactions (Lance's
+    Rewrite) ``fragments_removed`` / ``fragments_added``. The ``versions`` metadata table and
+    lance.system.maintenance_history are both made of these."""
+    records = []
+    versions = sorted(ds.versions(), key=lambda x: x["version"])
+    ops = {x["version"]: _operation(ds, x["version"]) for x in versions}
+    for info in versions:
+        v = info["version"]
+        meta = info.get("metadata") or {}
+        op, obj = ops[v]
+        if op == "BaseOperation" and ops.get(v + 1, (None,))[0] == "Rewrite":
+            op = "ReserveFragments"  # a compaction's first commit (no Python class in pylance)
+        removed = added = None
+        if op == "Rewrite":
+            removed, added = rewrite_counts(ds, v)
+        fragments = meta.get("total_fragments")
+        live = meta.get("total_rows")
+        records.append({"version": v, "timestamp": info.get("timestamp"), "operation": op, "transaction": obj,
+                        "fragments": int(fragments) if fragments is not None else None,
+                        "rows": int(live) if live is not None else None,
+                        "fragments_removed": removed, "fragments_added": added})
+    return records
+
+
+def micros(when) -> int | None:
+    """A datetime as microseconds since the epoch (Spark's TIMESTAMP in JSON rows)."""
+    return int(when.timestamp() * 1_000_000) if when else None
+
+
+def _versions(ds) -> tuple[str, list[list]]:
+    """A row per version: when, which operation, fragments and live rows (from the
+    manifest's summary), and for compactions (Lance's Rewrite) what they removed and added."""
+    rows = [[r["version"], micros(r["timestamp"]), r["operation"], r["fragments"], r["rows"],
+             r["fragments_removed"], r["fragments_added"]] for r in version_records(ds)]
+    return ("`version` BIGINT, `timestamp` TIMESTAMP, `operation` STRING, `fragments` BIGINT, "
+            "`rows` BIGINT, `fragments_removed` BIGINT, `fragments_added` BIGINT"), rows
+
+
+def _indices(ds) -> tuple[str, list[list]]:
+    rows = [[name, e["type"], e["fields"], len(e["covered"]), e["unindexed_ids"]]
+            for name, e in sorted(index_state(ds).items())]
+    return ("`name` STRING, `type` STRING, `columns` ARRAY<STRING>, `fragments_covered` BIGINT, "
+            "`unindexed_fragments` ARRAY<BIGINT>"), rows
+
+
+def metadata_table(request_json: str) -> tuple[str, list[list]]:
+    """One of the table's metadata tables (``kind``: fragments, versions, indices)."""
+    raw = json.loads(request_json)
+    kind = raw.get("kind")
+    if kind not in METADATA_TABLES:
+        raise CompactionError(f"no metadata table {kind!r}; there are {', '.join(METADATA_TABLES)}")
+    ds = open_request(raw)
+    return {"fragments": _fragments, "versions": _versions, "indices": _indices}[kind](ds)

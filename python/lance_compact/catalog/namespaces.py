@@ -1,0 +1,102 @@
+"""Warehouses laid out by a Lance directory namespace (what lance-spark's ``impl=dir``
+catalog writes), resolved with Lance's own ``lance.namespace.DirectoryNamespace``.
+
+Two layouts, as lance-spark names them:
+
+* ``single_level_ns=true``: tables are ``<root>/<table>.lance``; Spark sees them in one
+  virtual namespace, ``default`` (``lance.default.events``).
+* ``single_level_ns=false`` (lance-spark's default): namespaces and tables are listed in the
+  root's ``__manifest`` table and tables live in folders named by Lance
+  (``<root>/<hash>_db$events``); Spark sees ``lance.db.events``.
+
+The JVM catalog asks through the engine: ``{"root", "storage_options", "single_level",
+"op", "id"}``; every answer is rows of ``(kind, name, location)``.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from lance import namespace as lance_ns
+from lance_namespace.errors import NamespaceNotFoundError, TableNotFoundError
+
+from ..errors import CompactionError
+
+DEFAULT = "default"
+COLUMNS = "`kind` STRING, `name` STRING, `location` STRING"
+
+
+def _namespace(raw: dict[str, Any]) -> lance_ns.DirectoryNamespace:
+    props = {f"storage.{k}": v for k, v in (raw.get("storage_options") or {}).items()}
+    return lance_ns.DirectoryNamespace(root=raw["root"], **props)
+
+
+def _lance_id(raw: dict[str, Any], ident: list[str]) -> list[str] | None:
+    """The Lance namespace id of a Spark namespace (None: it does not exist)."""
+    if not raw.get("single_level"):
+        return ident
+    return [] if ident in ([], [DEFAULT]) else None
+
+
+def _exists(ns: lance_ns.DirectoryNamespace, lance_id: list[str] | None) -> bool:
+    if lance_id is None:
+        return False
+    if not lance_id:
+        return True
+    try:
+        ns.namespace_exists(lance_ns.NamespaceExistsRequest(id=lance_id))
+        return True
+    except NamespaceNotFoundError:
+        return False
+
+
+def _table_location(ns: lance_ns.DirectoryNamespace, lance_id: list[str]) -> str | None:
+    try:
+        return ns.describe_table(lance_ns.DescribeTableRequest(id=lance_id)).location
+    except (TableNotFoundError, NamespaceNotFoundError):
+        return None
+
+
+def namespace_rows(request_json: str) -> tuple[str, list[list]]:
+    """Answer one catalog question about a directory-namespace warehouse.
+
+    ops: ``namespace_exists`` (one row if it does), ``list_namespaces``, ``list_tables``,
+    ``table`` (one row with the table's location if it exists), ``create_namespace``,
+    ``drop_namespace``.
+    """
+    raw = json.loads(request_json)
+    op, ident = raw["op"], list(raw.get("id") or [])
+    ns = _namespace(raw)
+    single = bool(raw.get("single_level"))
+    if op == "namespace_exists":
+        return COLUMNS, [["namespace", ".".join(ident), None]] if _exists(ns, _lance_id(raw, ident)) else []
+    if op == "list_namespaces":
+        if single:
+            return COLUMNS, [["namespace", DEFAULT, None]] if not ident else []
+        names = ns.list_namespaces(lance_ns.ListNamespacesRequest(id=ident)).namespaces or []
+        return COLUMNS, [["namespace", n, None] for n in sorted(names) if not n.startswith("__")]
+    if op == "list_tables":
+        lance_id = _lance_id(raw, ident)
+        if not _exists(ns, lance_id):
+            return COLUMNS, []
+        names = ns.list_tables(lance_ns.ListTablesRequest(id=lance_id)).tables or []
+        return COLUMNS, [["table", n, None] for n in sorted(names) if not n.startswith("__")]
+    if op == "table":
+        lance_id = _lance_id(raw, ident[:-1])
+        if lance_id is None or not ident:
+            return COLUMNS, []
+        location = _table_location(ns, lance_id + ident[-1:])
+        return COLUMNS, [["table", ident[-1], location]] if location else []
+    if op == "create_namespace":
+        if single:
+            raise CompactionError(f"with single_level_ns=true the only namespace is the virtual "
+                                  f"'{DEFAULT}'; namespaces cannot be created")
+        ns.create_namespace(lance_ns.CreateNamespaceRequest(id=ident))
+        return COLUMNS, [["namespace", ".".join(ident), None]]
+    if op == "drop_namespace":
+        if single:
+            raise CompactionError(f"with single_level_ns=true the virtual namespace '{DEFAULT}' "
+                                  "cannot be dropped")
+        ns.drop_namespace(lance_ns.DropNamespaceRequest(id=ident))
+        return COLUMNS, [["namespace", ".".join(ident), None]]
+    raise CompactionError(f"unknown namespace operation {op!r}")

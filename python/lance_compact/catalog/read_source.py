@@ -1,0 +1,110 @@
+"""Distributed reads of catalog tables: a Spark Python data source whose partitions are
+groups of a table's fragments, read on the executors as Arrow batches.
+
+The catalog's scan (Scala ``LanceScanBuilder``) asks the engine for the groups
+(:func:`read_plan`) and hands them, with the pruned columns, the Lance filter and the pinned
+version, to this source; Spark finds it through the top-level module
+``pyspark_lance_compact`` (Spark's automatic registration of ``pyspark_*`` modules). Every
+partition reads the same version, so a query sees one snapshot of the table.
+
+Nothing here imports pylance at module level: Spark imports the module once per JVM to
+register it.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, Iterator
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+NAME = "lance_compact_read"
+
+
+def read_plan(request_json: str) -> tuple[str, list[list]]:
+    """Groups of fragment ids, one Spark partition each: consecutive fragments until a group
+    holds ``partition_bytes`` of data files (Spark's maxPartitionBytes); a fragment larger
+    than that is a group of its own. One row per group: ``(fragment_ids JSON, rows, bytes)``."""
+    from ..compaction.fragments import data_bytes, live_and_deleted  # pylance, on the driver's engine only
+    from .table_reads import open_request
+
+    raw = json.loads(request_json)
+    ds = open_request(raw)
+    limit = max(1, int(raw.get("partition_bytes", 128 << 20)))
+    groups: list[list] = []
+    ids: list[int] = []
+    rows = size = 0
+    for f in ds.get_fragments():
+        m = f.metadata
+        fbytes = data_bytes([m]) or 0
+        if ids and size + fbytes > limit:
+            groups.append([json.dumps(ids), rows, size])
+            ids, rows, size = [], 0, 0
+        ids.append(f.fragment_id)
+        rows += live_and_deleted(m)[0]
+        size += fbytes
+    if ids:
+        groups.append([json.dumps(ids), rows, size])
+    return "`fragment_ids` STRING, `rows` BIGINT, `bytes` BIGINT", groups
+
+
+class _FragmentGroup(InputPartition):
+    def __init__(self, fragment_ids: list[int]) -> None:
+        super().__init__(fragment_ids)
+        self.fragment_ids = fragment_ids
+
+
+class LanceFragmentReader(DataSourceReader):
+    """Reads one group of fragments per partition at the pinned version."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        self.request = json.loads(options["request"])
+        self.groups = json.loads(options["partitions"])
+
+    def partitions(self) -> list[InputPartition]:
+        # Planned by the engine already: no Lance call here (this runs in a driver-side worker).
+        return [_FragmentGroup(g) for g in self.groups] or [_FragmentGroup([])]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        # What fails here reaches Spark's task failure, its logs and event log: redacted, as
+        # the compaction path's errors are.
+        from ..runtime.secrets import redact
+
+        try:
+            yield from self._read(partition)
+        except Exception as e:
+            raise RuntimeError(redact(f"reading {self.request.get('table') or self.request.get('uri')}: "
+                                      f"{type(e).__name__}: {e}", self.request.get("storage_options"))
+                               ) from None
+
+    def _read(self, partition: InputPartition) -> Iterator[Any]:
+        import pyarrow as pa
+
+        from .table_reads import open_request
+        from ..runtime.spark_types import arrow_type_for_spark
+
+        ids = partition.value
+        if not ids:
+            return
+        ds = open_request(self.request)
+        columns = self.request["columns"]
+        target = pa.schema([pa.field(c, arrow_type_for_spark(ds.schema.field(c).type)) for c in columns])
+        scanner = ds.scanner(columns=columns, filter=self.request.get("filter") or None,
+                             fragments=[ds.get_fragment(i) for i in ids])
+        for batch in scanner.to_batches():
+            if batch.num_rows:
+                yield batch.select(columns).cast(target)
+
+
+class LanceFragmentSource(DataSource):
+    """``lance_compact_read``: used by the catalog's scans, not meant to be named by users
+    (its options are the engine's read plan)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return NAME
+
+    def schema(self) -> str:
+        raise ValueError(f"{NAME} is read through the lance catalog (SELECT ... FROM lance.db.t)")
+
+    def reader(self, schema: Any) -> DataSourceReader:
+        return LanceFragmentReader(dict(self.options))

@@ -1,0 +1,134 @@
+"""The warehouse-wide tables ``lance.system.table_health`` and
+``lance.system.maintenance_history``: a row per table (health) or per version of each table
+(history), every table evaluated from its metadata on a bounded thread pool.
+
+The JVM lists the warehouse's tables (it knows the layout) and sends
+``{"catalog", "tables": [[namespace, table, uri], ...], "storage_options",
+"maintain_settings"}``. A table that cannot be read (no dataset there, a corrupt manifest,
+an invalid policy) gets a row of its own with ``error`` and NULLs; every other table is
+still evaluated.
+"""
+from __future__ import annotations
+
+import json
+import os
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable
+
+from ..errors import CompactionError
+from ..maintenance.health import table_health
+from .metadata_tables import micros, version_records
+from ..options import columns_ddl, result_columns
+from ..maintenance.policy import resolve_policy
+from ..runtime.secrets import redact
+from ..runtime.tables import open_dataset
+
+# pylance does its I/O in Rust with the GIL released: threads overlap the object-store
+# round trips of many small tables. Bounded, so a large warehouse does not open every table
+# at once.
+MAX_THREADS = 16
+
+
+def _each_table(raw: dict[str, Any], rows_of: Callable[[str, str, str], list[dict[str, Any]]],
+                columns: list[tuple[str, str]]) -> list[tuple]:
+    tables = [tuple(t) for t in raw.get("tables") or []]
+    storage = raw.get("storage_options") or {}
+
+    def one(t: tuple) -> list[dict[str, Any]]:
+        namespace, name, uri = t
+        try:
+            return rows_of(namespace, name, uri)
+        except CompactionError as e:
+            why = e.message
+        except Exception as e:  # a corrupt file, an object-store failure: say which and go on
+            why = f"table {namespace}.{name}: cannot be read: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        return [{"namespace": namespace, "table": name, "error": redact(why, storage)}]
+
+    threads = max(1, min(MAX_THREADS, int(raw.get("threads") or MAX_THREADS), len(tables) or 1,
+                         4 * (os.cpu_count() or 1)))
+    with ThreadPoolExecutor(threads, thread_name_prefix="lance-compact-system") as pool:
+        results = list(pool.map(one, tables))
+    return [tuple(r.get(c) for c, _ in columns) for rows in results for r in rows]
+
+
+def table_health_rows(request_json: str) -> tuple[str, list[tuple]]:
+    """``lance.system.table_health``: one row per table (parameters.json ``health_columns``)."""
+    raw = json.loads(request_json)
+    storage = raw.get("storage_options") or {}
+    settings = raw.get("maintain_settings") or {}
+    catalog = raw.get("catalog") or "<catalog>"
+
+    def rows_of(namespace: str, name: str, uri: str) -> list[dict[str, Any]]:
+        table = f"{namespace}.{name}"
+        ds = open_dataset(table, uri, storage)
+        policy = resolve_policy(None, ds.config() or {}, settings, table, catalog)
+        h = table_health(ds, policy)
+        p = h.parts
+        return [{**{k: p[k] for k in p if k != "indices"},
+                 "namespace": namespace, "table": name, "health_score": h.score, "due": list(h.due),
+                 "indices": [[n, e["type"], e["unindexed_fragments"]] for n, e in p["indices"].items()],
+                 "reasons": dict(h.reasons), "enabled": policy.enabled, "priority": policy.priority}]
+
+    columns = result_columns("health_columns")
+    return columns_ddl(columns), _each_table(raw, rows_of, columns)
+
+
+def _kind(operation: str | None) -> tuple[str, bool]:
+    """(kind, whether it is maintenance) of a Lance operation."""
+    return {"Rewrite": ("compaction", True), "ReserveFragments": ("reserve", True),
+            "CreateIndex": ("index", True), "UpdateConfig": ("policy", True),
+            None: ("unknown", False)}.get(operation, ("write", False))
+
+
+def _details(r: dict[str, Any], indexed: set[str]) -> str | None:
+    """What the version did, in words; ``indexed``: names of indices earlier versions built."""
+    op, t = r["operation"], r["transaction"]
+    if op == "Rewrite":
+        if r["fragments_removed"] is None:
+            return "compaction (fragments not known: the version before it was cleaned up and pylance cannot decode its transaction)"
+        return f"compaction: {r['fragments_removed']} fragments -> {r['fragments_added']}, {r['rows']} rows"
+    if op == "ReserveFragments":
+        return "fragment ids reserved for the compaction committed next"
+    if op == "CreateIndex" and t is not None:
+        covered = {ix.name: len(ix.fragment_ids or []) for ix in t.new_indices or []}
+        removed = len(t.removed_indices or [])
+        names = sorted(covered)
+        if removed:
+            what = f"optimized: {removed} segment{'s' if removed != 1 else ''} replaced by one covering"
+        elif indexed & set(names):
+            what = "optimized: a new segment covers"  # num_indices_to_merge=0: a delta
+        else:
+            what = "built: covers"
+        indexed.update(names)
+        return (f"{'indices' if len(names) > 1 else 'index'} {', '.join(names)} {what} "
+                + ", ".join(f"{c} fragments" + (f" ({n})" if len(names) > 1 else "") for n, c in sorted(covered.items())))
+    if op == "UpdateConfig" and t is not None and t.config_updates is not None:
+        updates = t.config_updates.updates or {}
+        set_ = sorted(f"{k}={v}" for k, v in updates.items() if v is not None)
+        unset = sorted(k for k, v in updates.items() if v is None)
+        return "; ".join(x for x in ((("set " + ", ".join(set_)) if set_ else ""),
+                                     (("unset " + ", ".join(unset)) if unset else "")) if x) or "config updated"
+    if op is None:
+        return "the transaction of this version is not recorded (or not readable)"
+    return None
+
+
+def maintenance_history_rows(request_json: str) -> tuple[str, list[tuple]]:
+    """``lance.system.maintenance_history``: a row per version of each table, from Lance's
+    own transactions (parameters.json ``history_columns``); the same versions, operations and
+    counts as each table's ``versions`` metadata table. Cleanup makes no version, so it does
+    not appear."""
+    raw = json.loads(request_json)
+    storage = raw.get("storage_options") or {}
+
+    def rows_of(namespace: str, name: str, uri: str) -> list[dict[str, Any]]:
+        ds = open_dataset(f"{namespace}.{name}", uri, storage)
+        out, indexed = [], set()
+        for r in version_records(ds):
+            kind, maintenance = _kind(r["operation"])
+            out.append({**r, "namespace": namespace, "table": name, "timestamp": micros(r["timestamp"]),
+                        "kind": kind, "maintenance": maintenance, "details": _details(r, indexed)})
+        return out
+
+    columns = result_columns("history_columns")
+    return columns_ddl(columns), _each_table(raw, rows_of, columns)

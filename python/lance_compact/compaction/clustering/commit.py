@@ -1,0 +1,82 @@
+"""Committing a clustering: one Lance ``Rewrite`` of the group on the read version, and the
+indices it leaves.
+
+A concurrent Delete or Update of a source fragment makes Lance refuse the Rewrite (a
+retryable conflict): the rewritten rows were read before that change, so committing them
+would resurrect deleted rows. The caller runs the group again at the new version. Indices
+keep their fragment bitmaps: the new fragments are not covered until ``optimize_indices``
+adds them (queries stay right meanwhile, scanning what is not covered).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import lance
+from lance import LanceOperation
+from lance.fragment import FragmentMetadata
+
+from ..commit import is_retryable_conflict, remove_uncommitted
+from ..fragments import index_state
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    """The version committed, or None when a concurrent change conflicted (``conflict``: Lance's words)."""
+
+    version: int | None
+    conflict: str | None = None
+
+
+def new_fragments(fragment_json: list[str]) -> list[FragmentMetadata]:
+    return [FragmentMetadata.from_json(j) for j in fragment_json]
+
+
+def commit_rewrite(uri: str, storage_options: dict[str, str], read_version: int,
+                   old: list[FragmentMetadata], new: list[FragmentMetadata]) -> CommitResult:
+    """Replace ``old`` by ``new`` in one transaction on ``read_version``."""
+    operation = LanceOperation.Rewrite(
+        groups=[LanceOperation.RewriteGroup(old_fragments=old, new_fragments=new)],
+        rewritten_indices=[])
+    try:
+        ds = lance.LanceDataset.commit(uri, operation, read_version=read_version,
+                                       storage_options=storage_options or None)
+    except Exception as e:  # Lance's CommitConflictError (an OSError) or its text
+        if is_retryable_conflict(e):
+            return CommitResult(None, str(e).split(", /")[0][:300])
+        raise
+    return CommitResult(ds.version)
+
+
+def remove_files(uri: str, dataset: lance.LanceDataset, fragments: list[FragmentMetadata]) -> int:
+    """Delete the data files of uncommitted new fragments (:func:`lance_compact.compaction.commit.remove_uncommitted`)."""
+    return remove_uncommitted(uri, dataset, (d.path for f in fragments for d in f.data_files()))
+
+
+@dataclass(frozen=True)
+class IndexCoverage:
+    """Indices that covered rewritten fragments (so lose the rewritten rows until optimized),
+    and what became of them."""
+
+    lost: tuple[str, ...]
+    restored: bool
+    version: int | None = None  # the version optimize_indices committed
+
+    def text(self, table: str) -> str | None:
+        if not self.lost:
+            return None
+        names = ", ".join(self.lost)
+        if self.restored:
+            return f"{names}: lost coverage of the rewritten rows; restored by optimize_indices (version {self.version})"
+        return (f"{names}: do not cover the rewritten rows (restore_indices=false): run "
+                f"CALL lance.optimize_indices(table => '{table}')")
+
+
+def indices_covering(dataset: lance.LanceDataset, fragment_ids: set[int]) -> list[str]:
+    """Names of the user indices covering any of ``fragment_ids``."""
+    return sorted(n for n, e in index_state(dataset).items() if e["covered"] & fragment_ids)
+
+
+def restore_indices(dataset: lance.LanceDataset, names: list[str]) -> int:
+    """Cover the new fragments again (Lance's optimize_indices); the version after."""
+    dataset.optimize.optimize_indices(index_names=names)
+    return dataset.version

@@ -1,0 +1,220 @@
+"""Commit: apply finished tasks to the table in one atomic Lance transaction. Runs on the driver.
+
+A concurrent writer's change is never overwritten: Lance rejects a commit whose fragments
+changed since its read version. Then the results whose fragments are all unchanged are
+committed on their own (Delta's rule: retry only when every input is still there) and the
+rest are handed back to be planned again against the new version.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import lance
+from lance.optimize import Compaction, RewriteResult
+
+from ..runtime import hooks
+from ..errors import CompactionError
+from ..runtime.failures import CONFLICT, classify
+from .fragments import changed_fragments, data_bytes, deleted_rows
+from .rebase import carry_over, commit_carried, describe, is_id_collision
+from .request import CompactionRequest
+from ..runtime.tables import open_dataset
+
+log = logging.getLogger(__name__)
+
+
+def is_retryable_conflict(error: Exception) -> bool:
+    text = str(error).lower()
+    return "retryable commit conflict" in text or "preempted by concurrent transaction" in text
+
+
+def remove_uncommitted(uri: str, latest: lance.LanceDataset, paths: Iterable[str]) -> int:
+    """Delete data files (names under ``data/``) that were written and never committed: local
+    tables only (elsewhere ``CALL lance.cleanup`` removes them). A file the latest version
+    references is kept whatever happened, so this can never break the table. Returns how many
+    it removed."""
+    if "://" in uri and not uri.startswith("file://"):
+        return 0
+    root = uri[len("file://"):] if uri.startswith("file://") else uri
+    referenced = {d.path for f in latest.get_fragments() for d in f.metadata.files}
+    removed = 0
+    for path in set(paths) - referenced:
+        try:
+            os.remove(os.path.join(root, "data", path))
+            removed += 1
+        except OSError:
+            pass
+    return removed
+
+
+def remove_new_files(request: CompactionRequest, results: Iterable[RewriteResult]) -> int:
+    """Delete the data files of results that were never committed (:func:`remove_uncommitted`)."""
+    uri = request.uri
+    if "://" in uri and not uri.startswith("file://"):
+        return 0
+    latest = open_dataset(request.table, uri, request.storage_options)
+    return remove_uncommitted(uri, latest, (d.path for r in results for f in r.new_fragments for d in f.files))
+
+
+@dataclass
+class CommitOutcome:
+    """What committing a batch of results made of it."""
+
+    metrics: dict[str, Any] = field(default_factory=dict)  # empty: nothing committed
+    committed: list[RewriteResult] = field(default_factory=list)
+    conflicted: list[RewriteResult] = field(default_factory=list)
+    commits: int = 0
+    rebased: int = 0  # tasks committed with concurrent deletions carried over
+    refusals: list[str] = field(default_factory=list)  # why a conflicted task was not carried over
+    versions: list[int] = field(default_factory=list)  # the versions committed, in order
+
+    def add(self, metrics: dict[str, Any], committed: list[RewriteResult]) -> None:
+        for k, v in metrics.items():
+            if k == "new_version":
+                self.metrics[k] = v
+            else:
+                prev = self.metrics.get(k, 0)
+                self.metrics[k] = None if v is None or prev is None else prev + v
+        self.committed += committed
+        self.commits += 1
+        if metrics.get("new_version") is not None:
+            self.versions.append(metrics["new_version"])
+
+
+def _commit(dataset: lance.LanceDataset, request: CompactionRequest,
+            results: list[RewriteResult]) -> dict[str, Any]:
+    # The same options as the plan: without them Lance silently drops defer_index_remap.
+    metrics = Compaction.commit(dataset, results, request.options)
+    originals = [f for r in results for f in r.original_fragments]
+    news = [f for r in results for f in r.new_fragments]
+    return {
+        "new_version": dataset.version,
+        "tasks": len(results),
+        "fragments_removed": metrics.fragments_removed,
+        "fragments_added": metrics.fragments_added,
+        "files_removed": metrics.files_removed,
+        "files_added": metrics.files_added,
+        "rows_rewritten": sum(f.physical_rows for f in news),
+        "deleted_rows_removed": deleted_rows(originals),
+        "bytes_read": data_bytes(originals),
+        "bytes_written": data_bytes(news),
+    }
+
+
+def _incompatible(request: CompactionRequest, error: Exception,
+                  results: list[RewriteResult] | None = None) -> CompactionError:
+    """A commit failed for another reason than a conflict Lance calls retryable: say what
+    (a concurrent writer's incompatible operation, the object store, ...). When the store
+    failed, look whether the commit landed all the same (its answer may have been lost)."""
+    failure = classify(error)
+    if failure.kind == CONFLICT:
+        return CompactionError(
+            f"table {request.table}: a concurrent {failure.operation} by another writer is "
+            f"incompatible with compaction ({failure.detail}); this commit did not land and the "
+            "table is as the other writer left it")
+    landed, version = _landed(request, results or [])
+    error = CompactionError(f"table {request.table}: committing failed: {failure.phrase} "
+                            f"({failure.detail}); {landed}")
+    error.landed_version = version  # the run counts it among what was committed
+    return error
+
+
+def _landed(request: CompactionRequest, results: list[RewriteResult]) -> tuple[str, int | None]:
+    """Whether the latest version holds every file the results wrote (the commit landed), in
+    words, and the version it landed as (None: it did not, or that is not known)."""
+    files = {d.path for r in results for f in r.new_fragments for d in f.files}
+    if not files:
+        return "this commit did not land", None
+    try:
+        latest = open_dataset(request.table, request.uri, request.storage_options)
+        have = {d.path for f in latest.get_fragments() for d in f.metadata.files}
+    except CompactionError:
+        return ("whether this commit landed could not be checked: see the table's versions "
+                f"(SELECT * FROM lance.{request.table}.versions)"), None
+    if files <= have:
+        return f"this commit landed all the same, as version {latest.version}", latest.version
+    return f"this commit did not land (the table is at version {latest.version})", None
+
+
+# Tries to carry deletions over when yet another change lands between carrying and committing.
+CARRY_ATTEMPTS = 5
+
+
+def _carry(request: CompactionRequest, read_version: int, results: list[RewriteResult],
+           outcome: CommitOutcome) -> list[RewriteResult]:
+    """Commit ``results`` with the deletions made since ``read_version`` carried over onto
+    their new fragments; returns those that could not be (to plan again)."""
+    pending = list(results)
+    refused: list[RewriteResult] = []
+    base = open_dataset(request.table, request.uri, request.storage_options, version=read_version)
+    for _ in range(CARRY_ATTEMPTS):
+        latest = open_dataset(request.table, request.uri, request.storage_options)
+        carried = None
+        try:
+            carried = carry_over(request.uri, request.storage_options, pending, base, latest)
+            for i in sorted(carried.refused):
+                refused.append(pending[i])
+                outcome.refusals.append(carried.refused[i])
+            if not carried.carried:
+                return refused
+            hooks.before_carried_commit(request)
+            committed = commit_carried(request.uri, request.storage_options, carried.carried, latest.version)
+        except OSError as e:
+            # Another writer landed meanwhile (a delete, or an append that took the ids): again.
+            if not (is_retryable_conflict(e) or is_id_collision(e)):
+                raise _incompatible(request, e, [c.result for c in carried.carried] if carried else []) from None
+            log.info("table %s: carrying deletions over met another change (%s); again",
+                     request.table, str(e).split(",")[0])
+            pending = [r for r in pending if r not in refused]
+            continue
+        outcome.add({**describe(carried.carried), "new_version": committed.version},
+                    [c.result for c in carried.carried])
+        outcome.rebased += len(carried.carried)
+        log.info("table %s: %d tasks committed with %d concurrently deleted rows carried over",
+                 request.table, len(carried.carried), sum(c.deleted for c in carried.carried))
+        return refused
+    outcome.refusals.append(f"other changes kept landing ({CARRY_ATTEMPTS} tries)")
+    return refused + pending
+
+
+def commit_results(request: CompactionRequest, read_version: int, results: list[RewriteResult],
+                   dataset: lance.LanceDataset | None = None,
+                   outcome: CommitOutcome | None = None) -> CommitOutcome:
+    """Commit ``results`` atomically. On a conflicting concurrent change: commit those whose
+    fragments it left unchanged, commit those it only deleted rows from with the deletions
+    carried over (``rebase.py``), and return the others as conflicted (to plan again).
+
+    ``dataset`` is the table as the run last saw it (its plan or its previous commit), which
+    saves reopening a large manifest; Lance checks every newer version at commit all the
+    same. Lance's own Rewrite transaction is the record of the compaction (``history.py``).
+    ``outcome`` (a new one if not given) holds what was committed even when this raises.
+    """
+    if dataset is None:
+        dataset = open_dataset(request.table, request.uri, request.storage_options)
+    outcome = CommitOutcome() if outcome is None else outcome
+    try:
+        outcome.add(_commit(dataset, request, results), list(results))
+        return outcome
+    except (OSError, ValueError) as e:  # Lance raises store failures as either
+        if not is_retryable_conflict(e):
+            raise _incompatible(request, e, results) from None
+        log.info("table %s: commit conflict: %s", request.table, str(e).split(",")[0])
+    latest = open_dataset(request.table, request.uri, request.storage_options)
+    base = open_dataset(request.table, request.uri, request.storage_options, version=read_version)
+    changed = changed_fragments(base, latest)
+    safe = [r for r in results if not {f.id for f in r.original_fragments} & changed]
+    touched = [r for r in results if r not in safe]
+    if safe:
+        try:
+            outcome.add(_commit(latest, request, safe), safe)
+        except OSError as e:
+            if not is_retryable_conflict(e):
+                raise _incompatible(request, e, safe) from None
+            touched = list(results)  # everything changed again: carry over what can be
+    if touched and request.run.get("carry_over_deletes", True):
+        touched = _carry(request, read_version, touched, outcome)
+    outcome.conflicted = touched
+    return outcome

@@ -1,0 +1,380 @@
+"""The one orchestration of a compaction run, on the driver, in the engine process.
+
+1. plan: validate the request, open the table, plan with the strategy, split the selected
+   tasks into batches (one, or up to ``max_commits`` with partial progress);
+2. per batch: the tasks run as one Spark job on executors (a :class:`BatchRunner`), then the
+   finished ones are committed atomically here; on a conflicting concurrent change what
+   it left alone is committed and the rest re-planned as a new batch (``max_retries``);
+3. the measured result row.
+
+Both the CALL procedure and the PySpark API reach this through the engine process
+(``engine.py``); the run's state lives in memory for the length of the call.
+"""
+from __future__ import annotations
+
+import logging
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import lance
+from lance.optimize import Compaction, RewriteResult
+
+from ..runtime import cancellation
+
+from ..runtime import hooks
+from .commit import CommitOutcome, commit_results, remove_new_files
+from ..errors import CompactionError
+from ..runtime.failures import committed_phrase, describe
+from ..runtime.secrets import redact
+from .execute import TaskOutcome
+from ..options import result_columns
+from .request import CompactionRequest
+from .planners import Plan, as_plan, get_planner
+from ..runtime.tables import open_dataset
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Batch:
+    """Tasks committed together: ids (fixed for the run), their JSON and plan rows, and
+    results of an earlier attempt of this batch carried to its commit."""
+
+    read_version: int
+    ids: list[int]
+    tasks: list[str]
+    rows: list[list]
+    carried: list[TaskOutcome] = field(default_factory=list)
+
+    def subset(self, keep: list[int], carried: list[TaskOutcome]) -> "Batch":
+        return Batch(self.read_version, [self.ids[i] for i in keep], [self.tasks[i] for i in keep],
+                     [self.rows[i] for i in keep], carried)
+
+
+@dataclass
+class BatchFailure:
+    """A batch's Spark job failed: its message, and the batch position Spark gave up on."""
+
+    message: str
+    position: int | None = None
+    cancelled: bool = False  # the job was cancelled (message: why)
+    settled: bool = True  # none of its tasks still ran when the runner returned
+
+
+class BatchRunner(Protocol):
+    """Runs a batch's tasks as Spark tasks (``spark_job.py``): returns the outcomes that
+    reached the driver, and the failure when the job failed."""
+
+    def run(self, request: CompactionRequest, batch: Batch, number: int
+            ) -> tuple[list[TaskOutcome], BatchFailure | None]: ...
+
+
+def plan_rows(plan: Plan, first_id: int = 0) -> list[list]:
+    """Rows of parameters.json's ``plan_columns``, one per planned task."""
+    return [[first_id + i, plan.read_version, t.selected, t.fragment_ids, len(t.fragment_ids),
+             t.rows, t.deleted_rows, t.bytes, t.reason, t.expected_output_fragments]
+            for i, t in enumerate(plan.tasks)]
+
+
+def _batches(plan: Plan, groups: int, first_id: int = 0) -> list[Batch]:
+    """The selected tasks in up to ``groups`` batches of consecutive tasks, each committed
+    on its own. A task keeps its id (``first_id`` + its place in the plan) for the run."""
+    rows = [r for r in plan_rows(plan, first_id) if r[2]]
+    tasks = [t.task.json() for t in plan.selected]
+    n = min(groups, len(tasks))
+    bounds = [round(i * len(tasks) / n) for i in range(n + 1)] if n else []
+    return [Batch(plan.read_version, [r[0] for r in rows[a:b]], tasks[a:b], rows[a:b])
+            for a, b in zip(bounds, bounds[1:])]
+
+
+def fragments_matching(dataset: lance.LanceDataset, where: str, table: str) -> set[int]:
+    """Ids of the fragments holding at least one live row matching the Lance predicate. The
+    matching row addresses are streamed batch by batch, keeping only their fragment ids, so the
+    driver holds one batch and the set of fragment ids, never every matching address."""
+    import pyarrow.compute as pc
+
+    fragments: set[int] = set()
+    try:
+        scanner = dataset.scanner(filter=where, columns=[], with_row_address=True, scan_in_order=False)
+        for batch in scanner.to_batches():
+            if batch.num_rows:
+                ids = pc.unique(pc.shift_right(batch.column("_rowaddr"), 32))
+                fragments.update(ids.to_pylist())
+    except (ValueError, OSError) as e:
+        raise CompactionError(f"table {table}: where {where!r} is not a predicate Lance can evaluate on "
+                              f"this table ({str(e).splitlines()[0][:200]})") from None
+    return fragments
+
+
+def shape(plan: Plan, run: dict[str, Any]) -> Plan:
+    """``min_input_fragments`` leaves small merges for later; ``task_order`` orders the tasks
+    (which run first and, with partial progress, which commit first)."""
+    n = run.get("min_input_fragments") or 1
+    for t in plan.tasks:
+        if t.selected and len(t.fragment_ids) < n:
+            t.selected = False
+            t.reason = f"{t.reason}; left: fewer than {n} input fragments (min_input_fragments)"
+    key = {"bytes_desc": lambda t: -(t.bytes or 0), "bytes_asc": lambda t: t.bytes or 0,
+           "fragments_desc": lambda t: -len(t.fragment_ids)}.get(run.get("task_order") or "plan")
+    if key is not None:
+        plan.tasks.sort(key=key)  # stable: Lance's order among equals
+    return plan
+
+
+def make_plan(request: CompactionRequest) -> tuple[Plan, lance.LanceDataset]:
+    """The strategy's plan at the table's latest version, and the table it was made on:
+    ``where`` narrows the candidates for every strategy, then :func:`shape`."""
+    planner = get_planner(request.strategy, request.table, request.settings, request.catalog)
+    dataset = open_dataset(request.table, request.uri, request.storage_options)
+    if dataset.count_rows() == 0:
+        # Most likely the wrong table (or one a job emptied): say so rather than succeed.
+        raise CompactionError(
+            f"table {request.table}: the table is empty at version {dataset.version} "
+            f"({len(dataset.get_fragments())} fragments, no live rows); nothing to compact")
+    options = dict(request.options)
+    where = request.run.get("where")
+    if where:
+        matching = fragments_matching(dataset, where, request.table)
+        others = {f.fragment_id for f in dataset.get_fragments()} - matching
+        options["excluded_fragment_ids"] = sorted(others | set(options.get("excluded_fragment_ids", [])))
+    plan = as_plan(planner.plan(dataset, options), dataset, request.options)
+    return shape(plan, request.run), dataset
+
+
+def dry_run(request_json: str) -> list[tuple]:
+    """``plan_compaction``: a row per task, selected or left for later; writes nothing."""
+    request = CompactionRequest.from_json(request_json)
+    if request.run.get("sort_order") is not None:  # clustered compaction plans its own group
+        from .clustering.run import dry_run as cluster_dry_run
+        return cluster_dry_run(request)
+    return [tuple(r) for r in plan_rows(make_plan(request)[0])]
+
+
+class Run:
+    """One compaction run: its batches and its measured totals."""
+
+    def __init__(self, request: CompactionRequest, plan: Plan, dataset: lance.LanceDataset,
+                 started: float) -> None:
+        self.request = request
+        self.dataset = dataset  # the table as this run last saw it, reused by its commits
+        self.started = started
+        self.ended: float | None = None
+        self.read_version = plan.read_version
+        groups = request.run["max_commits"] if request.run["partial_progress"] else 1
+        self.pending = _batches(plan, groups)
+        self.next_id = len(plan.tasks)
+        self.tasks_left = len(plan.left)
+        self.fragments_left = sum(len(t.fragment_ids) for t in plan.left)
+        self.counts = {"commits": 0, "retries": 0, "tasks_conflicted": 0, "tasks_rebased": 0,
+                       "tasks_failed": 0}
+        self.totals: dict[str, Any] = {}
+        self.refusals: list[str] = []  # why conflicted tasks were not carried over
+        self.committed_versions: list[int] = []  # in the order they were committed
+
+    def execute(self, runner: BatchRunner) -> None:
+        """Run every batch. A failure or a cancel ends the run with a message that says what
+        was committed before it (with the versions) and that nothing was after."""
+        try:
+            self._execute(runner)
+        except cancellation.Cancelled:
+            raise
+        except CompactionError as e:
+            landed = getattr(e, "landed_version", None)
+            if landed is None:
+                raise CompactionError(f"{e.message}; {committed_phrase(self.versions)}") from None
+            # The failed commit landed all the same (its message says so, with the version).
+            earlier = self.versions
+            before = (f"; earlier in this run {'versions' if len(earlier) > 1 else 'version'} "
+                      f"{', '.join(map(str, earlier))} committed" if earlier else "")
+            raise CompactionError(f"{e.message}{before}; nothing after") from None
+        except Exception as e:  # Lance's or ours: name it, and say what was committed
+            log.error("table %s: run failed: %s", self.request.table,
+                      redact(traceback.format_exc(), self.request.storage_options))
+            raise CompactionError(f"table {self.request.table}: the compaction failed: "
+                                  f"{type(e).__name__}: {describe(e)}; "
+                                  f"{committed_phrase(self.versions)}") from None
+        self.ended = time.time()
+
+    def _execute(self, runner: BatchRunner) -> None:
+        number = 0
+        while self.pending:
+            self._check_cancelled(f"before batch {number + 1}", self.pending[0].carried)
+            batch = self.pending.pop(0)
+            number += 1
+            clock = time.monotonic()
+            outcomes, failure = runner.run(self.request, batch, number)
+            ran = time.monotonic()
+            if failure is not None and failure.cancelled:
+                reported = [o for o in outcomes if o.result_json is not None]
+                self._cancelled(failure.message, f"during batch {number}", reported + batch.carried,
+                                len(batch.ids) - len(outcomes), failure.settled)
+            if failure is None:
+                self._commit(batch, outcomes)
+            else:
+                self._failed(batch, outcomes, failure)
+            log.info("table %s: batch %d: %d tasks ran in %d ms, commit took %d ms", self.request.table,
+                     number, len(batch.ids), (ran - clock) * 1000, (time.monotonic() - ran) * 1000)
+
+    @property
+    def versions(self) -> list[int]:
+        """The versions this run committed so far."""
+        return list(self.committed_versions)
+
+    def _check_cancelled(self, where: str, uncommitted: list[TaskOutcome]) -> None:
+        why = cancellation.reason()
+        if why:
+            self._cancelled(why, where, uncommitted)
+
+    def _cancelled(self, why: str, where: str, uncommitted: list[TaskOutcome], stopped: int = 0,
+                   settled: bool = True) -> None:
+        """Stop: remove what finished tasks wrote and nobody committed (local tables), and
+        fail saying the statement was cancelled, what was committed before, and what was left
+        for cleanup (files of ``stopped`` tasks that never reported)."""
+        request = self.request
+        why = cancellation.reason() or why  # the statement's own cancel says more than Spark's
+        results = [RewriteResult.from_json(o.result_json) for o in uncommitted if o.result_json]
+        local = "://" not in request.uri or request.uri.startswith("file://")
+        cleanup = (f"CALL lance.cleanup(table => '{request.table}', delete_unverified => true) once they "
+                   "are older than the operator's floor (spark.lance.compact.cleanup.unverifiedMinAge)")
+        if local:
+            try:
+                removed = remove_new_files(request, results) if results else 0
+                files = (f"the {removed} files of tasks that finished but were not committed were "
+                         "removed" if removed else "no finished task was left uncommitted")
+            except CompactionError as e:  # the table could not be read: cleanup removes them later
+                files = f"the files of finished tasks could not be removed ({e.message}): run {cleanup}"
+            if stopped:
+                files += (f"; {stopped} tasks were stopped before they reported: a file one of them "
+                          f"was writing is left for {cleanup}")
+                if not settled:
+                    files += " (some were still running 15 s after the cancel)"
+        else:
+            files = f"files written by tasks that were not committed are left for {cleanup}"
+        log.info("table %s: cancelled %s (%s)", request.table, where, why)
+        raise cancellation.Cancelled(
+            f"table {request.table}: the compaction was cancelled {where} ({why}); "
+            f"{committed_phrase(self.versions, 'the cancel')}; {files}")
+
+    def _failed(self, batch: Batch, outcomes: list[TaskOutcome], failure: BatchFailure) -> None:
+        """A task of the batch failed all its attempts (its worker died, say). Without partial
+        progress nothing is committed, what the finished tasks wrote is removed and the run
+        fails. With it, the task Spark gave up on counts as failed and the batch's other
+        unfinished tasks run again, carrying the finished ones to their commit."""
+        finished = [o for o in outcomes if o.result_json is not None]
+        if not self.request.run["partial_progress"]:
+            remove_new_files(self.request, [RewriteResult.from_json(o.result_json)
+                                            for o in finished + batch.carried])
+            raise CompactionError(failure.message)
+        failed_id = (batch.ids[failure.position]
+                     if failure.position is not None and 0 <= failure.position < len(batch.ids)
+                     else None)
+        reported = {o.task_id for o in outcomes}
+        redo = [i for i, tid in enumerate(batch.ids) if tid not in reported and tid != failed_id]
+        # Tasks that raised on their last attempt, the one Spark gave up on, and (when that
+        # one is not known) every unfinished one count as failed.
+        self.counts["tasks_failed"] += len(batch.ids) - len(finished) - len(redo)
+        again = batch.subset(redo, batch.carried + finished)
+        if redo:
+            self.pending.insert(0, again)
+        elif again.carried:
+            self._commit(again, [])
+
+    def _commit(self, batch: Batch, outcomes: list[TaskOutcome]) -> None:
+        request = self.request
+        if sorted(o.task_id for o in outcomes) != sorted(batch.ids):
+            raise CompactionError(
+                f"table {request.table}: {len(outcomes)} of {len(batch.ids)} tasks reported back")
+        hooks.before_commit(request)
+        # Asked last, right before Lance commits: a cancel seen by then stops the commit.
+        self._check_cancelled("before a commit", [o for o in outcomes if o.error is None] + batch.carried)
+        # In plan order, whatever order the tasks finished in: Lance numbers the new
+        # fragments in the order of the results, and the layout must equal its own.
+        done = sorted([o for o in outcomes if o.error is None] + batch.carried, key=lambda o: o.task_id)
+        results = [RewriteResult.from_json(o.result_json) for o in done]
+        self.counts["tasks_failed"] += sum(1 for o in outcomes if o.error is not None)
+        outcome = CommitOutcome()
+        try:
+            if results:
+                commit_results(request, batch.read_version, results, self.dataset, outcome)
+        finally:
+            self.committed_versions += outcome.versions
+        self.counts["commits"] += outcome.commits
+        self.counts["tasks_rebased"] += outcome.rebased
+        self.refusals += outcome.refusals
+        for k, v in outcome.metrics.items():
+            self.totals[k] = v if k == "new_version" else (
+                None if v is None or self.totals.get(k, 0) is None else self.totals.get(k, 0) + v)
+        if outcome.conflicted:
+            remove_new_files(request, outcome.conflicted)
+            replanned = (_replan(request, outcome.conflicted)
+                         if self.counts["retries"] < request.run["max_retries"] else None)
+            if replanned is None:
+                self.counts["tasks_conflicted"] += len(outcome.conflicted)
+            else:
+                self.counts["retries"] += 1
+                self.pending[:0] = _batches(replanned, 1, self.next_id)
+                self.next_id += len(replanned.tasks)
+
+    def _conflicts(self) -> str | None:
+        c = self.counts
+        parts = []
+        if c["tasks_rebased"]:
+            parts.append(f"{c['tasks_rebased']} tasks committed with concurrent deletes carried over")
+        if self.refusals:
+            reasons = sorted(set(self.refusals))
+            parts.append(f"{len(self.refusals)} planned again ({'; '.join(reasons[:5])}"
+                         + (f"; {len(reasons) - 5} more" if len(reasons) > 5 else "") + ")")
+        if c["retries"] and not self.refusals:
+            parts.append(f"{c['retries']} re-plans")
+        if c["tasks_conflicted"]:
+            parts.append(f"{c['tasks_conflicted']} tasks dropped after {c['retries']} re-plans")
+        return "; ".join(parts) or None
+
+    def result_row(self) -> tuple:
+        """The run's result in parameters.json's ``result_columns``; every figure measured."""
+        row = {
+            "table": self.request.table,
+            "strategy": self.request.strategy,
+            "read_version": self.read_version,
+            "new_version": self.totals.get("new_version", self.read_version),
+            "tasks_left": self.tasks_left,
+            "fragments_left": self.fragments_left,
+            "elapsed_ms": int(((self.ended or time.time()) - self.started) * 1000),
+            "conflicts": self._conflicts(),
+            "sort_order": None, "index_coverage": None,  # clustering's (clustering/run.py)
+            **self.counts,
+        }
+        for name, _ in result_columns():
+            row.setdefault(name, self.totals.get(name, 0))
+        return tuple(row[name] for name, _ in result_columns())
+
+
+def _replan(request: CompactionRequest, conflicted: list[RewriteResult]) -> Plan:
+    """Lance's plan again, at the latest version, over what is left of the fragments the
+    conflicted tasks had (a concurrent delete may have changed or removed them)."""
+    dataset = open_dataset(request.table, request.uri, request.storage_options)
+    wanted = {f.id for r in conflicted for f in r.original_fragments}
+    excluded = {f.fragment_id for f in dataset.get_fragments()} - wanted
+    options = dict(request.options)
+    options["excluded_fragment_ids"] = sorted(excluded | set(options.get("excluded_fragment_ids", [])))
+    return shape(as_plan(Compaction.plan(dataset, options), dataset, request.options), request.run)
+
+
+def compact(request_json: str, runner: BatchRunner) -> tuple:
+    """``compact``: plan, run every batch, commit; the result row."""
+    started = time.time()
+    request = CompactionRequest.from_json(request_json)
+    if request.run.get("sort_order") is not None:  # clustered compaction: its own Spark jobs and commit
+        from .clustering.run import cluster
+        sc = getattr(runner, "sc", None)
+        if sc is None:
+            raise CompactionError(f"table {request.table}: sort_order needs a Spark context of its own "
+                                  "(not available in a shared maintenance run)")
+        return cluster(request, sc)
+    run = Run(request, *make_plan(request), started)
+    log.info("table %s: planned %d tasks in %d ms", request.table,
+             sum(len(b.ids) for b in run.pending), (time.time() - started) * 1000)
+    run.execute(runner)
+    return run.result_row()

@@ -1,0 +1,325 @@
+"""A batch of compaction tasks as one Spark job: a partition per task, largest first, each
+executed on an executor by ``execute.py``. Runs in the engine process on the driver.
+
+Finished tasks report through an accumulator rather than the job's result: Spark merges a
+task's accumulator updates when that task succeeds, so when another task fails all its
+attempts the driver still knows what the finished ones wrote (to commit them under partial
+progress, or to remove their files).
+"""
+from __future__ import annotations
+
+import logging
+import re
+import time
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import lance
+from pyspark import SparkContext, TaskContext
+# _accumulatorRegistry: PySpark (4.0-4.3) has no public way to drop an accumulator the driver no
+# longer needs; without the pop below the long-lived engine would keep every batch's outcomes.
+from pyspark.accumulators import AccumulatorParam, _accumulatorRegistry
+
+from ..runtime import hooks
+from ..runtime import cancellation
+from ..runtime.cancellation import job_cancelled
+from ..errors import MARKER, CompactionError
+from .execute import TaskOutcome, check_same_pylance, execute_task
+from ..runtime.failures import BUG, classify, first_part
+from .request import CompactionRequest
+from ..runtime.secrets import redact
+from .orchestrate import Batch, BatchFailure
+
+log = logging.getLogger(__name__)
+
+
+class _Outcomes(AccumulatorParam):
+    def zero(self, value: list) -> list:
+        return []
+
+    def addInPlace(self, a: list, b: list) -> list:
+        a.extend(b)
+        return a
+
+
+@dataclass(frozen=True)
+class _Executor:
+    """What a Spark task needs to run its compaction task (pickled into the job)."""
+
+    table: str
+    uri: str
+    storage_options: dict[str, str]
+    hooks: dict[str, Any]
+    partial_progress: bool
+    max_attempts: int
+    pylance: str  # the driver's; executors must run the same
+
+    def __call__(self, outcomes: Any, rows: Iterator[tuple[int, str]]) -> Iterator[None]:
+        check_same_pylance(self.pylance)
+        context = TaskContext.get()
+        attempt = context.attemptNumber() if context else 0
+        for task_id, task_json in rows:
+            try:
+                hooks.task_fault(self.hooks, task_id, attempt)
+                hooks.task_sleep(self.hooks, task_id)
+                outcome = execute_task(self.table, self.uri, self.storage_options, task_id, task_json)
+            except Exception as e:
+                # Spark logs a failed task's error on the executor and the driver: never a credential.
+                text = redact(f"{type(e).__name__}: {e}", self.storage_options)
+                if not (self.partial_progress and attempt + 1 >= self.max_attempts):
+                    if text == f"{type(e).__name__}: {e}":
+                        raise
+                    raise CompactionError(text) from None
+                outcome = TaskOutcome(task_id, None, 0, text)
+            outcomes.add([outcome])
+        return iter(())
+
+
+def _imported(rows: Iterator[Any]) -> Iterator[None]:
+    # Unpickling this function imported this module, and with it pylance: nothing else to do.
+    return iter(())
+
+
+def start_workers(sc: SparkContext) -> None:
+    """Start a Python worker on the executors' cores, with pylance imported, so the first
+    compaction does not wait for it (Spark keeps idle workers for reuse)."""
+    n = sc.defaultParallelism
+    sc.setJobDescription("lance_compact: starting Python workers")
+    try:
+        sc.parallelize(range(n), n).mapPartitions(_imported).count()
+    finally:
+        sc.setJobDescription(None)
+
+
+def max_task_attempts(sc: SparkContext) -> int:
+    """How many attempts Spark gives a task: local[N] 1, local[N,F] F, else spark.task.maxFailures."""
+    master = sc.master.replace(" ", "")
+    m = re.fullmatch(r"local\[(?:\d+|\*),(\d+)\]", master)
+    if m:
+        return int(m.group(1))
+    if re.fullmatch(r"local(?:\[(?:\d+|\*)\])?", master):
+        return 1
+    return int(sc.getConf().get("spark.task.maxFailures", "4"))
+
+
+_GAVE_UP = re.compile(r"Task (\d+) in stage [\d.]+ failed (\d+) times")
+_PYTHON_ERROR = re.compile(r"^\s*([A-Za-z_][\w.]*(?:Error|Exception|Exit)): (.*)$", re.M)
+
+
+def job_failure(error: Exception, table: str) -> BatchFailure:
+    """What a failed Spark job says, for the user: cancelled (and why), the engine's own
+    message if a task raised one, else the task's error named by kind (``failures.py``:
+    object store, corrupt file, ...); and the partition Spark gave up on. It does not say
+    what was committed: the run adds that."""
+    text = str(error)
+    cancelled = job_cancelled(text)
+    if cancelled:
+        return BatchFailure(cancelled, None, cancelled=True)
+    m = _GAVE_UP.search(text)
+    if MARKER in text:
+        return BatchFailure(text[text.index(MARKER) + len(MARKER):].strip().splitlines()[0].strip(),
+                            int(m.group(1)) if m else None)
+    after = text[text.index("Traceback"):] if "Traceback" in text else text
+    cause = next((f"{e.group(1)}: {e.group(2).strip()}" for e in _PYTHON_ERROR.finditer(after)
+                  if not e.group(1).startswith(("org.", "py4j."))), None)
+    if cause is None:
+        cause = next((line.strip() for line in text.splitlines() if line.strip()), "unknown")
+    attempts = f" failed all its {m.group(2)} attempts" if m else " failed"
+    kind = classify(cause)
+    what = "" if kind.kind == BUG else f": {kind.phrase}"
+    return BatchFailure(f"table {table}: a compaction task{attempts}{what} ({first_part(cause)})",
+                        int(m.group(1)) if m else None)
+
+
+def _settle(sc: SparkContext, tag: str | None, timeout: float = 15.0) -> bool:
+    """After a job of this request failed or was cancelled: wait (bounded) until none of its
+    tasks still runs, so nothing of this run is written after the statement ends. Returns
+    whether they all ended."""
+    if not tag:
+        return True
+    tracker = sc._jsc.sc().statusTracker()
+    deadline = time.monotonic() + timeout
+    while True:
+        running = 0
+        watches = set(tracker.getJobIdsForTag(WATCH_TAG))  # the statement's cancel watch: not ours to wait for
+        for job in tracker.getJobIdsForTag(tag):
+            if job in watches:
+                continue
+            info = tracker.getJobInfo(job)
+            if info.isEmpty():
+                continue
+            for stage in info.get().stageIds():
+                s = tracker.getStageInfo(stage)
+                if not s.isEmpty():
+                    running += s.get().numActiveTasks()
+        if running == 0:
+            return True
+        if time.monotonic() > deadline:
+            log.warning("%d tasks still running %.0f s after their job failed", running, timeout)
+            return False
+        time.sleep(0.2)
+
+
+# The job tag of every cancel watch (CancelWatch.WatchTag in the JVM).
+WATCH_TAG = "lance-compact-cancel-watch"
+
+
+def _request_tag(sc: SparkContext) -> str | None:
+    """The job tag the JVM gave this request's jobs (EngineBridge.adopt)."""
+    tags = sc.getLocalProperty("spark.job.tags") or ""
+    return next((t for t in tags.split(",") if t.startswith("lance-compact-") and "-request-" in t), None)
+
+
+class SparkBatchRunner:
+    """Runs batches on the Spark cluster behind ``sc``."""
+
+    def __init__(self, sc: SparkContext) -> None:
+        self.sc = sc
+
+    def run(self, request: CompactionRequest, batch: Batch, number: int
+            ) -> tuple[list[TaskOutcome], BatchFailure | None]:
+        sc = self.sc
+        # Largest tasks first, so the last to finish is a small one.
+        order = sorted(range(len(batch.ids)), key=lambda i: -(batch.rows[i][7] or 0))
+        items = [(batch.ids[i], batch.tasks[i]) for i in order]
+        executor = _Executor(request.table, request.uri, request.storage_options, hooks.with_slowdowns(request.hooks),
+                             request.run["partial_progress"], max_task_attempts(sc),
+                             lance.__version__)
+        outcomes = sc.accumulator([], _Outcomes())
+        sc.setJobDescription(
+            f"lance.compact {request.table}: rewriting {len(items)} tasks planned at version "
+            f"{batch.read_version} (batch {number})")
+        failure = None
+        try:
+            sc.parallelize(items, len(items)).mapPartitions(
+                lambda rows: executor(outcomes, rows)).count()
+        except Exception as e:  # a task failed all its attempts, or the job was cancelled
+            failed = job_failure(e, request.table)
+            # The partition Spark names is a place in the job's order, not the batch's.
+            position = (order[failed.position]
+                        if failed.position is not None and failed.position < len(order) else None)
+            if failed.cancelled:  # a cancelled job cancels the whole statement
+                cancellation.cancel(failed.message)
+            settled = _settle(sc, _request_tag(sc))
+            failure = BatchFailure(failed.message, position, failed.cancelled, settled)
+        finally:
+            sc.setJobDescription(None)
+            _accumulatorRegistry.pop(outcomes.aid, None)
+        done = list(outcomes.value)
+        log.info("table %s: batch %d: task times %s ms", request.table, number,
+                 [o.elapsed_ms for o in sorted(done, key=lambda o: o.task_id)])
+        return done, failure
+
+
+class _Tagged:
+    """An accumulator seen through one table's eyes: its outcomes are tagged with the
+    table's place in a packed job (pickled into the job with the accumulator)."""
+
+    def __init__(self, outcomes: Any, k: int) -> None:
+        self.outcomes, self.k = outcomes, k
+
+    def add(self, items: list) -> None:
+        self.outcomes.add([(self.k, o) for o in items])
+
+
+# Tasks reading less than this share a partition with others (at least one partition per
+# core): a Spark task costs tens of milliseconds of scheduling and a Python round trip, about
+# what rewriting a small table's fragments costs. Bigger tasks get a partition each.
+SMALL_TASK_BYTES = 32 << 20
+
+
+def pack_partitions(sized: list[tuple[int, int, int, str]], cores: int
+                    ) -> list[list[tuple[int, int, str]]]:
+    """(bytes, table index, task id, task JSON) -> partitions of (table index, task id, task
+    JSON): each big task alone, the small ones spread over ``max(cores, total / SMALL_TASK_BYTES)``
+    partitions, largest first onto the lightest (so the partitions end together)."""
+    ordered = sorted(sized, key=lambda t: -t[0])
+    big = [[(k, tid, tj)] for b, k, tid, tj in ordered if b >= SMALL_TASK_BYTES]
+    small = [t for t in ordered if t[0] < SMALL_TASK_BYTES]
+    if not small:
+        return big
+    n = min(len(small), max(cores, -(-sum(t[0] for t in small) // SMALL_TASK_BYTES)))
+    bins: list[list[tuple[int, int, str]]] = [[] for _ in range(n)]
+    loads = [0] * n
+    for b, k, tid, tj in small:
+        i = loads.index(min(loads))
+        bins[i].append((k, tid, tj))
+        loads[i] += b or 1
+    return big + bins
+
+
+def run_packed(sc: SparkContext, entries: list[tuple[CompactionRequest, Batch, int]]
+               ) -> list[tuple[list[TaskOutcome], BatchFailure | None, bool]]:
+    """Batches of several tables' runs as ONE Spark job: every task tagged with its table, a
+    partition per big task and small tasks packed together (:func:`pack_partitions`), so many
+    small tables cost one job of a few partitions while a big table's tasks still spread over
+    every executor.
+
+    A task's error on its last attempt is caught and reported as that table's outcome, so
+    one table's failing task fails that table only: a table without partial progress gets
+    its BatchFailure (and its finished outcomes, whose files its run removes), one with
+    partial progress gets the failed outcome counted. Per entry: (outcomes, failure,
+    innocent), ``innocent`` when the whole job failed for another table's task (its run may
+    try again)."""
+    attempts = max_task_attempts(sc)
+    executors = [_Executor(r.table, r.uri, r.storage_options, hooks.with_slowdowns(r.hooks), True, attempts,
+                           lance.__version__)
+                 for r, _, _ in entries]
+    sized = [(entries[k][1].rows[i][7] or 0, k, entries[k][1].ids[i], entries[k][1].tasks[i])
+             for k, (_, b, _) in enumerate(entries) for i in range(len(b.ids))]
+    parts = pack_partitions(sized, sc.defaultParallelism)
+    outcomes = sc.accumulator([], _Outcomes())
+
+    def rewrite(rows: Iterator[list[tuple[int, int, str]]]) -> Iterator[None]:
+        for part in rows:
+            for k, task_id, task_json in part:
+                executors[k](_Tagged(outcomes, k), iter([(task_id, task_json)]))
+        return iter(())
+
+    tables = len({r.table for r, _, _ in entries})
+    sc.setJobDescription(f"lance.maintain_warehouse: rewriting {len(sized)} tasks of {tables} tables "
+                         f"in {len(parts)} partitions")
+    failed: BatchFailure | None = None
+    owner: int | None = None
+    failed_task: int | None = None
+    try:
+        sc.parallelize(parts, len(parts)).mapPartitions(rewrite).count()
+    except Exception as e:  # a task failed all its attempts outside Lance (its worker died, say)
+        failed = job_failure(e, "(shared job)")
+        if failed.cancelled:  # the statement was cancelled: every table of it stops, none retries
+            cancellation.cancel(failed.message)
+            failed = BatchFailure(failed.message, None, True, _settle(sc, _request_tag(sc)))
+        elif failed.position is not None and failed.position < len(parts):
+            owners = {k for k, _, _ in parts[failed.position]}
+            if len(owners) == 1:  # a partition of one table's tasks: that table's failure
+                owner = owners.pop()
+                failed_task = parts[failed.position][0][1] if len(parts[failed.position]) == 1 else None
+    finally:
+        sc.setJobDescription(None)
+        _accumulatorRegistry.pop(outcomes.aid, None)
+    by_table: list[list[TaskOutcome]] = [[] for _ in entries]
+    for k, o in outcomes.value:
+        by_table[k].append(o)
+    out = []
+    for k, (request, batch, number) in enumerate(entries):
+        done = by_table[k]
+        if failed is not None and failed.cancelled:
+            out.append((done, failed, False))
+            continue
+        if failed is not None:
+            mine = owner == k or owner is None
+            position = next((i for i, tid in enumerate(batch.ids) if tid == failed_task), None) \
+                if owner == k else None
+            message = failed.message.replace("table (shared job)", f"table {request.table}")
+            out.append((done, BatchFailure(message, position), not mine))
+            continue
+        errors = [o for o in done if o.error is not None]
+        if errors and not request.run["partial_progress"]:
+            out.append(([o for o in done if o.error is None], BatchFailure(
+                f"table {request.table}: a compaction task failed ({errors[0].error}); nothing was committed"),
+                False))
+        else:
+            out.append((done, None, False))
+        log.info("table %s: batch %d: task times %s ms", request.table, number,
+                 [o.elapsed_ms for o in sorted(done, key=lambda o: o.task_id)])
+    return out

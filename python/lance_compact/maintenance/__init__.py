@@ -1,0 +1,1 @@
+"""Table and warehouse maintenance: health, policies, index optimization, cleanup."""

@@ -1,0 +1,188 @@
+"""A table's health, from its metadata only: the manifest (fragments, their row and deletion
+counts), the index metadata (which fragments each index covers), the version list and the
+newest compaction transaction. No data file is read.
+
+The steps due are decided as ``CALL lance.maintain`` decides them, with the policy's
+thresholds (policy.py), so ``maintain`` and ``maintain_warehouse`` agree:
+
+* ``compact``: at least ``min_small_fragments`` fragments (and more than one) hold fewer live
+  rows than ``target_rows_per_fragment``, or a fragment's deleted fraction exceeds the table's
+  ``materialize_deletions_threshold`` (Lance's ``lance.compaction.*`` setting, else 0.1);
+* ``optimize_indices``: an index leaves at least ``min_unindexed_fragments`` fragments uncovered;
+* ``cleanup``: a version other than the current one is older than ``older_than`` and is not
+  among the newest ``retain_versions`` (unset: only the current version is kept).
+
+The score, 0 (everything due, at its worst) to 100 (nothing due), is Amoro-like: 100 minus
+weighted penalties, each a need in [0, 1) times its weight, counted only for a step that is due.
+Every need grows strictly with how far its part is from healthy, so tables grade, and "worst
+first" is an order, not a tie broken by chance:
+
+==================  ======  ==============================================================
+part                weight  need
+==================  ======  ==============================================================
+small fragments       35    log2(fragments / ideal) / 10, at most 1; ideal = ceil(rows /
+                            target) (1024 times the ideal count is all of it)
+deleted rows          25    1.25 * r / (r + 0.25), r = deleted_row_ratio (10%: 0.36,
+                            50%: 0.83, all: 1)
+index lag             25    max over indices of unindexed fragments / fragments
+old versions          15    reclaimable_versions / (reclaimable_versions + 10)
+==================  ======  ==============================================================
+
+Small fragments cost every scan per fragment opened, so their part measures how many times
+more fragments the table has than it needs, on a log scale (16, 24, 40, 60, 90 and 120 small
+fragments of one small table score 86, 84, 81, 79, 77 and 76 on this part alone). Deleted
+rows are read and thrown away by every scan. Both are cured by compaction, so they count when
+``compact`` is due. An index's uncovered fragments are scanned by every indexed query: next.
+Old versions cost storage only and saturate (10 of them are half the part). A due step always
+costs at least one point, so only a table with nothing due scores 100. The score orders tables
+by need; ``due`` says what to do.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Iterable, Mapping
+
+import lance
+
+from .version_cleanup import parse_older_than
+from ..compaction.fragments import data_bytes, live_and_deleted
+from ..compaction.history import last_compaction
+from ..compaction.fragments import index_state
+from ..options import effective
+from .policy import Policy
+
+STEPS = ("compact", "optimize_indices", "cleanup")
+WEIGHTS = {"small_fragments": 35, "deleted_rows": 25, "index_lag": 25, "old_versions": 15}
+
+
+@dataclass(frozen=True)
+class Health:
+    """``score`` 0..100, ``parts`` (the facts it is made of), ``due`` (steps, in order) and
+    ``reasons`` (step -> why it is or is not due)."""
+
+    score: int
+    parts: Mapping[str, Any] = field(default_factory=dict)
+    due: list[str] = field(default_factory=list)
+    reasons: Mapping[str, str] = field(default_factory=dict)
+
+
+def compaction_due(fragments: Iterable[Any], target: int, threshold: float,
+                   min_small: int) -> tuple[bool, int, int, str]:
+    """(due, small fragments, fragments over the deletion threshold, facts in words) of the
+    fragments' metadata -- maintain's rule."""
+    small = heavy = 0
+    for m in fragments:
+        live, deleted = live_and_deleted(m)
+        small += live < target
+        heavy += bool(m.physical_rows) and deleted / m.physical_rows > threshold
+    facts = f"{small} fragments under {target:,} rows, {heavy} over the deletion threshold {threshold:g}"
+    return (small >= min_small and small > 1) or heavy > 0, small, heavy, facts
+
+
+def reclaimable(versions: list[dict[str, Any]], older_than: str, retain: int | None,
+                now: datetime, table: str) -> list[int]:
+    """Versions cleanup would remove: not the current one nor among the newest ``retain``,
+    committed before ``now - older_than``."""
+    cutoff = now - parse_older_than(older_than, table)
+    ordered = sorted(versions, key=lambda v: v["version"])
+    keep = max(1, retain or 1)
+    return [v["version"] for v in ordered[:-keep] if v["timestamp"].astimezone(timezone.utc) < cutoff]
+
+
+def needs(parts: Mapping[str, Any]) -> dict[str, float]:
+    """Each part's need in [0, 1] (the module's table): 0 healthy, growing strictly with how far
+    the part is from healthy."""
+    fragments, rows = parts["fragments"], parts["rows"]
+    ideal = max(1, math.ceil(rows / max(1, parts["target_rows_per_fragment"])))
+    r = parts["deleted_row_ratio"]
+    n = parts["reclaimable_versions"]
+    return {
+        "small_fragments": min(1.0, math.log2(fragments / ideal) / 10) if fragments > ideal else 0.0,
+        "deleted_rows": 1.25 * r / (r + 0.25),
+        "index_lag": min(1.0, parts["unindexed_fragments"] / fragments) if fragments else 0.0,
+        "old_versions": n / (n + 10),
+    }
+
+
+def _score(parts: Mapping[str, Any], due: list[str]) -> int:
+    need = needs(parts)
+    penalty = 0.0
+    if "compact" in due:
+        penalty += max(1.0, WEIGHTS["small_fragments"] * need["small_fragments"]
+                       + WEIGHTS["deleted_rows"] * need["deleted_rows"])
+    if "optimize_indices" in due:
+        penalty += max(1.0, WEIGHTS["index_lag"] * need["index_lag"])
+    if "cleanup" in due:
+        penalty += max(1.0, WEIGHTS["old_versions"] * need["old_versions"])
+    return max(0, min(100, round(100 - penalty)))
+
+
+def table_health(ds: lance.LanceDataset, policy: Policy, now: datetime | None = None) -> Health:
+    """The health of ``ds`` under ``policy`` (see the module's doc for the rules and the
+    score). Pure: reads metadata only, writes nothing. ``parts['reclaimable_bytes']`` is
+    always None: the bytes only old versions hold are not in the current manifest, and
+    finding them means reading every old manifest."""
+    now = (now or datetime.now(timezone.utc)).astimezone(timezone.utc)
+    table = policy.table
+    config = ds.config() or {}
+    target = int(policy.get("target_rows_per_fragment"))
+    threshold = effective(config, {}, "materialize_deletions_threshold")
+    min_small = int(policy.get("min_small_fragments"))
+    metas = [f.metadata for f in ds.get_fragments()]
+    compact, small, heavy, facts = compaction_due(metas, target, threshold, min_small)
+    live = deleted = 0
+    for m in metas:
+        a, b = live_and_deleted(m)
+        live, deleted = live + a, deleted + b
+
+    state = index_state(ds)
+    min_unindexed = int(policy.get("min_unindexed_fragments"))
+    lagging = {n: e["unindexed"] for n, e in sorted(state.items()) if e["unindexed"] >= min_unindexed}
+
+    versions = ds.versions()
+    older_than = str(policy.get("older_than"))
+    retain = policy.get("retain_versions")
+    old = reclaimable(versions, older_than, retain, now, table)
+
+    last = last_compaction(ds)
+    hours = None
+    if last is not None:
+        when = next((v["timestamp"] for v in versions if v["version"] == last.version), None)
+        if when is not None:
+            hours = max(0.0, (now - when.astimezone(timezone.utc)).total_seconds() / 3600)
+
+    parts: dict[str, Any] = {
+        "version": ds.version,
+        "fragments": len(metas),
+        "rows": live,
+        "bytes": data_bytes(metas),
+        "target_rows_per_fragment": target,
+        "small_fragments": small,
+        "small_fragment_ratio": small / len(metas) if metas else 0.0,
+        "deleted_rows": deleted,
+        "deleted_row_ratio": deleted / (live + deleted) if live + deleted else 0.0,
+        "fragments_over_deletion_threshold": heavy,
+        "unindexed_fragments": max((e["unindexed"] for e in state.values()), default=0),
+        "indices": {n: {"type": e["type"], "unindexed_fragments": e["unindexed"]}
+                    for n, e in sorted(state.items())},
+        "versions": len(versions),
+        "reclaimable_versions": len(old),
+        "reclaimable_bytes": None,
+        "hours_since_compaction": hours,
+        "last_compacted_version": last.version if last else None,
+    }
+    due = [s for s, d in zip(STEPS, (compact, bool(lagging), bool(old))) if d]
+    kept = f"the newest {retain}" if retain else "the current one"
+    reasons = {
+        "compact": ("due: " if compact else
+                    f"not due (fewer than {min_small} small fragments and none over the deletion threshold): ")
+                   + facts,
+        "optimize_indices": (f"due: unindexed fragments {lagging}" if lagging else
+                             (f"not due: every index covers all but fewer than {min_unindexed} fragments"
+                              if state else "not due: the table has no indices")),
+        "cleanup": (f"due: {len(old)} versions older than {older_than} (keeping {kept})" if old
+                    else f"not due: no version older than {older_than} beyond {kept}"),
+    }
+    return Health(score=_score(parts, due), parts=parts, due=due, reasons=reasons)

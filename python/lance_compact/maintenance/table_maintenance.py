@@ -1,0 +1,178 @@
+"""``CALL lance.maintain``: a table's everyday maintenance in one call -- compaction, then
+index optimization, then cleanup of old versions -- each only when the table's layout says
+it is due (thresholds are parameters), one result row per step that ran or was skipped and
+why. ``dry_run`` reports what it would do. A cancel is seen between steps (and within the
+compaction, before each batch and commit); a failure or a cancel says which steps ran before
+it, with the versions they left, and which did not run.
+
+The steps are functions of one table (:data:`STEPS`, :func:`run_step`): ``maintain`` runs
+them for its table, ``maintain_warehouse`` (``warehouse_maintenance.py``) for every due table
+of a warehouse, with a runner that packs several tables' rewrite tasks into shared Spark
+jobs. (Named ``table_maintenance``, not ``maintain``: ``lance_compact.maintain`` is the
+PySpark function, which a submodule of that name would shadow once imported.)
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Callable
+
+from ..runtime import cancellation
+
+from ..runtime import hooks
+
+from ..compaction import orchestrate
+from .version_cleanup import cleanup_row
+from ..errors import CompactionError
+from .health import compaction_due, reclaimable
+from ..compaction.fragments import index_state
+from .indices import optimize_indices_row
+from ..options import effective, procedure_args, result_columns
+from .policy import resolve_policy
+from ..runtime.tables import open_dataset
+
+
+@dataclass(frozen=True)
+class Target:
+    """One table to maintain: its name as the user knows it, where it is, how to reach it."""
+
+    table: str
+    uri: str
+    storage_options: dict[str, str] = field(default_factory=dict)
+
+    def base(self) -> dict[str, Any]:
+        """The fields every per-table engine request starts with."""
+        return {"table": self.table, "uri": self.uri, "storage_options": self.storage_options}
+
+    def open(self):
+        return open_dataset(self.table, self.uri, self.storage_options)
+
+
+def _args(raw: dict[str, Any], t: Target) -> dict[str, Any]:
+    """The thresholds from the table's policy: call arguments, then its table properties,
+    then the catalog's maintain.* settings, then defaults (policy.py); and dry_run."""
+    call = procedure_args("maintain", "maintain_parameters", raw.get("params"), t.table)
+    policy = resolve_policy(call, t.open().config() or {}, raw.get("maintain_settings"), t.table,
+                            raw.get("catalog") or "<catalog>")
+    return {**policy.maintain_args(), "dry_run": bool(call.get("dry_run", False))}
+
+
+def compact_step(t: Target, args: dict[str, Any], runner: Any, dry: bool) -> dict[str, Any]:
+    """Compaction when due; ``runner`` runs its rewrite tasks (a BatchRunner)."""
+    ds = t.open()
+    config = ds.config() or {}
+    given = {"target_rows_per_fragment": args["target_rows_per_fragment"]} \
+        if args.get("target_rows_per_fragment") is not None else {}
+    target = effective(config, given, "target_rows_per_fragment")
+    threshold = effective(config, {}, "materialize_deletions_threshold")
+    # health.py's rule, so that a table's health and its maintenance agree on what is due
+    due, _, _, facts = compaction_due([f.metadata for f in ds.get_fragments()], target, threshold,
+                                      args["min_small_fragments"])
+    row = {"step": "compact", "ran": False, "version": ds.version, "outcome": None, "bytes_rewritten": 0,
+           "reason": ("due: " if due else f"not due (fewer than {args['min_small_fragments']} small fragments "
+                      "and none over the deletion threshold): ") + facts}
+    if due and not dry:
+        request = {**t.base(), "params": dict(given)}
+        if args.get("max_bytes") is not None:  # a budget: the best tasks first, committed as they finish
+            request.update(strategy="io_bounded", options={"max_bytes": str(args["max_bytes"])})
+            request["params"].update(partial_progress=True, max_commits=4)
+        r = dict(zip([c for c, _ in result_columns()], orchestrate.compact(json.dumps(request), runner)))
+        row.update(ran=True, version=r["new_version"], bytes_rewritten=r["bytes_read"] or 0,
+                   outcome=f"{r['tasks']} tasks, {r['fragments_removed']} fragments -> {r['fragments_added']}, "
+                           f"{r['deleted_rows_removed']} deleted rows removed"
+                           + (f", {r['tasks_left']} tasks left for later" if r.get("tasks_left") else "")
+                           + (f", {r['tasks_failed']} tasks failed" if r.get("tasks_failed") else "")
+                           + (f"; {r['conflicts']}" if r.get("conflicts") else ""))
+    return row
+
+
+def optimize_indices_step(t: Target, args: dict[str, Any], runner: Any, dry: bool) -> dict[str, Any]:
+    """Lance's index optimization when an index leaves enough fragments unindexed."""
+    ds = t.open()
+    state = index_state(ds)
+    lagging = {n: e["unindexed"] for n, e in state.items() if e["unindexed"] >= args["min_unindexed_fragments"]}
+    row = {"step": "optimize_indices", "ran": False, "version": ds.version, "outcome": None,
+           "reason": (f"due: unindexed fragments {lagging}" if lagging else
+                      (f"not due: every index covers all but fewer than {args['min_unindexed_fragments']} fragments"
+                       if state else "not due: the table has no indices"))}
+    if lagging and not dry:
+        names = ",".join(sorted(lagging))
+        r = dict(zip([c for c, _ in result_columns("optimize_indices_columns")],
+                     optimize_indices_row(json.dumps({**t.base(), "params": {"indices": names}}))))
+        row.update(ran=True, version=r["new_version"],
+                   outcome=f"{r['indices_optimized']} indices: unindexed fragments "
+                           f"{r['unindexed_fragments_before']} -> {r['unindexed_fragments_after']}")
+    return row
+
+
+def cleanup_step(t: Target, args: dict[str, Any], runner: Any, dry: bool) -> dict[str, Any]:
+    """Lance's cleanup when versions are older than ``older_than``."""
+    ds = t.open()
+    retain = args.get("retain_versions")
+    old = reclaimable(ds.versions(), args["older_than"], retain, datetime.now(timezone.utc), t.table)
+    kept = f"the newest {retain}" if retain else "the current one"
+    row = {"step": "cleanup", "ran": False, "version": ds.version, "outcome": None,
+           "reason": (f"due: {len(old)} versions older than {args['older_than']} (keeping {kept})" if old
+                      else f"not due: no version older than {args['older_than']} beyond {kept}")}
+    if old and not dry:
+        params = {"older_than": args["older_than"]}
+        if args.get("retain_versions") is not None:
+            params["retain_versions"] = args["retain_versions"]
+        r = dict(zip([c for c, _ in result_columns("cleanup_columns")],
+                     cleanup_row(json.dumps({**t.base(), "params": params}))))
+        row.update(ran=True, version=r["version"],
+                   outcome=f"{r['old_versions']} versions, {r['data_files_removed']} data files, "
+                           f"{r['bytes_removed']:,} bytes removed")
+    return row
+
+
+# The steps in the order they run: compaction first (it leaves fragments for the indices to
+# cover), cleanup last (it removes what the others replaced).
+STEPS: dict[str, Callable[[Target, dict[str, Any], Any, bool], dict[str, Any]]] = {
+    "compact": compact_step, "optimize_indices": optimize_indices_step, "cleanup": cleanup_step}
+
+
+def run_step(step: str, t: Target, args: dict[str, Any], runner: Any, dry: bool) -> dict[str, Any]:
+    """One step of ``t``: its row (``step``, ``ran``, ``reason``, ``version``, ``outcome``,
+    ``elapsed_ms``, and step figures such as ``bytes_rewritten``)."""
+    # tests only: a moment with no Spark job running; a cancel that came during it stops here
+    why = cancellation.reason() if hooks.driver_pause() else None
+    if why:
+        raise cancellation.Cancelled(f"table {t.table}: the {step} step was not started: the statement "
+                                     f"was cancelled ({why})")
+    clock = time.monotonic()
+    row = STEPS[step](t, args, runner, dry)
+    row["elapsed_ms"] = int((time.monotonic() - clock) * 1000)
+    return row
+
+
+def maintain_rows(request_json: str, runner: Any) -> list[tuple]:
+    raw = json.loads(request_json)
+    t = Target(raw.get("table") or raw["uri"], raw["uri"], raw.get("storage_options") or {})
+    args = _args(raw, t)
+    dry = bool(args.get("dry_run"))
+    rows: list[dict[str, Any]] = []
+    for step in STEPS:
+        why = cancellation.reason()
+        if why:
+            raise cancellation.Cancelled(f"table {t.table}: maintain was cancelled before its {step} step "
+                                         f"({why}); {_progress(rows, step)}")
+        try:
+            rows.append(run_step(step, t, args, runner, dry))
+        except CompactionError as e:
+            kind = cancellation.Cancelled if isinstance(e, cancellation.Cancelled) else CompactionError
+            raise kind(f"{e.message}; maintain: the {step} step "
+                       f"{'was cancelled' if kind is cancellation.Cancelled else 'failed'}; "
+                       f"{_progress(rows, step)}") from None
+    return [tuple({**r, "table": t.table}[c] for c, _ in result_columns("maintain_columns")) for r in rows]
+
+
+def _progress(rows: list[dict[str, Any]], stopped: str) -> str:
+    """Which steps ran (and the version each left) before ``stopped``, and which did not run."""
+    ran = [f"{r['step']} (version {r['version']})" for r in rows if r["ran"]]
+    names = list(STEPS)
+    later = names[names.index(stopped) + 1:]
+    text = ("steps done before: " + ", ".join(ran)) if ran else "no earlier step changed the table"
+    return text + (f"; not run: {', '.join(later)}" if later else "")

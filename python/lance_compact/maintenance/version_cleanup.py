@@ -1,0 +1,283 @@
+"""``CALL lance.cleanup``: old versions and orphaned files, removed by Lance's own cleanup
+(``cleanup_old_versions``), with a dry run (``explain_cleanup_old_versions``).
+
+Lance's cleanup leaves deletion files that no version ever referenced. Carrying concurrent
+deletions over (``rebase.py``) writes such files before its commit; if the driver dies in
+between they stay behind.
+
+A writer in flight looks exactly like an abandoned one: its data and deletion files exist
+(for as long as its job runs, hours for a long Spark job) before the commit that references
+them. So an unreferenced data or deletion file younger than the FLOOR is never removed. The
+floor is the operator's (driver setting ``spark.lance.compact.cleanup.unverifiedMinAge``,
+read once when the engine starts, :mod:`driver_conf`); by default Lance's own 7 days, the age
+after which Lance's cleanup removes unreferenced files anyway. A SQL user's
+``unverified_min_age`` may raise the bound up to 7 days, never lower it below the floor.
+
+``delete_unverified`` removes files no remaining version references that are older than
+``unverified_min_age`` (default: the floor). pylance 14.0.2's own
+``cleanup_old_versions(delete_unverified=True)`` removes every unreferenced data and deletion
+file written before the latest commit, whatever its age (checked), so Lance is asked for that
+only when the bound is zero, which needs the operator's floor to be zero. Otherwise Lance
+applies its own rule (unreferenced files at least 7 days old; without ``delete_unverified`` it
+removes no younger one, checked) and this module removes unreferenced data and deletion files
+older than the bound (their age read from the store: local files and S3; elsewhere they wait
+for Lance's 7 days). Index and transaction files of abandoned writes are left to Lance's
+7-day rule.
+
+Durations (``older_than``, ``unverified_min_age``, maintain's and maintain_warehouse's) are
+at most :data:`MAX_DURATION` (100 years) and ISO timestamps neither in the future nor more
+than that in the past: pylance panics (a ``BaseException``) on ``older_than`` beyond about
+262,000 years (``DateTime - TimeDelta`` overflows) and Python's ``timedelta`` overflows
+sooner, so nothing that large ever reaches either.
+"""
+from __future__ import annotations
+
+import os
+import re
+import time
+from datetime import datetime, timedelta, timezone
+from typing import Callable
+from urllib.parse import urlparse
+
+from lance.file import LanceFileSession
+
+from ..runtime import driver_conf
+from ..errors import CompactionError
+from ..options import result_columns
+from ..compaction.request import ProcedureRequest
+
+_UNITS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 7 * 86400}
+
+LANCE_UNVERIFIED_AGE = timedelta(days=7)  # Lance removes unreferenced files this old anyway
+MAX_DURATION = timedelta(days=36500)  # 100 years: the longest duration or age accepted
+_MAX_TEXT = "'36500 days' (100 years)"
+_SYNTAX = "'<n> days|hours|minutes|seconds|weeks'"
+
+
+def _shown(text: object) -> str:
+    """``text`` quoted for a message, cut short when long."""
+    text = str(text)
+    return repr(text if len(text) <= 60 else text[:40] + "...")
+
+
+def parse_duration(text: str, what: str = "a duration") -> timedelta | None:
+    """'7 days', '12 hours', '30 minutes', '90 seconds', '2 weeks'; None if ``text`` is not one.
+    Longer than :data:`MAX_DURATION`: a :class:`CompactionError` naming ``what``."""
+    m = re.fullmatch(r"\s*(\d+)\s*(second|minute|hour|day|week)s?\s*", str(text).lower())
+    if not m:
+        return None
+    digits = m.group(1).lstrip("0") or "0"
+    # checked on the text first: a huge number is neither an int Python converts nor a timedelta
+    if len(digits) > 12 or int(digits) * _UNITS[m.group(2)] > MAX_DURATION.total_seconds():
+        raise CompactionError(f"{what} must be at most {_MAX_TEXT}, got {_shown(text)}")
+    return timedelta(seconds=int(digits) * _UNITS[m.group(2)])
+
+
+def parse_older_than(text: str, table: str, name: str = "older_than") -> timedelta:
+    """A duration (:func:`parse_duration`), or an ISO timestamp (the age of that moment): at
+    most :data:`MAX_DURATION`; a timestamp in the future is refused."""
+    where = f"table {table}: {name}"
+    duration = parse_duration(text, where)
+    if duration is not None:
+        return duration
+    try:
+        when = datetime.fromisoformat(str(text).strip())
+    except ValueError:
+        raise CompactionError(f"{where} expects {_SYNTAX} or an ISO timestamp, got {_shown(text)}") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=timezone.utc)
+    try:
+        age = datetime.now(timezone.utc) - when
+    except OverflowError:
+        age = MAX_DURATION * 2
+    if age < timedelta(0):
+        raise CompactionError(f"{where} {_shown(text)} is in the future: name a moment that has passed "
+                              f"(or a duration, {_SYNTAX})")
+    if age > MAX_DURATION:
+        raise CompactionError(f"{where} {_shown(text)} is more than {_MAX_TEXT} ago: the oldest moment "
+                              "accepted is 100 years back")
+    return age
+
+
+def unverified_floor() -> tuple[timedelta, str]:
+    """The operator's floor (driver setting :data:`driver_conf.CLEANUP_FLOOR`): no unreferenced
+    data or deletion file younger than this is removed; (the duration, its text)."""
+    text = driver_conf.cleanup_floor()
+    if text is None:
+        return LANCE_UNVERIFIED_AGE, "7 days"
+    problem = f"the driver setting {driver_conf.CLEANUP_FLOOR}"
+    try:
+        floor = parse_duration(text, problem)
+    except CompactionError:
+        floor = None
+    if floor is None or floor > LANCE_UNVERIFIED_AGE:
+        raise CompactionError(
+            f"{problem} expects {_SYNTAX} from '0 seconds' to '7 days', got {_shown(text)}: the operator "
+            "corrects it in the driver's configuration (read when the driver starts); cleanup "
+            "removes nothing until then")
+    return floor, text.strip()
+
+
+def _min_age(args: dict, table: str) -> timedelta:
+    """``unverified_min_age`` (default: the floor), checked against the floor and 7 days; Lance's
+    7 days when neither it nor ``delete_unverified`` is given (the floor is not read then)."""
+    if args.get("unverified_min_age") is None and not args.get("delete_unverified"):
+        return LANCE_UNVERIFIED_AGE
+    floor, floor_text = unverified_floor()
+    if args.get("unverified_min_age") is None:
+        return floor
+    given = args["unverified_min_age"]
+    min_age = parse_older_than(given, table, "unverified_min_age")
+    if min_age > LANCE_UNVERIFIED_AGE:
+        raise CompactionError(
+            f"table {table}: unverified_min_age must be at most 7 days (Lance's own cleanup removes "
+            f"files no version references once they are 7 days old), got {_shown(given)}")
+    if min_age < floor:
+        raise CompactionError(
+            f"table {table}: unverified_min_age {_shown(given)} is below the floor {floor_text!r}: a file no "
+            "version references may belong to a write still in flight (its files exist before its "
+            "commit), so cleanup never removes one younger than the floor. The floor is the "
+            f"operator's driver setting {driver_conf.CLEANUP_FLOOR} (default '7 days', Lance's own), "
+            "read when the driver starts; a SQL statement (SET included) cannot lower it")
+    return min_age
+
+
+def _referenced(ds) -> tuple[set[tuple[int, int, int]], set[str]]:
+    """Deletion files (fragment id, read version, id) and data file names that any remaining
+    version of the table references."""
+    deletions: set[tuple[int, int, int]] = set()
+    data: set[str] = set()
+    for v in ds.versions():
+        for f in ds.checkout_version(v["version"]).get_fragments():
+            d = f.metadata.deletion_file
+            if d is not None:
+                deletions.add((f.fragment_id, d.read_version, d.id))
+            for df in f.metadata.files:
+                data.add(df.path.rsplit("/", 1)[-1])
+    return deletions, data
+
+
+def _listed(session: LanceFileSession, folder: str) -> list[str]:
+    return [n if n.startswith(folder) else f"{folder}/{n}" for n in session.list(folder)]
+
+
+def unreferenced_files(uri: str, storage_options: dict | None, open_latest: Callable[[], object]) -> list[str]:
+    """Paths (relative to the table) of data and deletion files no version of the table
+    references.
+
+    The folders are listed FIRST, then the table is opened (``open_latest``) and the files of
+    its versions read. A file a commit references was written before that commit: if the
+    commit landed before the table was opened, its files are among the referenced ones; if it
+    lands later, its files were, when listed and when the table was opened, those of a write in
+    flight, which the age floor protects. Read the other way round (references, then the
+    listing), a commit landing in between would leave its files listed but unreferenced."""
+    session = LanceFileSession(uri.rstrip("/"), storage_options or None)
+    listed_deletions = _listed(session, "_deletions")
+    listed_data = _listed(session, "data")
+    deletions, data = _referenced(open_latest())
+    orphans = []
+    for name in listed_deletions:
+        parts = name.rsplit("/", 1)[-1].split(".")[0].split("-")
+        if len(parts) == 3 and all(p.isdigit() for p in parts) and tuple(map(int, parts)) not in deletions:
+            orphans.append(name)
+    for name in listed_data:
+        base = name.rsplit("/", 1)[-1]
+        if "/" not in name[len("data/"):] and base.endswith(".lance") and base not in data:
+            orphans.append(name)
+    return orphans
+
+
+def _file_info(uri: str, storage_options: dict | None) -> Callable[[str], tuple[float, int] | None]:
+    """A function giving a table file's (last-modified time in epoch seconds, size in bytes),
+    None if unknown: local files and S3 (through pyarrow, with the table's S3 options)."""
+    parsed = urlparse(uri)
+    if parsed.scheme in ("", "file"):
+        root = parsed.path if parsed.scheme else uri
+
+        def local(rel: str) -> tuple[float, int] | None:
+            try:
+                st = os.stat(os.path.join(root, rel))
+            except OSError:
+                return None
+            return st.st_mtime, st.st_size
+        return local
+    if parsed.scheme in ("s3", "s3a"):
+        from pyarrow import fs
+
+        o = {k.lower(): v for k, v in (storage_options or {}).items()}
+        endpoint = o.get("aws_endpoint") or o.get("endpoint")
+        kwargs = {"access_key": o.get("aws_access_key_id") or o.get("access_key_id"),
+                  "secret_key": o.get("aws_secret_access_key") or o.get("secret_access_key"),
+                  "session_token": o.get("aws_session_token") or o.get("session_token"),
+                  "region": o.get("aws_region") or o.get("region")}
+        if endpoint:
+            e = urlparse(endpoint)
+            kwargs.update(endpoint_override=e.netloc or e.path, scheme=e.scheme or "https")
+        s3 = fs.S3FileSystem(**{k: v for k, v in kwargs.items() if v})
+        prefix = f"{parsed.netloc}{parsed.path}".rstrip("/")
+
+        def remote(rel: str) -> tuple[float, int] | None:
+            try:
+                info = s3.get_file_info(f"{prefix}/{rel}")
+            except OSError:
+                return None
+            return (info.mtime.timestamp(), info.size or 0) if info.mtime is not None else None
+        return remote
+    return lambda rel: None  # other stores: age unknown, so never removed here
+
+
+def cleanup_row(request_json: str) -> tuple:
+    """Run (or explain) Lance's cleanup; one row in parameters.json's ``cleanup_columns``."""
+    request = ProcedureRequest.from_json(request_json, "cleanup")
+    table, uri, storage, args = request.table, request.uri, request.storage_options, request.args
+    if request.raw.get("options"):
+        raise CompactionError(f"table {table}: cleanup takes no options map")
+    dry_run = args.pop("dry_run", False)
+    unverified = args.get("delete_unverified", False)
+    min_age = _min_age(args, table)  # checked even without delete_unverified: bad input is refused
+    # Lance's delete_unverified ignores age: only when the bound is zero (the floor allows it).
+    kwargs = {"delete_unverified": bool(unverified) and min_age == timedelta(0)}
+    if args.get("older_than") is not None:
+        kwargs["older_than"] = parse_older_than(args["older_than"], table)
+    if args.get("retain_versions") is not None:
+        kwargs["retain_versions"] = args["retain_versions"]
+    ds = request.open()
+    counted: set[str] = set()  # files Lance's own dry run already counts
+    if dry_run:
+        explained = ds.explain_cleanup_old_versions(**kwargs)
+        stats = explained.stats
+        counted = {c.path.rsplit("/", 1)[-1] for c in explained.candidate_files}
+    else:
+        stats = ds.cleanup_old_versions(**kwargs)
+    data_removed = deletions_removed = bytes_removed = 0
+    # Also after Lance's delete_unverified: it leaves deletion files no version ever referenced.
+    if unverified and min_age < LANCE_UNVERIFIED_AGE:
+        file_info = _file_info(uri, storage)
+        cutoff = time.time() - min_age.total_seconds()
+        session = LanceFileSession(uri.rstrip("/"), storage or None)
+        opened = []  # the latest version, opened after the listing (see unreferenced_files)
+
+        def open_latest():
+            opened.append(request.open())
+            return opened[-1]
+
+        for name in unreferenced_files(uri, storage, open_latest):
+            info = file_info(name)
+            if info is None or info[0] > cutoff or name.rsplit("/", 1)[-1] in counted:
+                continue  # young (a writer may be about to commit it), of unknown age, or Lance's
+            if not dry_run:
+                session.delete_file(name)
+            bytes_removed += info[1]
+            if name.startswith("data/"):
+                data_removed += 1
+            else:
+                deletions_removed += 1
+        ds = opened[-1]
+    row = {"table": table, "version": ds.version, "dry_run": dry_run,
+           "old_versions": stats.old_versions,
+           "data_files_removed": stats.data_files_removed + data_removed,
+           "deletion_files_removed": stats.deletion_files_removed + deletions_removed,
+           "index_files_removed": stats.index_files_removed,
+           "transaction_files_removed": stats.transaction_files_removed,
+           "bytes_removed": stats.bytes_removed + bytes_removed}
+    return tuple(row[name] for name, _ in result_columns("cleanup_columns"))

@@ -1,0 +1,1 @@
+"""What users look at: layouts and fragment-size histograms."""

@@ -1,0 +1,182 @@
+"""The layout report: what a user looks at to decide whether to compact.
+
+``describe_layout`` returns one row (parameters.json's ``layout_columns``); with
+``histogram => true`` the fragment-size histogram as text instead, one row per line (column
+``histogram``), which spark-sql prints as it is. ``picture => 'layout.png'`` (or .svg)
+also draws it into a file on the driver, inside the folder the operator allowed
+(``spark.lance.compact.picture.dir``); ``compare_version => N`` puts version N beside the
+current one.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from typing import Any
+
+from ..runtime import driver_conf
+from ..errors import CompactionError
+from ..compaction.fragments import data_bytes, live_and_deleted
+from ..maintenance.health import table_health
+from .histogram import FragmentHistogram
+from .histogram_picture import PlotUnavailable, load_matplotlib, picture_format
+from ..compaction.history import committed_at, last_compaction
+from ..compaction.fragments import index_state
+from ..options import columns_ddl, convert_value, effective, result_columns, specs_of
+from ..maintenance.policy import resolve_policy
+from ..compaction.request import CompactionRequest
+from ..runtime.tables import open_dataset
+
+
+def _fragments(ds) -> tuple[list[int], list[int], list[int], list[float], int]:
+    """Ids, live rows, deleted rows and deleted fractions of each fragment; bytes of all."""
+    ids, live_rows, deleted_rows, fractions = [], [], [], []
+    size = 0
+    for f in ds.get_fragments():
+        m = f.metadata
+        live, deleted = live_and_deleted(m)
+        ids.append(f.fragment_id)
+        live_rows.append(live)
+        deleted_rows.append(deleted)
+        fractions.append(deleted / m.physical_rows if m.physical_rows else 0.0)
+        size += data_bytes([m]) or 0
+    return ids, live_rows, deleted_rows, fractions, size
+
+
+def picture_path(value: str, table: str) -> str:
+    """The absolute local path a ``picture`` argument names, checked before any work: inside
+    the folder the operator allowed (``spark.lance.compact.picture.dir``), no way out of it."""
+    def bad(why: str) -> CompactionError:
+        return CompactionError(f"table {table}: describe_layout parameter picture {why}, got {value!r}")
+
+    folder = driver_conf.picture_dir()
+    if folder is None:
+        raise CompactionError(
+            f"table {table}: describe_layout parameter picture is off: the engine writes pictures only "
+            f"into a folder the operator allows; set {driver_conf.PICTURE_DIR}=/some/folder in the "
+            "driver's Spark configuration (spark-submit --conf, a properties file or the session "
+            "builder; lance-spark-sql and configure_spark_with_lance_compact set it to the current "
+            "folder), or leave picture out and use histogram => true")
+    path = value.strip()
+    if path.lower().startswith("file://"):
+        path = path[len("file://"):]
+    elif re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", path):
+        raise bad("is a local file path on the driver (the engine writes it), not a URI")
+    if not path:
+        raise bad("must name a file")
+    if picture_format(path) is None:
+        raise bad("must name a .png or .svg file")
+    root = os.path.realpath(folder)
+    # Relative paths are taken inside the folder; symlinks and '..' are resolved before the check.
+    path = os.path.realpath(os.path.join(root, path))
+    if os.path.commonpath([root, path]) != root:
+        raise bad(f"must name a file inside {root} (the folder {driver_conf.PICTURE_DIR} allows)")
+    if os.path.isdir(path):
+        raise bad("names a directory; name a .png or .svg file")
+    if not os.path.isdir(os.path.dirname(path)):
+        raise bad(f"names a file in {os.path.dirname(path)}, which is not a directory on the driver")
+    return path
+
+
+def _layout_args(raw: dict[str, Any], table: str) -> dict[str, Any]:
+    """Take describe_layout's own parameters (histogram, picture, compare_version) out of
+    the request's params and check them; the rest are compaction options."""
+    specs = specs_of("layout_parameters")
+    params = dict(raw.get("params") or {})
+    args = {}
+    for name, spec in specs.items():
+        value = params.pop(name, None)
+        if value is not None:
+            args[name] = convert_value(spec, value, table)
+    raw["params"] = params
+    if "picture" in args:
+        args["picture"] = picture_path(args["picture"], table)
+        try:
+            load_matplotlib()
+        except PlotUnavailable as e:
+            raise CompactionError(f"table {table}: describe_layout parameter picture: {e}") from None
+    if "compare_version" in args and not (args.get("histogram") or "picture" in args):
+        raise CompactionError(f"table {table}: describe_layout parameter compare_version draws an "
+                              "earlier version in the histogram: give histogram => true or picture => ...")
+    return args
+
+
+def layout_result(request_json: str) -> tuple[str, list[tuple]]:
+    """The engine's answer to describe_layout: (schema DDL, rows)."""
+    raw = json.loads(request_json)
+    table = raw.get("table") or raw.get("uri")
+    args = _layout_args(raw, table)
+    row, ds, live_rows, deleted_rows, target = _layout(json.dumps(raw))
+    if not args.get("histogram") and "picture" not in args:
+        return columns_ddl(result_columns("layout_columns")), [row]
+    series, versions = [], []
+    if "compare_version" in args:
+        request = CompactionRequest.from_json(json.dumps(raw))
+        old = open_dataset(table, request.uri, request.storage_options, version=args["compare_version"])
+        _, old_live, old_deleted, _, _ = _fragments(old)
+        series.append((f"version {old.version}", old_live, old_deleted))
+        versions.append(old.version)
+    series.append((f"version {ds.version}", live_rows, deleted_rows))
+    versions.append(ds.version)
+    hist = FragmentHistogram(series, target=target, title=table, versions=versions)
+    lines = hist.text_lines()
+    if "picture" in args:
+        try:
+            hist.save(args["picture"])
+        except OSError as e:
+            raise CompactionError(f"table {table}: describe_layout parameter picture: could not write "
+                                  f"{args['picture']}: {e.strerror or e}") from None
+        lines.append(f"picture: {args['picture']}")
+    if not args.get("histogram"):
+        return columns_ddl(result_columns("layout_columns")), [row]
+    return columns_ddl(result_columns("histogram_columns")), [(line,) for line in lines]
+
+
+def _layout(request_json: str) -> tuple[tuple, Any, list[int], list[int], int]:
+    """The layout row, with the dataset, live and deleted rows per fragment and the target.
+
+    The request's target_rows_per_fragment and materialize_deletions_threshold, if given,
+    set what counts as small and as over the threshold; else the table's, else Lance's.
+    """
+    request = CompactionRequest.from_json(request_json)
+    ds = open_dataset(request.table, request.uri, request.storage_options)
+    config = ds.config() or {}
+    target = effective(config, request.options, "target_rows_per_fragment")
+    threshold = effective(config, request.options, "materialize_deletions_threshold")
+
+    ids, live_rows, deleted_rows, fractions, size = _fragments(ds)
+
+    indices = [(name, e["type"], e["fields"], e["unindexed"]) for name, e in sorted(index_state(ds).items())]
+
+    last = last_compaction(ds)
+    # The score and due steps of lance.system.table_health: the table's policy, not the
+    # target or threshold given to describe_layout.
+    raw = json.loads(request_json)
+    health = table_health(ds, resolve_policy(None, config, raw.get("maintain_settings"), request.table,
+                                             raw.get("catalog") or "<catalog>"))
+    how = None  # also when the counts cannot be known (see history.rewrite_counts)
+    if last and last.fragments_removed is not None:
+        how = f"{last.fragments_removed} fragments -> {last.fragments_added}"
+    row = {
+        "table": request.table,
+        "version": ds.version,
+        "fragments": len(ids),
+        "rows": sum(live_rows),
+        "deleted_rows": sum(deleted_rows),
+        "bytes": size,
+        "target_rows_per_fragment": target,
+        "small_fragments": sum(1 for r in live_rows if r < target),
+        "fragments_with_deletions": sum(1 for d in deleted_rows if d),
+        "fragments_over_deletion_threshold": sum(1 for x in fractions if x > threshold),
+        "max_deleted_fraction": max(fractions, default=0.0),
+        "fragment_rows": live_rows,
+        "indices": indices,
+        "last_compacted_version": last.version if last else None,
+        "last_compacted_at": committed_at(ds, last.version) if last else None,
+        "last_compaction": how,
+        "fragment_deleted_rows": deleted_rows,
+        "health_score": health.score,
+        "due": list(health.due),
+    }
+    return (tuple(row[name] for name, _ in result_columns("layout_columns")),
+            ds, live_rows, deleted_rows, target)

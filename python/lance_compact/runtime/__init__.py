@@ -1,0 +1,1 @@
+"""The engine process's plumbing: opening tables, failures, cancellation, secrets, settings, rows."""
