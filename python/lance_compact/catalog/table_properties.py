@@ -32,6 +32,7 @@ from ..options import OptionSpec, convert_value, option_specs
 from ..runtime.failures import first_part
 from ..maintenance.policy import LANCE_COMPACTION_PREFIX, PROPERTY_PREFIX, check_policy_value, policy_specs
 from ..runtime.tables import open_dataset
+from ..compaction.clustering.table_clustering import CLUSTER_BY_PROPERTY, split_changes
 
 
 # Compaction options Lance does not read from the table's config.
@@ -44,7 +45,7 @@ def lance_config_specs() -> dict[str, OptionSpec]:
 
 
 def valid_keys() -> list[str]:
-    return ([PROPERTY_PREFIX + k for k in sorted(policy_specs())]
+    return ([CLUSTER_BY_PROPERTY] + [PROPERTY_PREFIX + k for k in sorted(policy_specs())]
             + [LANCE_COMPACTION_PREFIX + k for k in sorted(lance_config_specs())])
 
 
@@ -153,7 +154,10 @@ def alter_properties(request_json: str) -> tuple[str, list[tuple]]:
     raw = json.loads(request_json)
     table = raw.get("table") or raw["uri"]
     ds = open_dataset(table, raw["uri"], raw.get("storage_options"))
-    update = checked_changes(table, dict(raw.get("set") or {}), list(raw.get("unset") or []))
+    # The clustering's keys and CLUSTER BY (compaction/clustering/table_clustering.py)
+    set_, unset, clustering = split_changes(table, ds.schema, dict(raw.get("set") or {}),
+                                            list(raw.get("unset") or []), raw.get("cluster_by"))
+    update = {**checked_changes(table, set_, unset), **clustering}
     config = ds.config() or {}
     # UNSET of a key that is not there is no change; an empty update makes no version.
     update = {k: v for k, v in update.items() if v is not None or k in config}

@@ -143,9 +143,23 @@ def make_plan(request: CompactionRequest) -> tuple[Plan, lance.LanceDataset]:
     return shape(plan, request.run), dataset
 
 
+def table_clustering(request: CompactionRequest) -> CompactionRequest:
+    """The request with the table's clustering (``lance_compact.cluster_by``) applied when it
+    gives no sort_order, and without one for ``sort_order => 'none'``."""
+    from .clustering.table_clustering import with_table_clustering
+    config = open_dataset(request.table, request.uri, request.storage_options).config()
+    return with_table_clustering(request, config)
+
+
+def _engine_context() -> Any:
+    """The engine's SparkContext (a shared maintenance run's runner has none of its own)."""
+    from pyspark import SparkContext
+    return SparkContext._active_spark_context
+
+
 def dry_run(request_json: str) -> list[tuple]:
     """``plan_compaction``: a row per task, selected or left for later; writes nothing."""
-    request = CompactionRequest.from_json(request_json)
+    request = table_clustering(CompactionRequest.from_json(request_json))
     if request.run.get("sort_order") is not None:  # clustered compaction plans its own group
         from .clustering.run import dry_run as cluster_dry_run
         return cluster_dry_run(request)
@@ -365,10 +379,10 @@ def _replan(request: CompactionRequest, conflicted: list[RewriteResult]) -> Plan
 def compact(request_json: str, runner: BatchRunner) -> tuple:
     """``compact``: plan, run every batch, commit; the result row."""
     started = time.time()
-    request = CompactionRequest.from_json(request_json)
+    request = table_clustering(CompactionRequest.from_json(request_json))
     if request.run.get("sort_order") is not None:  # clustered compaction: its own Spark jobs and commit
         from .clustering.run import cluster
-        sc = getattr(runner, "sc", None)
+        sc = getattr(runner, "sc", None) or _engine_context()
         if sc is None:
             raise CompactionError(f"table {request.table}: sort_order needs a Spark context of its own "
                                   "(not available in a shared maintenance run)")

@@ -38,7 +38,8 @@ SOURCES = ("call", "table", "catalog", "default")
 def policy_specs() -> dict[str, OptionSpec]:
     """Every policy key with its type and range (name -> spec)."""
     fields = set(OptionSpec.__dataclass_fields__)
-    rows = list(spec()["policy_keys"]) + [o for o in spec()["maintain_parameters"] if o["name"] != "dry_run"]
+    rows = list(spec()["policy_keys"]) + [o for o in spec()["maintain_parameters"]
+                                           if o["name"] not in ("dry_run", "sort_order")]
     return {o["name"]: OptionSpec(**{k: v for k, v in o.items() if k in fields}) for o in rows}
 
 

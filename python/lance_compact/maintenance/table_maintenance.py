@@ -28,6 +28,7 @@ from .version_cleanup import cleanup_row
 from ..errors import CompactionError
 from .health import compaction_due, reclaimable
 from ..compaction.fragments import index_state
+from ..compaction.clustering.table_clustering import clustering_step
 from .indices import optimize_indices_row
 from ..options import effective, procedure_args, result_columns
 from .policy import resolve_policy
@@ -56,7 +57,8 @@ def _args(raw: dict[str, Any], t: Target) -> dict[str, Any]:
     call = procedure_args("maintain", "maintain_parameters", raw.get("params"), t.table)
     policy = resolve_policy(call, t.open().config() or {}, raw.get("maintain_settings"), t.table,
                             raw.get("catalog") or "<catalog>")
-    return {**policy.maintain_args(), "dry_run": bool(call.get("dry_run", False))}
+    return {**policy.maintain_args(), "dry_run": bool(call.get("dry_run", False)),
+            "sort_order": call.get("sort_order")}
 
 
 def compact_step(t: Target, args: dict[str, Any], runner: Any, dry: bool) -> dict[str, Any]:
@@ -75,7 +77,8 @@ def compact_step(t: Target, args: dict[str, Any], runner: Any, dry: bool) -> dic
                       "and none over the deletion threshold): ") + facts}
     if due and not dry:
         request = {**t.base(), "params": dict(given)}
-        if args.get("max_bytes") is not None:  # a budget: the best tasks first, committed as they finish
+        clustered = clustering_step(request, args.get("sort_order"), config, args.get("max_bytes"))
+        if args.get("max_bytes") is not None and not clustered:  # a budget: the best tasks first, committed as they finish
             request.update(strategy="io_bounded", options={"max_bytes": str(args["max_bytes"])})
             request["params"].update(partial_progress=True, max_commits=4)
         r = dict(zip([c for c, _ in result_columns()], orchestrate.compact(json.dumps(request), runner)))

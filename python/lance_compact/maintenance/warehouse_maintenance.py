@@ -40,7 +40,7 @@ from ..compaction.shared_jobs import SharedJobs
 log = logging.getLogger(__name__)
 
 # Parameters of the run itself; the others are policy keys (maintain's thresholds).
-RUN_KEYS = ("dry_run", "max_tables", "max_bytes", "max_duration", "parallelism", "exclude")
+RUN_KEYS = ("dry_run", "max_tables", "max_bytes", "max_duration", "parallelism", "exclude", "sort_order")
 def parse_duration(text: str, what: str = "max_duration") -> timedelta:
     """'10 minutes', '90 seconds', '1 hour', '2 days' (version_cleanup's durations)."""
     duration = version_cleanup.parse_duration(text, f"maintain_warehouse: {what}")
@@ -63,6 +63,7 @@ class Table:
     evaluated_ms: int = 0
     cancelled: str | None = None  # why a step of it was cancelled
     rows: list[dict[str, Any]] = field(default_factory=list)
+    sort_order: str | None = None  # the call's sort_order (clustering/table_clustering.py)
 
     @property
     def score(self) -> int | None:
@@ -74,7 +75,7 @@ class Table:
 
     def args(self) -> dict[str, Any]:
         """maintain's thresholds from the table's policy."""
-        return self.policy.maintain_args()
+        return {**self.policy.maintain_args(), "sort_order": self.sort_order}
 
     def skip(self, reason: str, error: str | None = None) -> None:
         self.rows = [{"step": "all", "ran": False, "reason": reason, "outcome": None, "error": error,
@@ -223,7 +224,8 @@ def maintain_warehouse(request_json: str, run_packed: Callable) -> list[Table]:
     storage = dict(raw.get("storage_options") or {})
     settings = dict(raw.get("maintain_settings") or {})
     catalog = raw.get("catalog") or "lance"
-    tables = [Table(Target(e["table"], e["uri"], storage)) for e in raw.get("tables") or []]
+    tables = [Table(Target(e["table"], e["uri"], storage), sort_order=args.get("sort_order"))
+              for e in raw.get("tables") or []]
     workers = max(1, min(args["parallelism"], len(tables) or 1))
     with ThreadPoolExecutor(workers, thread_name_prefix="maintain-warehouse") as pool:
         list(pool.map(lambda t: _evaluate(t, call_args, settings, catalog),

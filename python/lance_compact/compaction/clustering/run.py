@@ -32,6 +32,7 @@ from .commit import (IndexCoverage, commit_rewrite, indices_covering, new_fragme
                      restore_indices)
 from .plan import ClusterPlan, plan_clustering
 from .sort_order import SortOrder, check_columns, parse_sort_order
+from .table_clustering import CLUSTER_BY_PROPERTY
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,19 @@ UNSUPPORTED_RUN = {"partial_progress": False, "where": None, "min_input_fragment
 
 
 def _check_request(request: CompactionRequest) -> None:
-    """Refuse what a clustering run cannot honour, naming it."""
+    """Refuse what a clustering run cannot honour, naming it (and, when the order is the
+    table's own clustering, how to compact without it)."""
+    try:
+        _check_options(request)
+    except CompactionError as e:
+        if not request.run.get("sort_order_from_table"):
+            raise
+        raise CompactionError(
+            f"{e.message} (the sort order {request.run['sort_order']!r} is the table's clustering, table "
+            f"property {CLUSTER_BY_PROPERTY}; pass sort_order => 'none' for a plain compaction)") from None
+
+
+def _check_options(request: CompactionRequest) -> None:
     t = request.table
     if request.strategy not in ("default",):
         raise CompactionError(f"table {t}: sort_order cannot be combined with strategy {request.strategy!r} "

@@ -212,13 +212,16 @@ class LanceCatalog extends TableCatalog with SupportsNamespaces with ProcedureCa
                            properties: util.Map[String, String]): Table = writesElsewhere("create")
 
   /** `ALTER TABLE ... SET / UNSET TBLPROPERTIES`: the table's maintenance settings
-   * (`lance_compact.maintain.*`, `lance.compaction.*`), written into the Lance table's config
-   * in one commit by the engine, which checks every key and value first. Nothing else. */
+   * (`lance_compact.maintain.*`, `lance.compaction.*`, `lance_compact.cluster_by`), written into
+   * the Lance table's config in one commit by the engine, which checks every key and value first;
+   * `ALTER TABLE ... CLUSTER BY (a, b) | NONE` sets or removes `lance_compact.cluster_by`. Nothing else. */
   override def alterTable(ident: Identifier, changes: TableChange*): Table = userErrors(ident) {
-    val other = changes.filterNot(c => c.isInstanceOf[TableChange.SetProperty] || c.isInstanceOf[TableChange.RemoveProperty])
+    val other = changes.filterNot(c => c.isInstanceOf[TableChange.SetProperty] ||
+      c.isInstanceOf[TableChange.RemoveProperty] || c.isInstanceOf[TableChange.ClusterBy])
     if (other.nonEmpty) throw new UnsupportedOperationException(
       s"catalog $catalogName: ALTER TABLE only sets or unsets the table's maintenance properties here " +
-        s"(lance_compact.maintain.*, lance.compaction.*); ${other.map(_.getClass.getSimpleName).distinct.mkString(", ")} " +
+        s"(lance_compact.maintain.*, lance.compaction.*, lance_compact.cluster_by) or its clustering (CLUSTER BY); " +
+        s"${other.map(_.getClass.getSimpleName).distinct.mkString(", ")} " +
         "is not supported: change a table's schema or location with Lance (pylance) or lance-spark")
     val location = warehouseRef.requireTable(ident)
     val request = ref(ident, location).request { r =>
@@ -227,6 +230,11 @@ class LanceCatalog extends TableCatalog with SupportsNamespaces with ProcedureCa
       changes.foreach {
         case s: TableChange.SetProperty => set.put(s.property, s.value)
         case u: TableChange.RemoveProperty => unset.add(u.property)
+        // CLUSTER BY (a, b) / CLUSTER BY NONE: the engine turns the columns (each a field path)
+        // into the lance_compact.cluster_by property, checked against the schema; none: []
+        case c: TableChange.ClusterBy =>
+          val columns = r.putArray("cluster_by")
+          c.clusteringColumns.foreach(ref => ref.fieldNames.foldLeft(columns.addArray())((a, n) => a.add(n)))
         case _ =>
       }
     }

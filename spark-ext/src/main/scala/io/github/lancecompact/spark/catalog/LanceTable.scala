@@ -5,6 +5,7 @@ import java.util
 import scala.jdk.CollectionConverters._
 
 import org.apache.spark.sql.connector.catalog._
+import org.apache.spark.sql.connector.expressions.{ClusterByTransform, Expressions, Transform}
 import org.apache.spark.sql.connector.expressions.filter.Predicate
 import org.apache.spark.sql.connector.read.ScanBuilder
 import org.apache.spark.sql.connector.write.{LogicalWriteInfo, RowLevelOperationBuilder, RowLevelOperationInfo, WriteBuilder}
@@ -37,6 +38,13 @@ final class LanceTable(ref: TableRef) extends Table with SupportsRead with Suppo
   override def properties(): util.Map[String, String] =
     (described._4 ++ Map("location" -> ref.location, "provider" -> "lance", "version" -> described._3.toString)).asJava
 
+  /** DESCRIBE TABLE EXTENDED shows "# Clustering Information" from a ClusterByTransform here
+   * (Spark's DescribeTableExec reads `partitioning`): the columns of `lance_compact.cluster_by`. */
+  override def partitioning(): Array[Transform] =
+    described._4.get(LanceTable.ClusterByKey).map(LanceTable.clusterColumns).filter(_.nonEmpty)
+      .map(cols => Array[Transform](ClusterByTransform(cols.map(c => Expressions.column("`" + c.replace("`", "``") + "`")))))
+      .getOrElse(Array.empty)
+
   override def newScanBuilder(options: CaseInsensitiveStringMap): ScanBuilder =
     new LanceScanBuilder(ref.copy(version = Some(ref.version.getOrElse(described._3))), schema())
 
@@ -45,4 +53,31 @@ final class LanceTable(ref: TableRef) extends Table with SupportsRead with Suppo
   override def deleteWhere(predicates: Array[Predicate]): Unit = ReadOnly.refuse(ref.name, "delete from")
   override def newRowLevelOperationBuilder(info: RowLevelOperationInfo): RowLevelOperationBuilder =
     ReadOnly.refuse(ref.name, "update, delete from or merge into")
+}
+
+object LanceTable {
+  val ClusterByKey = "lance_compact.cluster_by"
+
+  /** The column names of a stored sort order (`zorder(a, b)` or `a DESC NULLS LAST, b`),
+   * back-quotes undone; the engine checked the text when it was set. */
+  def clusterColumns(order: String): Seq[String] = {
+    val z = "(?is)^\\s*zorder\\s*\\((.*)\\)\\s*$".r
+    val body = order match { case z(inner) => inner; case other => other }
+    val parts = scala.collection.mutable.ArrayBuffer(new StringBuilder)
+    var quoted = false
+    body.foreach { ch =>
+      if (ch == '`') quoted = !quoted
+      if (ch == ',' && !quoted) parts += new StringBuilder else parts.last.append(ch)
+    }
+    parts.toSeq.map(_.toString.trim).filter(_.nonEmpty).map { p =>
+      if (p.startsWith("`")) {
+        val name = new StringBuilder
+        var i = 1
+        while (i < p.length && !(p(i) == '`' && !(i + 1 < p.length && p(i + 1) == '`'))) {
+          name.append(p(i)); i += (if (p(i) == '`') 2 else 1)
+        }
+        name.toString
+      } else p.split("\\s+").head
+    }
+  }
 }

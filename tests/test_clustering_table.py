@@ -1,0 +1,151 @@
+"""The clustering kept with the table (``lance_compact.cluster_by``): ALTER TABLE ... CLUSTER BY
+(a, b) / CLUSTER BY NONE, SET / UNSET TBLPROPERTIES, SHOW TBLPROPERTIES and DESCRIBE TABLE
+EXTENDED, bad values refused with the version unchanged, and compact, plan_compaction,
+maintain and maintain_warehouse clustering a table that has one unless told
+``sort_order => 'none'``. Real Spark, real Lance tables; one session."""
+from __future__ import annotations
+
+import lance
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from conftest import lance_session, refused
+from lance_compact import maintain
+from test_clustering import content, make_table, rows
+
+KEY = "lance_compact.cluster_by"
+
+
+@pytest.fixture(scope="module")
+def spark(warehouse):
+    session = lance_session("local[2]", "lance-compact-clustering-table", str(warehouse),
+                            {"spark.sql.shuffle.partitions": "2"})
+    yield session
+    session.stop()
+
+
+def props(spark, table: str) -> dict:
+    return {r.key: r.value for r in spark.sql(f"SHOW TBLPROPERTIES lance.{table}").collect()}
+
+
+def config(uri: str) -> dict:
+    return dict(lance.dataset(uri).config() or {})
+
+
+def in_order(uri: str, keys) -> bool:
+    t = lance.dataset(uri).to_table(columns=[k for k, _, _ in keys])
+    return pc.sort_indices(t, sort_keys=keys).to_pylist() == list(range(t.num_rows))
+
+
+def test_cluster_by_sets_and_clears_the_property(spark, warehouse):
+    uri = make_table(warehouse, "cb", fragments=3, indices=False)
+    spark.sql("ALTER TABLE lance.db.cb CLUSTER BY (tenant, ts)")
+    assert config(uri)[KEY] == "zorder(tenant, ts)"
+    assert props(spark, "db.cb")[KEY] == "zorder(tenant, ts)"
+    described = {r.col_name: r.data_type for r in spark.sql("DESCRIBE TABLE EXTENDED lance.db.cb").collect()}
+    assert "# Clustering Information" in described, described
+    assert described.get("tenant") and described.get("ts")
+
+    spark.sql("ALTER TABLE lance.db.cb CLUSTER BY (tenant)")  # one column: a linear sort by it
+    assert config(uri)[KEY] == "tenant ASC NULLS FIRST"
+
+    spark.sql("ALTER TABLE lance.db.cb CLUSTER BY NONE")
+    assert KEY not in config(uri) and KEY not in props(spark, "db.cb")
+    described = [r.col_name for r in spark.sql("DESCRIBE TABLE EXTENDED lance.db.cb").collect()]
+    assert "# Clustering Information" not in described
+
+
+def test_set_and_unset_tblproperties(spark, warehouse):
+    uri = make_table(warehouse, "cbset", fragments=2, indices=False)
+    spark.sql(f"ALTER TABLE lance.db.cbset SET TBLPROPERTIES ('{KEY}' = 'zorder(tenant, `ts`)')")
+    assert props(spark, "db.cbset")[KEY] == "zorder(tenant, ts)"
+    spark.sql(f"ALTER TABLE lance.db.cbset SET TBLPROPERTIES ('{KEY}' = 'ts desc')")
+    assert props(spark, "db.cbset")[KEY] == "ts DESC NULLS LAST"
+    spark.sql(f"ALTER TABLE lance.db.cbset UNSET TBLPROPERTIES ('{KEY}')")
+    assert KEY not in config(uri)
+
+
+@pytest.fixture(scope="module")
+def odd(warehouse):
+    uri = str(warehouse / "db" / "cbodd.lance")
+    t = rows(0, 100, 1).append_column("point", pa.array([{"x": 1, "y": 2}] * 100))
+    lance.write_dataset(t, uri)
+    return uri
+
+
+@pytest.mark.parametrize("statement, match", [
+    (f"SET TBLPROPERTIES ('{KEY}' = 'nope')", f"table property {KEY} column 'nope' does not exist"),
+    (f"SET TBLPROPERTIES ('{KEY}' = 'vector')", "'vector' is a vector"),
+    (f"SET TBLPROPERTIES ('{KEY}' = 'zorder(tenant)')", "zorder needs at least two columns"),
+    (f"SET TBLPROPERTIES ('{KEY}' = 'tenant ASC DESC')", "is not 'column"),
+    (f"SET TBLPROPERTIES ('{KEY}' = 'point')", "'point' is a nested column"),
+    ("SET TBLPROPERTIES ('lance_compact.clustering.fragments' = '{}')", "clustering's own record"),
+    ("CLUSTER BY (nope)", "CLUSTER BY column 'nope' does not exist"),
+    ("CLUSTER BY (tenant, vector)", "CLUSTER BY column 'vector' is a vector"),
+    ("CLUSTER BY (point.x)", "'point.x' is a nested field"),
+])
+def test_bad_clusterings_are_refused(spark, odd, statement, match):
+    with refused(odd, match):
+        spark.sql(f"ALTER TABLE lance.db.cbodd {statement}")
+    assert KEY not in config(odd)
+
+
+def test_compact_and_plan_use_the_tables_clustering(spark, warehouse):
+    uri = make_table(warehouse, "cbrun", fragments=6, indices=False)
+    expected = content(lance.dataset(uri))
+    spark.sql("ALTER TABLE lance.db.cbrun CLUSTER BY (tenant)")
+    plan = spark.sql("CALL lance.plan_compaction(table => 'db.cbrun', target_rows_per_fragment => 1000)").collect()
+    assert len(plan) == 1 and "cluster by tenant ASC NULLS FIRST" in plan[0].reason
+    plain = spark.sql("CALL lance.plan_compaction(table => 'db.cbrun', target_rows_per_fragment => 1000, "
+                      "sort_order => 'none')").collect()
+    assert all("cluster by" not in (p.reason or "") for p in plain)
+
+    r = spark.sql("CALL lance.compact(table => 'db.cbrun', target_rows_per_fragment => 1000)").collect()[0]
+    assert r.strategy == "clustering" and r.sort_order == "tenant ASC NULLS FIRST"
+    assert content(lance.dataset(uri)) == expected
+    assert in_order(uri, [("tenant", "ascending", "at_start")])
+
+    # A run option a clustering cannot honour: the error says the order is the table's and how to skip it.
+    with refused(uri, "is the table's clustering.*sort_order => 'none'"):
+        spark.sql("CALL lance.compact(table => 'db.cbrun', strategy => 'io_bounded')").collect()
+    # sort_order => 'none': a plain compaction, the property stays.
+    lance.write_dataset(rows(10_000, 50, 9), uri, mode="append")
+    lance.write_dataset(rows(10_050, 50, 10), uri, mode="append")
+    r = spark.sql("CALL lance.compact(table => 'db.cbrun', sort_order => 'none')").collect()[0]
+    assert r.strategy != "clustering" and r.sort_order is None and r.fragments_removed >= 2
+    assert config(uri)[KEY] == "tenant ASC NULLS FIRST"
+
+
+def test_maintain_and_maintain_warehouse_cluster(spark, warehouse):
+    uri = make_table(warehouse, "cbmaint", fragments=20, per=50, indices=False)
+    expected = content(lance.dataset(uri))
+    spark.sql("ALTER TABLE lance.db.cbmaint CLUSTER BY (ts)")
+    out = {r.step: r for r in maintain(spark, "db.cbmaint", target_rows_per_fragment=300,
+                                       older_than="36500 days").collect()}
+    assert out["compact"].ran, out["compact"]
+    assert content(lance.dataset(uri)) == expected
+    assert in_order(uri, [("ts", "ascending", "at_start")])
+
+    # maintain_warehouse: a table with small fragments again; sort_order => 'none' compacts it plainly,
+    # the default clusters it by its own clustering.
+    for i in range(20):
+        lance.write_dataset(rows(20_000 + i * 20, 20, 100 + i), uri, mode="append")
+    expected = content(lance.dataset(uri))
+    wh = spark.sql("CALL lance.maintain_warehouse(namespace => 'db', sort_order => 'none', "
+                   "min_small_fragments => 10, older_than => '36500 days', exclude => "
+                   "'db.cb,db.cbset,db.cbodd,db.cbrun')").collect()
+    step = [r for r in wh if r.table == "db.cbmaint" and r.step == "compact"][0]
+    assert step.ran and step.error is None, step
+    assert content(lance.dataset(uri)) == expected
+    assert not in_order(uri, [("ts", "ascending", "at_start")])  # appended rows, not clustered
+    for i in range(20):
+        lance.write_dataset(rows(40_000 + i * 20, 20, 200 + i), uri, mode="append")
+    expected = content(lance.dataset(uri))
+    wh = spark.sql("CALL lance.maintain_warehouse(namespace => 'db', min_small_fragments => 10, "
+                   "target_rows_per_fragment => 500, older_than => '36500 days', "
+                   "exclude => 'db.cb,db.cbset,db.cbodd,db.cbrun')").collect()
+    step = [r for r in wh if r.table == "db.cbmaint" and r.step == "compact"][0]
+    assert step.ran and step.error is None, step
+    assert content(lance.dataset(uri)) == expected
+    assert in_order(uri, [("ts", "ascending", "at_start")])
