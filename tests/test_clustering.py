@@ -120,7 +120,7 @@ def test_linear_sort_through_call(spark, warehouse):
     assert r.fragments_removed == 8 and r.fragments_added == len(after.get_fragments()) == dry[0].expected_output_fragments
     assert all(f.count_rows() <= 1000 for f in after.get_fragments())
     assert r.rows_rewritten == before.count_rows() and r.deleted_rows_removed == deleted > 0
-    assert r.commits == 2 and r.retries == 0 and r.conflicts is None  # the Rewrite and optimize_indices
+    assert r.commits == 3 and r.retries == 0 and r.conflicts is None  # the Rewrite, the record, optimize_indices
     assert "tenant_idx" in r.index_coverage and "ts_idx" in r.index_coverage and "restored" in r.index_coverage
     assert content(after) == expected  # every row once, every column exact, the vector too
     assert all(f.metadata.num_deletions == 0 for f in after.get_fragments())
@@ -141,7 +141,7 @@ def test_zorder_through_pyspark(spark, warehouse):
     assert len(plan) == 1 and plan[0].expected_output_fragments == math.ceil(before.count_rows() / (250 * FILL))
     r = compact(spark, "db.zorder", sort_order="zorder(tenant, ts)", target_rows_per_fragment=250).collect()[0]
     after = lance.dataset(uri)
-    assert r.sort_order == "zorder(tenant, ts)" and r.index_coverage is None and r.commits == 1
+    assert r.sort_order == "zorder(tenant, ts)" and r.index_coverage is None and r.commits == 2  # the Rewrite and the record (state.py)
     assert content(after) == expected
     n = len(after.get_fragments())
     assert n >= 15
@@ -211,7 +211,7 @@ def test_a_concurrent_delete_is_never_lost_or_resurrected(spark, warehouse):
              "options => map('test_before_commit', 'writers.delete_in_first_fragment')")
     after = lance.dataset(uri)
     assert r.retries == 1 and "preempted by concurrent transaction Delete" in r.conflicts
-    assert r.tasks_conflicted == 0 and r.commits == 2
+    assert r.tasks_conflicted == 0 and r.commits == 3
     expected = content(before).filter(pc.invert(pc.is_in(content(before)["id"], pa.array(gone))))
     assert content(after) == expected
     assert answers(after) == answers(lance.dataset(uri, version=before.version + 1))  # the delete's version
@@ -235,7 +235,7 @@ def test_restore_indices_false_leaves_coverage_to_optimize_indices(spark, wareho
     expected = answers(before)
     r = call(spark, "db.noindex", "sort_order => 'tenant DESC', options => map('restore_indices', 'false')")
     after = lance.dataset(uri)
-    assert r.commits == 1 and "restore_indices=false" in r.index_coverage
+    assert r.commits == 2 and "restore_indices=false" in r.index_coverage
     assert unindexed(after) == {"tenant_idx": 1, "ts_idx": 1}
     assert answers(after) == expected  # still right: the uncovered fragment is scanned
 

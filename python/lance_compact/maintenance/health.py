@@ -49,6 +49,7 @@ import lance
 from .version_cleanup import parse_older_than
 from ..compaction.fragments import data_bytes, live_and_deleted
 from ..compaction.history import last_compaction
+from ..compaction.clustering.state import clustering_columns
 from ..compaction.fragments import index_state
 from ..options import effective
 from .policy import Policy
@@ -172,6 +173,7 @@ def table_health(ds: lance.LanceDataset, policy: Policy, now: datetime | None = 
         "reclaimable_bytes": None,
         "hours_since_compaction": hours,
         "last_compacted_version": last.version if last else None,
+        **clustering_columns(ds),  # compaction/clustering/state.py
     }
     due = [s for s, d in zip(STEPS, (compact, bool(lagging), bool(old))) if d]
     kept = f"the newest {retain}" if retain else "the current one"

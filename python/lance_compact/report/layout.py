@@ -25,6 +25,7 @@ from ..compaction.fragments import index_state
 from ..options import columns_ddl, convert_value, effective, result_columns, specs_of
 from ..maintenance.policy import resolve_policy
 from ..compaction.request import CompactionRequest
+from ..compaction.clustering.state import clustering_columns
 from ..runtime.tables import open_dataset
 
 
@@ -177,6 +178,7 @@ def _layout(request_json: str) -> tuple[tuple, Any, list[int], list[int], int]:
         "fragment_deleted_rows": deleted_rows,
         "health_score": health.score,
         "due": list(health.due),
+        **clustering_columns(ds),  # compaction/clustering/state.py
     }
     return (tuple(row[name] for name, _ in result_columns("layout_columns")),
             ds, live_rows, deleted_rows, target)

@@ -26,6 +26,7 @@ import pyarrow as pa
 from .keys import (column_bounds, from_ipc, linear_partitions, order_indices,
                    pick_bounds, to_ipc, z_bounds, z_partitions, zvalues)
 from .sort_order import SortOrder
+from .state import codes, open_domain
 
 # The sample: this many rows per output partition (at least MIN_SAMPLE, at most MAX_SAMPLE).
 SAMPLE_PER_PARTITION = 1_000  # a partition's size is then off by about 3%
@@ -101,6 +102,7 @@ class Written:
     rows: int
     bytes: int
     peak_rss: int = 0  # the Python worker's peak resident memory so far, bytes (Linux)
+    ranges: tuple[tuple[int, int], ...] = ()  # per new fragment: its lowest and highest code (state.py)
 
 
 @dataclass(frozen=True)
@@ -154,6 +156,7 @@ class _Writer:
     bounds: Bounds
     target_rows: int
     max_bytes_per_file: int | None
+    domain: tuple[bytes, ...] = ()  # the record's code bounds (state.py)
 
     def __call__(self, index: int, items: Iterator[tuple[int, bytes]]) -> Iterator[Written]:
         parts = [from_ipc(blob) for _, blob in items]
@@ -175,15 +178,51 @@ class _Writer:
         new = lance.fragment.write_fragments(rows, self.source.uri,
                                              storage_options=self.source.storage_options or None, **kwargs)
         written = sum(f.file_size_bytes or 0 for m in new for f in m.data_files())
+        ranges: list[tuple[int, int]] = []
+        if self.domain:  # the new fragments hold consecutive slices of the sorted rows
+            code = codes(rows, self.order, open_domain(self.domain))
+            at = 0
+            for m in new:
+                piece = code[at:at + m.physical_rows]
+                at += m.physical_rows
+                ranges.append((int(piece.min()), int(piece.max())) if len(piece) else (0, 0))
         return iter([Written(index, tuple(json.dumps(m.to_json()) for m in new), rows.num_rows, written,
-                             resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)])
+                             resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, tuple(ranges))])
+
+
+@dataclass(frozen=True)
+class _Ranger:
+    """Each fragment's lowest and highest code (its key range under the record's domain)."""
+
+    source: Source
+    order: SortOrder
+    domain: tuple[bytes, ...]
+
+    def __call__(self, fragment_ids: Iterator[int]) -> Iterator[tuple[int, int, int]]:
+        ds = self.source.open()
+        domain = open_domain(self.domain)
+        for fid in fragment_ids:
+            keys = ds.scanner(fragments=[ds.get_fragment(fid)], columns=self.order.columns).to_table()
+            if keys.num_rows:
+                code = codes(keys, self.order, domain)
+                yield fid, int(code.min()), int(code.max())
+
+
+def code_ranges(sc, source: Source, order: SortOrder, domain: tuple[bytes, ...],
+                fragment_ids: list[int]) -> dict[int, tuple[int, int]]:
+    """The key range (codes) of each fragment, read on executors (key columns only)."""
+    if not fragment_ids:
+        return {}
+    out = sc.parallelize(fragment_ids, max(1, min(len(fragment_ids), sc.defaultParallelism))) \
+        .mapPartitions(_Ranger(source, order, domain)).collect()
+    return {fid: (lo, hi) for fid, lo, hi in out}
 
 
 def rewrite(sc, source: Source, order: SortOrder, bounds: Bounds, fragment_ids: list[int],
-            target_rows: int, max_bytes_per_file: int | None) -> list[Written]:
+            target_rows: int, max_bytes_per_file: int | None, domain: tuple[bytes, ...] = ()) -> list[Written]:
     """Job 2: route, shuffle, sort and write; the partitions' outcomes in partition order."""
     router = _Router(source, order, bounds, target_rows)
-    writer = _Writer(source, order, bounds, target_rows, max_bytes_per_file)
+    writer = _Writer(source, order, bounds, target_rows, max_bytes_per_file, domain)
     n = bounds.partitions
     # A map task reads its fragments one chunk at a time, so it may take several: as many
     # tasks as output partitions (at least one per core) is enough.
@@ -197,4 +236,4 @@ def _identity(partition: int) -> int:
     return partition
 
 
-__all__ = ["Bounds", "Source", "Written", "make_bounds", "rewrite", "sample_keys"]
+__all__ = ["Bounds", "Source", "Written", "code_ranges", "make_bounds", "rewrite", "sample_keys"]

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 import lance
 
 from ...errors import CompactionError
 from ...options import effective
 from .sort_order import SortOrder
+from .state import components, depth
 
 
 # Partitions are planned this full: bounds come from a sample, so a partition's size is off
@@ -32,7 +33,9 @@ class ClusterGroup:
 
 @dataclass(frozen=True)
 class ClusterPlan:
-    """The plan at ``read_version``: the group, the partitions, the target rows per fragment."""
+    """The plan at ``read_version``: the group, the partitions, the target rows per fragment;
+    ``incremental``: the group is what an incremental run picked (``left``: fragments needing
+    clustering that the budgets left for a later run)."""
 
     read_version: int
     order: SortOrder
@@ -40,9 +43,16 @@ class ClusterPlan:
     partitions: int
     target_rows: int
     max_bytes_per_file: int | None
+    incremental: bool = False
+    left: int = 0
 
     def reason(self) -> str:
-        return (f"cluster by {self.order.text()}: {self.group.rows} live rows range-partitioned into "
+        if not self.group.fragment_ids:
+            return f"cluster by {self.order.text()}: nothing to do (every fragment clustered, no key ranges overlap)"
+        how = (f"incremental: {len(self.group.fragment_ids)} unclustered or overlapping fragments"
+               + (f", {self.left} left for a later run by the budgets" if self.left else "")
+               if self.incremental else "full")
+        return (f"cluster by {self.order.text()} ({how}): {self.group.rows} live rows range-partitioned into "
                 f"{self.partitions} sorted partitions of about {self.target_rows} rows")
 
 
@@ -50,9 +60,51 @@ def _fragment_bytes(meta: Any) -> int:
     return sum(f.file_size_bytes or 0 for f in meta.data_files())
 
 
+BUDGETS = ("max_source_fragments", "max_source_rows", "max_source_bytes")
+
+
+def select_incremental(metas: list[Any], known: dict[int, tuple[int, int]],
+                       unclustered_ranges: dict[int, tuple[int, int]],
+                       options: dict[str, Any]) -> tuple[list[int], int]:
+    """What an incremental run rewrites: groups of fragments whose key ranges overlap (the
+    unclustered ones with their ranges read now), deepest group first, each whole while the
+    budgets allow, then as much of the next as fits; (fragment ids, fragments left)."""
+    by_id = {m.id: m for m in metas}
+    unclustered = {m.id for m in metas if m.id not in known}
+    ranges = {f: r for f, r in known.items() if f in by_id}
+    ranges.update({f: unclustered_ranges[f] for f in unclustered if f in unclustered_ranges})
+    todo = [c for c in components(ranges) if len(c) > 1 or unclustered & set(c)]
+    # fragments with no range (no live rows read): rewrite them too
+    todo += [[f] for f in sorted(unclustered - set(ranges))]
+    todo.sort(key=lambda c: (-depth([ranges[f] for f in c if f in ranges], 0), -len(c), c[0]))
+    limits = {k: options.get(k) for k in BUDGETS if options.get(k) is not None}
+    used = {"max_source_fragments": 0, "max_source_rows": 0, "max_source_bytes": 0}
+    picked: list[int] = []
+    wanted = sum(len(c) for c in todo)
+
+    def cost(f: int) -> dict[str, int]:
+        m = by_id[f]
+        return {"max_source_fragments": 1, "max_source_rows": m.num_rows, "max_source_bytes": _fragment_bytes(m)}
+
+    def fits(extra: dict[str, int]) -> bool:
+        return all(used[k] + extra[k] <= v for k, v in limits.items())
+
+    for c in todo:
+        whole = {k: sum(cost(f)[k] for f in c) for k in used}
+        members = c if fits(whole) else sorted(c, key=lambda f: (f not in unclustered, ranges.get(f, (0, 0))))
+        for f in members:
+            if fits(cost(f)):
+                picked.append(f)
+                used = {k: used[k] + cost(f)[k] for k in used}
+    return sorted(picked), wanted - len(picked)
+
+
 def plan_clustering(dataset: lance.LanceDataset, order: SortOrder, options: dict[str, Any],
-                    table: str) -> ClusterPlan:
-    """The plan on ``dataset`` (its version is the read version)."""
+                    table: str, known: dict[int, tuple[int, int]] | None = None,
+                    ranges_of: Callable[[list[int]], dict[int, tuple[int, int]]] | None = None) -> ClusterPlan:
+    """The plan on ``dataset`` (its version is the read version): every fragment (a full run,
+    ``known`` None), or an incremental run's choice given the record's ranges ``known`` and
+    ``ranges_of`` (reads the unclustered fragments' ranges)."""
     excluded = set(options.get("excluded_fragment_ids") or [])
     metas = [f.metadata for f in dataset.get_fragments() if f.fragment_id not in excluded]
     rows = sum(m.num_rows for m in metas)  # live rows (num_deletions are not in it)
@@ -60,8 +112,15 @@ def plan_clustering(dataset: lance.LanceDataset, order: SortOrder, options: dict
         raise CompactionError(f"table {table}: no live rows to cluster at version {dataset.version} "
                               f"({len(metas)} fragments considered)")
     target = int(effective(dataset.config(), options, "target_rows_per_fragment"))
+    left = 0
+    if known is not None:
+        unclustered = [m.id for m in metas if m.id not in known]
+        ids, left = select_incremental(metas, known, ranges_of(unclustered) if ranges_of else {}, options)
+        chosen = set(ids)
+        metas = [m for m in metas if m.id in chosen]
+    rows = sum(m.num_rows for m in metas)
     group = ClusterGroup(tuple(m.id for m in metas), rows, sum(m.num_deletions for m in metas),
                          sum(_fragment_bytes(m) for m in metas))
     partitions = max(1, math.ceil(rows / (target * FILL)))
     return ClusterPlan(dataset.version, order, group, partitions, target,
-                       options.get("max_bytes_per_file"))
+                       options.get("max_bytes_per_file"), known is not None, left)

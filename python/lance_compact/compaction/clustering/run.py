@@ -32,13 +32,15 @@ from .commit import (IndexCoverage, commit_rewrite, indices_covering, new_fragme
                      restore_indices)
 from .plan import ClusterPlan, plan_clustering
 from .sort_order import SortOrder, check_columns, parse_sort_order
-from .table_clustering import CLUSTER_BY_PROPERTY
+from .state import STATE_KEY, ClusteringState, make_domain
+from .table_clustering import CLUSTER_BY_PROPERTY, table_sort_order
 
 log = logging.getLogger(__name__)
 
 # Lance options that mean something to a clustering run; the others would be silently
 # ignored, so they are refused.
-ALLOWED_OPTIONS = {"target_rows_per_fragment", "max_bytes_per_file", "excluded_fragment_ids"}
+ALLOWED_OPTIONS = {"target_rows_per_fragment", "max_bytes_per_file", "excluded_fragment_ids",
+                   "max_source_fragments", "max_source_rows", "max_source_bytes"}
 # Run settings whose defaults a clustering run accepts but whose other values it cannot honour yet.
 UNSUPPORTED_RUN = {"partial_progress": False, "where": None, "min_input_fragments": 1, "task_order": "plan"}
 
@@ -83,10 +85,42 @@ def prepare(request: CompactionRequest) -> tuple[SortOrder, lance.LanceDataset]:
     return order, dataset
 
 
+def _record(request: CompactionRequest, order: SortOrder, dataset: lance.LanceDataset) -> ClusteringState | None:
+    """The clustering's record for this order, unless the run is a full one."""
+    if request.run.get("full"):
+        return None
+    state = ClusteringState.from_config(dataset.config())
+    return state.for_order(order) if state is not None else None
+
+
+def _plan(sc: Any, request: CompactionRequest, order: SortOrder, dataset: lance.LanceDataset,
+          state: ClusteringState | None) -> ClusterPlan:
+    """A full plan without a record, else the incremental one (the unclustered fragments' key
+    ranges are read on executors, key columns only)."""
+    if request.run.get("full"):
+        return plan_clustering(dataset, order, request.options, request.table)
+    if state is None:  # nothing clustered by this order yet: every fragment is unclustered
+        return plan_clustering(dataset, order, request.options, request.table, {})
+    source = jobs.Source(request.uri, request.storage_options, dataset.version)
+
+    def ranges_of(ids: list[int]) -> dict[int, tuple[int, int]]:
+        sc.setJobDescription(f"lance.compact {request.table}: key ranges of {len(ids)} unclustered fragments")
+        try:
+            return jobs.code_ranges(sc, source, order, state.domain, ids)
+        finally:
+            sc.setJobDescription(None)
+    return plan_clustering(dataset, order, request.options, request.table, state.ranges, ranges_of)
+
+
+def _context() -> Any:
+    from pyspark import SparkContext
+    return SparkContext._active_spark_context
+
+
 def dry_run(request: CompactionRequest) -> list[tuple]:
     """plan_compaction with sort_order: one row per group (parameters.json ``plan_columns``)."""
     order, dataset = prepare(request)
-    plan = plan_clustering(dataset, order, request.options, request.table)
+    plan = _plan(_context(), request, order, dataset, _record(request, order, dataset))
     g = plan.group
     return [(0, plan.read_version, True, list(g.fragment_ids), len(g.fragment_ids), g.rows,
              g.deleted_rows, g.bytes, plan.reason(), plan.partitions)]
@@ -110,22 +144,29 @@ class _Totals:
     conflicted: int = 0
     conflicts: list[str] = field(default_factory=list)
     coverage: IndexCoverage | None = None
+    left: int = 0
 
 
 def _attempt(sc: Any, request: CompactionRequest, order: SortOrder, dataset: lance.LanceDataset,
              totals: _Totals) -> int | None:
     """Plan, sample, rewrite and commit the group once; the new version, or None on a conflict."""
-    plan: ClusterPlan = plan_clustering(dataset, order, request.options, request.table)
+    state = _record(request, order, dataset)
+    plan: ClusterPlan = _plan(sc, request, order, dataset, state)
     source = jobs.Source(request.uri, request.storage_options, plan.read_version)
     ids = list(plan.group.fragment_ids)
+    totals.left = plan.left
+    if not ids:  # incremental and nothing to do
+        totals.read_version = totals.read_version or plan.read_version
+        return plan.read_version
     sc.setJobDescription(f"lance.compact {request.table}: sampling {order.text()} at version {plan.read_version}")
     try:
         sample = jobs.sample_keys(sc, source, order, ids, plan.group.rows, plan.partitions)
         bounds = jobs.make_bounds(sample, order, plan.partitions)
+        domain = state.domain if state is not None else make_domain(sample, order)
         del sample
         sc.setJobDescription(f"lance.compact {request.table}: clustering {len(ids)} fragments into "
                              f"{plan.partitions} partitions by {order.text()}")
-        written = jobs.rewrite(sc, source, order, bounds, ids, plan.target_rows, plan.max_bytes_per_file)
+        written = jobs.rewrite(sc, source, order, bounds, ids, plan.target_rows, plan.max_bytes_per_file, domain)
     except Exception as e:
         why = cancellation.job_cancelled(str(e))
         files = f"files written by finished tasks are left for CALL lance.cleanup(table => '{request.table}', delete_unverified => true)"
@@ -168,7 +209,41 @@ def _attempt(sc: Any, request: CompactionRequest, order: SortOrder, dataset: lan
     totals.bytes_written = sum(w.bytes for w in written)
     totals.commits += 1
     totals.coverage = IndexCoverage(tuple(lost), False)
-    return result.version
+    recorded = record_clustering(request, order, domain, state, written)
+    if recorded is not None:
+        totals.commits += 1
+        totals.new_version = recorded
+    return totals.new_version
+
+
+def record_clustering(request: CompactionRequest, order: SortOrder, domain: tuple[bytes, ...],
+                      state: ClusteringState | None, written: list[jobs.Written]) -> int | None:
+    """Write the record (state.py) after the Rewrite: the new fragments' ranges, the old
+    entries of fragments still in the table. Not for an order other than the table's own
+    clustering (the table's record stays). A failure here is logged, not raised: the new
+    fragments then count as unclustered, which is safe. The version written, or None."""
+    try:
+        latest = open_dataset(request.table, request.uri, request.storage_options)
+        config = latest.config() or {}
+        own = table_sort_order(config)
+        if own is not None and parse_sort_order(own, request.table).text() != order.text():
+            return None
+        by_path = {f.metadata.data_files()[0].path: f.fragment_id for f in latest.get_fragments()
+                   if f.metadata.data_files()}
+        present = set(by_path.values())
+        ranges = {k: v for k, v in (state.ranges if state is not None else {}).items() if k in present}
+        for w in written:
+            for text, r in zip(w.fragments, w.ranges):
+                meta = new_fragments([text])[0]
+                fid = by_path.get(meta.data_files()[0].path)
+                if fid is not None:
+                    ranges[fid] = r
+        latest.update_config({STATE_KEY: ClusteringState(order.text(), domain, ranges).to_config()})
+        return open_dataset(request.table, request.uri, request.storage_options).version
+    except Exception as e:  # the clustering is committed; only its record is missing
+        log.warning("table %s: the clustering's record was not written (%s); its new fragments count "
+                    "as unclustered", request.table, e)
+        return None
 
 
 def cluster(request: CompactionRequest, sc: Any) -> tuple:
@@ -211,7 +286,7 @@ def _row(request: CompactionRequest, order: SortOrder, t: _Totals, first_read: i
         "strategy": "clustering",
         "read_version": t.read_version or first_read,
         "new_version": t.new_version if committed else first_read,
-        "tasks": t.partitions, "tasks_left": 0, "fragments_left": 0,
+        "tasks": t.partitions, "tasks_left": 0, "fragments_left": t.left,
         "fragments_removed": t.fragments_removed, "fragments_added": t.fragments_added,
         "files_removed": t.files_removed, "files_added": t.files_added,
         "rows_rewritten": t.rows, "deleted_rows_removed": t.deleted_rows,

@@ -1,0 +1,167 @@
+"""Incremental clustering (state.py, plan.select_incremental): the record of clustered fragments
+and their key ranges kept in the table's config, depth and the unclustered share in
+describe_layout and system.table_health, runs that cluster only what is unclustered or
+overlapping, depth converging with appends between runs (every row once, exact values, after
+every round), budgets, ``full => true``, and the record surviving a plain compaction and cleanup.
+Real Spark, real Lance tables; one session."""
+from __future__ import annotations
+
+import json
+
+import lance
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from conftest import lance_session
+from lance_compact.compaction.clustering.state import STATE_KEY, ClusteringState, components, depth
+from test_clustering import rows
+
+
+@pytest.fixture(scope="module")
+def spark(warehouse):
+    session = lance_session("local[2]", "lance-compact-clustering-incremental", str(warehouse),
+                            {"spark.sql.shuffle.partitions": "2"})
+    yield session
+    session.stop()
+
+
+def test_depth_definition():
+    assert depth([], 0) == 0.0 and depth([], 5) == 5.0  # 5 unclustered fragments: any key in any of them
+    assert depth([(0, 9), (10, 19), (20, 29)], 0) == 1.0  # disjoint ranges
+    assert depth([(0, 9), (0, 9)], 0) == 2.0
+    assert depth([(0, 9), (5, 14)], 1) == pytest.approx(1 + (5 + 2 * 5 + 5) / 15)
+    assert components({1: (0, 9), 2: (5, 14), 3: (20, 29), 4: (28, 30)}) == [[1, 2], [3, 4]]
+    assert components({1: (0, 9), 2: (9, 14)}) == [[1], [2]]  # a shared end key only (a heavy key split)
+
+
+def layout(spark, table: str):
+    return spark.sql(f"CALL lance.describe_layout(table => '{table}')").collect()[0]
+
+
+def health(spark, name: str):
+    return spark.sql(f"SELECT cluster_by, clustering_depth, unclustered_row_share FROM lance.system.table_health "
+                     f"WHERE namespace = 'inc' AND `table` = '{name}'").collect()[0]
+
+
+def append(uri: str, start: int, seed: int, n: int = 300, tenants: int = 40) -> pa.Table:
+    t = rows(start, n, seed)
+    if tenants != 40:
+        t = t.set_column(1, "tenant", pa.array(np.random.default_rng(seed).integers(0, tenants, n)))
+    lance.write_dataset(t, uri, mode="append")
+    return t
+
+
+def assert_exact(uri: str, expected: list[pa.Table]) -> None:
+    """Every row once, every column exact (the vector too)."""
+    got = lance.dataset(uri).to_table().sort_by("id")
+    want = pa.concat_tables(expected).sort_by("id")
+    assert got.num_rows == want.num_rows and got.equals(want)
+
+
+@pytest.mark.parametrize("cluster_by, name", [("(tenant, ts)", "zorder"), ("(ts)", "linear")])
+def test_depth_converges_with_appends_between_runs(spark, warehouse, cluster_by, name):
+    uri = str(warehouse / "inc" / f"{name}.lance")
+    expected = []
+    for i in range(4):
+        t = rows(i * 300, 300, i)
+        lance.write_dataset(t, uri, mode="append" if i else "create")
+        expected.append(t)
+    spark.sql(f"ALTER TABLE lance.inc.{name} CLUSTER BY {cluster_by}")
+    first = layout(spark, f"inc.{name}")
+    assert first.clustering_depth == 4.0 and first.unclustered_row_share == 1.0  # nothing clustered yet
+
+    depths = []
+    for round_ in range(4):
+        for j in range(3):  # appends between runs: 3 new fragments of random keys
+            expected.append(append(uri, 10_000 * (round_ + 1) + j * 300, 100 * round_ + j))
+        before = layout(spark, f"inc.{name}")
+        assert before.unclustered_row_share > 0 and before.clustering_depth >= 3
+        r = spark.sql(f"CALL lance.compact(table => 'inc.{name}', target_rows_per_fragment => 600)").collect()[0]
+        assert r.strategy == "clustering" and r.commits >= 2 and r.fragments_left == 0  # the Rewrite, the record
+        after = layout(spark, f"inc.{name}")
+        assert_exact(uri, expected)
+        assert after.unclustered_row_share == 0.0
+        assert after.clustering_depth < before.clustering_depth, (round_, before.clustering_depth, after.clustering_depth)
+        depths.append(after.clustering_depth)
+        h = health(spark, name)
+        assert h.clustering_depth == after.clustering_depth and h.unclustered_row_share == 0.0
+    assert max(depths) <= 2.0, depths  # bounded: each run leaves at most about one extra fragment per key
+
+
+def test_a_run_rewrites_only_what_overlaps(spark, warehouse):
+    """Appends of a few tenants overlap a few clustered fragments: the run rewrites those and
+    the new ones, not the whole table."""
+    uri = str(warehouse / "inc" / "narrow.lance")
+    expected = []
+    for i in range(6):
+        t = rows(i * 500, 500, 50 + i)
+        lance.write_dataset(t, uri, mode="append" if i else "create")
+        expected.append(t)
+    spark.sql("ALTER TABLE lance.inc.narrow CLUSTER BY (tenant)")
+    r = spark.sql("CALL lance.compact(table => 'inc.narrow', target_rows_per_fragment => 400)").collect()[0]
+    clustered = len(lance.dataset(uri).get_fragments())
+    assert r.fragments_removed == 6 and clustered >= 7
+    state = ClusteringState.from_config(lance.dataset(uri).config())
+    assert state is not None and set(state.ranges) == {f.fragment_id for f in lance.dataset(uri).get_fragments()}
+
+    expected.append(append(uri, 50_000, 7, n=100, tenants=2))  # tenants 0 and 1 only
+    plan = spark.sql("CALL lance.plan_compaction(table => 'inc.narrow', target_rows_per_fragment => 400)").collect()
+    assert len(plan) == 1 and "incremental" in plan[0].reason
+    r = spark.sql("CALL lance.compact(table => 'inc.narrow', target_rows_per_fragment => 400)").collect()[0]
+    assert r.fragments_removed == plan[0].fragments
+    assert 2 <= r.fragments_removed <= 3, r  # the new fragment and the one or two holding tenants 0-1 (or nulls)
+    assert_exact(uri, expected)
+    assert layout(spark, "inc.narrow").clustering_depth <= 1.6
+
+    # Nothing unclustered, nothing overlapping: a run does nothing.
+    r = spark.sql("CALL lance.compact(table => 'inc.narrow', target_rows_per_fragment => 400)").collect()[0]
+    assert r.commits == 0 and r.fragments_removed == 0 and r.new_version == r.read_version
+    # full => true re-clusters everything.
+    n = len(lance.dataset(uri).get_fragments())
+    r = spark.sql("CALL lance.compact(table => 'inc.narrow', target_rows_per_fragment => 400, full => true)").collect()[0]
+    assert r.fragments_removed == n
+    assert_exact(uri, expected)
+
+
+def test_budgets_leave_the_rest_for_later_runs(spark, warehouse):
+    uri = str(warehouse / "inc" / "budget.lance")
+    expected = []
+    for i in range(8):
+        t = rows(i * 200, 200, 70 + i)
+        lance.write_dataset(t, uri, mode="append" if i else "create")
+        expected.append(t)
+    spark.sql("ALTER TABLE lance.inc.budget CLUSTER BY (ts)")
+    shares, left = [], []
+    for _ in range(4):
+        r = spark.sql("CALL lance.compact(table => 'inc.budget', target_rows_per_fragment => 400, "
+                      "options => map('max_source_fragments', '3'))").collect()[0]
+        assert r.fragments_removed <= 3
+        left.append(r.fragments_left)
+        shares.append(layout(spark, "inc.budget").unclustered_row_share)
+        assert_exact(uri, expected)
+    assert shares[0] < 1.0 and left[0] > 0
+    assert shares == sorted(shares, reverse=True) and shares[-1] == 0.0, shares
+
+
+def test_the_record_survives_plain_compaction_and_cleanup(spark, warehouse):
+    uri = str(warehouse / "inc" / "survive.lance")
+    expected = []
+    for i in range(4):
+        t = rows(i * 300, 300, 90 + i)
+        lance.write_dataset(t, uri, mode="append" if i else "create")
+        expected.append(t)
+    spark.sql("ALTER TABLE lance.inc.survive CLUSTER BY (tenant)")
+    spark.sql("CALL lance.compact(table => 'inc.survive', target_rows_per_fragment => 300)").collect()
+    assert layout(spark, "inc.survive").unclustered_row_share == 0.0
+    spark.sql("CALL lance.cleanup(table => 'inc.survive', older_than => '0 seconds')").collect()
+    assert layout(spark, "inc.survive").unclustered_row_share == 0.0  # the record is in the newest manifest
+    expected.append(append(uri, 9_000, 99, n=50))
+    # A plain compaction merges fragments into new ones the record does not know: unclustered, not wrong.
+    spark.sql("CALL lance.compact(table => 'inc.survive', sort_order => 'none')").collect()
+    after = layout(spark, "inc.survive")
+    assert after.unclustered_row_share == 1.0 and after.fragments == 1
+    assert json.loads(lance.dataset(uri).config()[STATE_KEY])["order"] == "tenant ASC NULLS FIRST"
+    spark.sql("CALL lance.compact(table => 'inc.survive', target_rows_per_fragment => 300)").collect()
+    assert layout(spark, "inc.survive").unclustered_row_share == 0.0
+    assert_exact(uri, expected)
