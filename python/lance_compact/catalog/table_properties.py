@@ -13,6 +13,9 @@ Keys accepted:
   types. Lance fails every compaction of a table whose ``lance.compaction.*`` value it cannot
   parse, so checking before writing matters.
 
+* ``lance_compact.cluster_by``: the table's clustering (compaction/clustering/table_clustering.py),
+  checked against the schema; ``ALTER TABLE ... CLUSTER BY`` sets it too.
+
 Any other key is refused: the catalog maintains tables and does not set what other Lance
 features or writers read from the config (a typo would otherwise be stored and silently
 ignored). UNSET also takes any key under the two prefixes, so a key another tool wrote
@@ -45,8 +48,8 @@ def lance_config_specs() -> dict[str, OptionSpec]:
 
 
 def valid_keys() -> list[str]:
-    return ([CLUSTER_BY_PROPERTY] + [PROPERTY_PREFIX + k for k in sorted(policy_specs())]
-            + [LANCE_COMPACTION_PREFIX + k for k in sorted(lance_config_specs())])
+    return ([PROPERTY_PREFIX + k for k in sorted(policy_specs())]
+            + [LANCE_COMPACTION_PREFIX + k for k in sorted(lance_config_specs())] + [CLUSTER_BY_PROPERTY])
 
 
 def _spec(key: str) -> OptionSpec | None:
