@@ -11,7 +11,9 @@ One run, one data set: ``--rows`` rows of random ``tenant`` (0..999), ``ts`` and
 
 Per layout and index kind (none, ZONEMAP, BTREE on tenant, ts and other), per filter: the
 median read time of 3, and Lance's own scan metrics from ``analyze_plan`` (iops, bytes_read,
-rows_scanned). ``--skip-spark`` measures the in-process layouts only (the tests' smoke run).
+rows_scanned). Then incremental clustering: ``CLUSTER BY (tenant, ts)``, ``--rounds`` runs with
+appends between them: depth before and after each run, fragments rewritten, seconds.
+``--skip-spark`` measures the in-process layouts only (the tests' smoke run).
 
     python benchmarks/clustering.py --rows 2000000 --fragments 20
 """
@@ -104,12 +106,39 @@ def read_table(layouts: dict[str, str], filters: list[str]) -> list[str]:
     return lines
 
 
+def incremental_depth(spark, uri: str, rows: int, rounds: int, target: int) -> list[str]:
+    """Depth before and after each incremental run with appends between runs, and its cost
+    (the table is ``db.incr``, a copy of the base)."""
+    spark.sql("ALTER TABLE lance.db.incr CLUSTER BY (tenant, ts)")
+    rng = np.random.default_rng(1)
+    lines = [f"{'round':5} {'depth before':>12} {'after':>6} {'unclustered':>11} {'rewritten':>9} {'seconds':>8}"]
+    start = 10 * rows
+    for i in range(rounds + 1):
+        if i:  # round 0 clusters the base
+            for _ in range(3):
+                n = max(1, rows // 60)
+                lance.write_dataset(pa.table({
+                    "id": np.arange(start, start + n), "tenant": rng.integers(0, 1000, n),
+                    "ts": rng.integers(0, 100_000_000, n), "other": rng.integers(0, 1_000_000, n),
+                    "payload": pa.array([f"payload {v}" for v in rng.integers(0, 1 << 30, n)])}), uri, mode="append")
+                start += n
+        before = spark.sql("CALL lance.describe_layout(table => 'db.incr')").collect()[0]
+        clock = time.perf_counter()
+        r = spark.sql(f"CALL lance.compact(table => 'db.incr', target_rows_per_fragment => {target})").collect()[0]
+        seconds = time.perf_counter() - clock
+        after = spark.sql("CALL lance.describe_layout(table => 'db.incr')").collect()[0]
+        lines.append(f"{i:5d} {before.clustering_depth:12.2f} {after.clustering_depth:6.2f} "
+                     f"{before.unclustered_row_share:11.1%} {r.fragments_removed:4d}/{before.fragments:<4d} {seconds:8.2f}")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rows", type=int, default=2_000_000)
     p.add_argument("--fragments", type=int, default=20, help="fragments after compaction (5x before)")
     p.add_argument("--dir", default=None, help="work folder (default: a temporary one, removed after)")
     p.add_argument("--skip-spark", action="store_true", help="in-process layouts only")
+    p.add_argument("--rounds", type=int, default=4, help="incremental runs with appends between them")
     a = p.parse_args(argv)
     work = Path(a.dir or tempfile.mkdtemp(prefix="clustering-bench-"))
     wh = work / "wh"
@@ -149,6 +178,7 @@ def main(argv: list[str] | None = None) -> None:
             costs.append(f"{name:8} CALL lance.compact{(' ' + extra[2:]) if extra else ' (plain)'}: "
                          f"{time.perf_counter() - clock:.2f} s (engine {r.elapsed_ms} ms, "
                          f"{r.fragments_removed} -> {r.fragments_added} fragments)")
+        incremental = incremental_depth(spark, copy("incr"), a.rows, a.rounds, target)
         spark.stop()
     else:
         copy("arrival")
@@ -159,6 +189,10 @@ def main(argv: list[str] | None = None) -> None:
     print("\n".join(costs) + "\n")
     print("filtered reads (ms: median of 3; iops, bytes_read, rows_scanned: Lance's analyze_plan)")
     print("\n".join(read_table(layouts, filters)))
+    if not a.skip_spark:
+        print("\nincremental clustering, CLUSTER BY (tenant, ts): appends of 3 fragments "
+              "(5% of the rows) between runs")
+        print("\n".join(incremental))
     if not a.dir:
         shutil.rmtree(work, ignore_errors=True)
 

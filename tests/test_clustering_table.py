@@ -5,6 +5,8 @@ maintain and maintain_warehouse clustering a table that has one unless told
 ``sort_order => 'none'``. Real Spark, real Lance tables; one session."""
 from __future__ import annotations
 
+import re
+
 import lance
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -149,3 +151,18 @@ def test_maintain_and_maintain_warehouse_cluster(spark, warehouse):
     assert step.ran and step.error is None, step
     assert content(lance.dataset(uri)) == expected
     assert in_order(uri, [("ts", "ascending", "at_start")])
+
+
+def test_maintain_max_bytes_is_the_clustering_runs_budget(spark, warehouse):
+    uri = make_table(warehouse, "cbbudget", fragments=20, per=50, indices=False)
+    expected = content(lance.dataset(uri))
+    spark.sql("ALTER TABLE lance.db.cbbudget CLUSTER BY (tenant, ts)")
+    one = max(sum(d.file_size_bytes for d in f.metadata.data_files()) for f in lance.dataset(uri).get_fragments())
+    out = {r.step: r for r in maintain(spark, "db.cbbudget", target_rows_per_fragment=300, max_bytes=one * 5,
+                                       older_than="36500 days").collect()}
+    step = out["compact"]
+    left = re.search(r"(\d+) fragments left for later", step.outcome or "")
+    assert step.ran and left and 12 <= int(left.group(1)) <= 15, step  # about 5 of 20 within the budget
+    assert content(lance.dataset(uri)) == expected
+    share = spark.sql("CALL lance.describe_layout(table => 'db.cbbudget')").collect()[0].unclustered_row_share
+    assert 0.5 < share < 1.0

@@ -86,6 +86,8 @@ def compact_step(t: Target, args: dict[str, Any], runner: Any, dry: bool) -> dic
                    outcome=f"{r['tasks']} tasks, {r['fragments_removed']} fragments -> {r['fragments_added']}, "
                            f"{r['deleted_rows_removed']} deleted rows removed"
                            + (f", {r['tasks_left']} tasks left for later" if r.get("tasks_left") else "")
+                           + (f", {r['fragments_left']} fragments left for later" if r.get("sort_order")
+                              and r.get("fragments_left") else "")
                            + (f", {r['tasks_failed']} tasks failed" if r.get("tasks_failed") else "")
                            + (f"; {r['conflicts']}" if r.get("conflicts") else ""))
     return row

@@ -122,7 +122,11 @@ def with_table_clustering(request: Any, config: dict[str, str] | None) -> Any:
 def clustering_step(request: dict[str, Any], sort_order: str | None, config: dict[str, str] | None,
                     max_bytes: int | None) -> bool:
     """For maintain's compaction step: put the call's ``sort_order`` into the compact request
-    (its ``params``); True when the step clusters (the call's order, else the table's)."""
+    (its ``params``) and, when the step clusters (the call's order, else the table's), its
+    ``max_bytes`` budget as the incremental run's ``max_source_bytes``; True when it clusters."""
     if sort_order is not None:
         request["params"]["sort_order"] = sort_order
-    return effective_sort_order(sort_order, config) is not None
+    clustered = effective_sort_order(sort_order, config) is not None
+    if clustered and max_bytes is not None:
+        request["options"] = {**(request.get("options") or {}), "max_source_bytes": str(max_bytes)}
+    return clustered
