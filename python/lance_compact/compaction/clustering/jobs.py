@@ -83,11 +83,14 @@ def sample_keys(sc, source: Source, order: SortOrder, fragment_ids: list[int], r
     return pa.concat_tables([from_ipc(b) for b in blobs]) if blobs else pa.table({})
 
 
-def make_bounds(sample: pa.Table, order: SortOrder, partitions: int) -> Bounds:
-    """Bounds from the sample (on the driver; the sample is small)."""
+def make_bounds(sample: pa.Table, order: SortOrder, partitions: int,
+                columns: list[pa.Table] | None = None) -> Bounds:
+    """Bounds from the sample (on the driver; the sample is small). A z-order takes the
+    per-column bounds ``columns`` when given (the record's domain: then the z-values the rows
+    are sorted by are the codes the record keeps, state.py)."""
     if not order.zorder:
         return Bounds(partitions, linear=to_ipc(pick_bounds(sample, order.keys, partitions)))
-    columns = column_bounds(sample, order)
+    columns = columns if columns is not None else column_bounds(sample, order)
     z = zvalues(sample, order, columns)
     return Bounds(partitions, columns=tuple(to_ipc(c) for c in columns),
                   z=tuple(int(v) for v in z_bounds(z, partitions)))

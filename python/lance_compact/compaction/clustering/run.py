@@ -32,7 +32,7 @@ from .commit import (IndexCoverage, commit_rewrite, indices_covering, new_fragme
                      restore_indices)
 from .plan import ClusterPlan, plan_clustering
 from .sort_order import SortOrder, check_columns, parse_sort_order
-from .state import STATE_KEY, ClusteringState, make_domain
+from .state import STATE_KEY, ClusteringState, make_domain, open_domain
 from .table_clustering import CLUSTER_BY_PROPERTY, table_sort_order
 
 log = logging.getLogger(__name__)
@@ -161,8 +161,8 @@ def _attempt(sc: Any, request: CompactionRequest, order: SortOrder, dataset: lan
     sc.setJobDescription(f"lance.compact {request.table}: sampling {order.text()} at version {plan.read_version}")
     try:
         sample = jobs.sample_keys(sc, source, order, ids, plan.group.rows, plan.partitions)
-        bounds = jobs.make_bounds(sample, order, plan.partitions)
         domain = state.domain if state is not None else make_domain(sample, order)
+        bounds = jobs.make_bounds(sample, order, plan.partitions, open_domain(domain) if order.zorder else None)
         del sample
         sc.setJobDescription(f"lance.compact {request.table}: clustering {len(ids)} fragments into "
                              f"{plan.partitions} partitions by {order.text()}")

@@ -12,9 +12,11 @@ counts as unclustered. A crash between the Rewrite and the record's commit there
 makes the new fragments count as unclustered (clustered again next run): never wrong.
 
 Codes: every row gets an integer code from the *domain*, bounds picked once from a sample
-(at most 255 per column) and kept in the record so codes of different runs compare. A linear
+(at most 1,023 per column) and kept in the record so codes of different runs compare. A linear
 order codes the first sort column (its rank among the bounds, in the order's direction); a
-z-order codes the z-value of all its columns (``keys.zvalues``). A fragment's range is
+z-order codes the z-value of all its columns (``keys.zvalues``), and a z-order run sorts by these very z-values, so
+a fragment's range is contiguous in the order (a linear run sorts by the full keys, whose
+first column's rank is monotone in that order). A fragment's range is
 [lowest code, highest code] of its rows.
 
 Depth (as Snowflake's clustering depth, on code ranges): take the clustered fragments' ranges
@@ -42,7 +44,7 @@ from .table_clustering import STATE_PREFIX
 log = logging.getLogger(__name__)
 
 STATE_KEY = STATE_PREFIX + "state"
-MAX_DOMAIN_BOUNDS = 255
+MAX_DOMAIN_BOUNDS = 1023
 
 
 def _thin(bounds: pa.Table, at_most: int) -> pa.Table:
