@@ -35,6 +35,15 @@ def test_depth_definition():
     assert components({1: (0, 9), 2: (9, 14)}) == [[1], [2]]  # a shared end key only (a heavy key split)
 
 
+@pytest.mark.parametrize("text", ["{", '{"v":1}', '{"order":"a","domain":["!!"],"fragments":{}}',
+                                  '{"order":"a","domain":["AAAA"],"fragments":{}}',
+                                  '{"order":"a","domain":[],"fragments":{"1":[5,1]}}'])
+def test_an_unreadable_record_counts_as_none(text):
+    """A record written by hand (pylance's update_config) is ignored, not trusted: every
+    fragment then counts as unclustered, which is safe."""
+    assert ClusteringState.from_config({STATE_KEY: text}) is None
+
+
 def layout(spark, table: str):
     return spark.sql(f"CALL lance.describe_layout(table => '{table}')").collect()[0]
 

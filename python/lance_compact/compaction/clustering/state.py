@@ -101,8 +101,12 @@ class ClusteringState:
             return None
         try:
             raw = json.loads(text)
-            return ClusteringState(str(raw["order"]), tuple(base64.b64decode(d) for d in raw["domain"]),
-                                   {int(k): (int(v[0]), int(v[1])) for k, v in raw["fragments"].items()})
+            state = ClusteringState(str(raw["order"]), tuple(base64.b64decode(d, validate=True) for d in raw["domain"]),
+                                    {int(k): (int(v[0]), int(v[1])) for k, v in raw["fragments"].items()})
+            if not state.domain or any(lo > hi for lo, hi in state.ranges.values()):
+                raise ValueError("no domain, or a range with its low end above its high end")
+            open_domain(state.domain)  # readable Arrow IPC, or start over
+            return state
         except Exception as e:  # written by hand or by another version: start over
             log.warning("ignoring an unreadable %s (%s)", STATE_KEY, e)
             return None
