@@ -174,3 +174,25 @@ def test_the_record_survives_plain_compaction_and_cleanup(spark, warehouse):
     spark.sql("CALL lance.compact(table => 'inc.survive', target_rows_per_fragment => 300)").collect()
     assert layout(spark, "inc.survive").unclustered_row_share == 0.0
     assert_exact(uri, expected)
+
+
+def test_where_limits_the_candidates(spark, warehouse):
+    uri = str(warehouse / "inc" / "where.lance")
+    expected = []
+    for i in range(6):
+        t = rows(i * 500, 500, 120 + i)
+        lance.write_dataset(t, uri, mode="append" if i else "create")
+        expected.append(t)
+    spark.sql("ALTER TABLE lance.inc.where CLUSTER BY (tenant, ts)")
+    q = "CALL lance.{}(table => 'inc.where', target_rows_per_fragment => 400, where => 'id < 1000')"
+    plan = spark.sql(q.format("plan_compaction")).collect()
+    assert len(plan) == 1 and plan[0].fragment_ids == [0, 1]
+    r = spark.sql(q.format("compact")).collect()[0]
+    assert r.fragments_removed == 2 and r.strategy == "clustering"
+    assert_exact(uri, expected)
+    share = layout(spark, "inc.where").unclustered_row_share
+    assert share == pytest.approx(4 / 6, abs=0.01)
+    # Nothing matches: nothing to do, nothing written.
+    version = lance.dataset(uri).version
+    r = spark.sql("CALL lance.compact(table => 'inc.where', where => 'id < 0')").collect()[0]
+    assert r.commits == 0 and lance.dataset(uri).version == version

@@ -48,7 +48,8 @@ class ClusterPlan:
 
     def reason(self) -> str:
         if not self.group.fragment_ids:
-            return f"cluster by {self.order.text()}: nothing to do (every fragment clustered, no key ranges overlap)"
+            return (f"cluster by {self.order.text()}: nothing to do (no fragment unclustered, overlapping, "
+                    "or holding a row the where matches)")
         how = (f"incremental: {len(self.group.fragment_ids)} unclustered or overlapping fragments"
                + (f", {self.left} left for a later run by the budgets" if self.left else "")
                if self.incremental else "full")

@@ -30,7 +30,7 @@ from ...runtime.tables import open_dataset
 from . import jobs
 from .commit import (IndexCoverage, commit_rewrite, indices_covering, new_fragments, remove_files,
                      restore_indices)
-from .plan import ClusterPlan, plan_clustering
+from .plan import ClusterGroup, ClusterPlan, plan_clustering
 from .sort_order import SortOrder, check_columns, parse_sort_order
 from .state import STATE_KEY, ClusteringState, make_domain, open_domain
 from .table_clustering import CLUSTER_BY_PROPERTY, table_sort_order
@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 ALLOWED_OPTIONS = {"target_rows_per_fragment", "max_bytes_per_file", "excluded_fragment_ids",
                    "max_source_fragments", "max_source_rows", "max_source_bytes"}
 # Run settings whose defaults a clustering run accepts but whose other values it cannot honour yet.
-UNSUPPORTED_RUN = {"partial_progress": False, "where": None, "min_input_fragments": 1, "task_order": "plan"}
+UNSUPPORTED_RUN = {"partial_progress": False, "min_input_fragments": 1, "task_order": "plan"}
 
 
 def _check_request(request: CompactionRequest) -> None:
@@ -96,11 +96,20 @@ def _record(request: CompactionRequest, order: SortOrder, dataset: lance.LanceDa
 def _plan(sc: Any, request: CompactionRequest, order: SortOrder, dataset: lance.LanceDataset,
           state: ClusteringState | None) -> ClusterPlan:
     """A full plan without a record, else the incremental one (the unclustered fragments' key
-    ranges are read on executors, key columns only)."""
+    ranges are read on executors, key columns only). ``where``: only fragments holding a
+    matching row are candidates (as for a plain compaction)."""
+    options = dict(request.options)
+    where = request.run.get("where")
+    if where:
+        from ..orchestrate import fragments_matching
+        others = {f.fragment_id for f in dataset.get_fragments()} - fragments_matching(dataset, where, request.table)
+        options["excluded_fragment_ids"] = sorted(others | set(options.get("excluded_fragment_ids") or []))
+        if len(others) == len(dataset.get_fragments()):  # as a plain compaction: nothing to do
+            return ClusterPlan(dataset.version, order, ClusterGroup((), 0, 0, 0), 0, 0, None, True)
     if request.run.get("full"):
-        return plan_clustering(dataset, order, request.options, request.table)
+        return plan_clustering(dataset, order, options, request.table)
     if state is None:  # nothing clustered by this order yet: every fragment is unclustered
-        return plan_clustering(dataset, order, request.options, request.table, {})
+        return plan_clustering(dataset, order, options, request.table, {})
     source = jobs.Source(request.uri, request.storage_options, dataset.version)
 
     def ranges_of(ids: list[int]) -> dict[int, tuple[int, int]]:
@@ -109,7 +118,7 @@ def _plan(sc: Any, request: CompactionRequest, order: SortOrder, dataset: lance.
             return jobs.code_ranges(sc, source, order, state.domain, ids)
         finally:
             sc.setJobDescription(None)
-    return plan_clustering(dataset, order, request.options, request.table, state.ranges, ranges_of)
+    return plan_clustering(dataset, order, options, request.table, state.ranges, ranges_of)
 
 
 def _context() -> Any:
