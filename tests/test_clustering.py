@@ -252,6 +252,25 @@ def test_table_on_s3(spark, s3):
     assert unindexed(after) == {"tenant_idx": 0, "ts_idx": 0}
 
 
+def test_table_clustering_and_incremental_run_on_s3(spark, s3):
+    """CLUSTER BY, the record and an incremental run on the S3-compatible server."""
+    so = s3.storage_options
+    uri = make_table(spark.s3_warehouse, "remote_inc", fragments=4, storage_options=so, indices=False)
+    spark.sql("ALTER TABLE lance_s3.db.remote_inc CLUSTER BY (tenant)")
+    assert lance.dataset(uri, storage_options=so).config()["lance_compact.cluster_by"] == "tenant ASC NULLS FIRST"
+    spark.sql("CALL lance_s3.compact(table => 'db.remote_inc', target_rows_per_fragment => 400)").collect()
+    lance.write_dataset(rows(90_000, 100, 77).set_column(1, "tenant", pa.array([3] * 100)), uri, mode="append",
+                        storage_options=so)
+    expected = content(lance.dataset(uri, storage_options=so))
+    before = spark.sql("CALL lance_s3.describe_layout(table => 'db.remote_inc')").collect()[0]
+    r = spark.sql("CALL lance_s3.compact(table => 'db.remote_inc', target_rows_per_fragment => 400)").collect()[0]
+    after = spark.sql("CALL lance_s3.describe_layout(table => 'db.remote_inc')").collect()[0]
+    assert r.fragments_removed < before.fragments  # the new fragment and the one or two holding tenant 3
+    assert before.unclustered_row_share > 0 and after.unclustered_row_share == 0.0
+    assert after.clustering_depth < before.clustering_depth
+    assert content(lance.dataset(uri, storage_options=so)) == expected
+
+
 def test_benchmark_smoke(spark, tmp_path):
     """benchmarks/clustering.py runs end to end on a tiny table and prints its table."""
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "clustering.py"), "--rows", "20000",
