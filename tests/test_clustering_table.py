@@ -166,3 +166,16 @@ def test_maintain_max_bytes_is_the_clustering_runs_budget(spark, warehouse):
     assert content(lance.dataset(uri)) == expected
     share = spark.sql("CALL lance.describe_layout(table => 'db.cbbudget')").collect()[0].unclustered_row_share
     assert 0.5 < share < 1.0
+
+
+def test_quoted_column_names(spark, warehouse):
+    """Names that need back-quotes survive CLUSTER BY, the property and DESCRIBE's reading of it."""
+    uri = str(warehouse / "db" / "cbquoted.lance")
+    lance.write_dataset(pa.table({"a b": [3, 1, 2], "x-y": ["x", "y", "z"], "c": [1.0, 2.0, 3.0]}), uri)
+    spark.sql("ALTER TABLE lance.db.cbquoted CLUSTER BY (`a b`, `x-y`)")
+    assert config(uri)[KEY] == "zorder(`a b`, `x-y`)"
+    described = [r.col_name for r in spark.sql("DESCRIBE TABLE EXTENDED lance.db.cbquoted").collect()]
+    at = described.index("# Clustering Information")
+    assert "`a b`" in described[at:] and "`x-y`" in described[at:], described[at:]
+    r = spark.sql("CALL lance.compact(table => 'db.cbquoted')").collect()[0]
+    assert r.sort_order == "zorder(`a b`, `x-y`)" and lance.dataset(uri).count_rows() == 3
