@@ -113,6 +113,8 @@ def test_a_run_rewrites_only_what_overlaps(spark, warehouse):
     assert r.fragments_removed == 6 and clustered >= 7
     state = ClusteringState.from_config(lance.dataset(uri).config())
     assert state is not None and set(state.ranges) == {f.fragment_id for f in lance.dataset(uri).get_fragments()}
+    shown = {r.key: r.value for r in spark.sql("SHOW TBLPROPERTIES lance.inc.narrow").collect()}[STATE_KEY]
+    assert shown == f"{clustered} fragments clustered by tenant ASC NULLS FIRST (the clustering's record; UNSET forgets it)"
 
     expected.append(append(uri, 50_000, 7, n=100, tenants=2))  # tenants 0 and 1 only
     plan = spark.sql("CALL lance.plan_compaction(table => 'inc.narrow', target_rows_per_fragment => 400)").collect()
@@ -173,6 +175,10 @@ def test_the_record_survives_plain_compaction_and_cleanup(spark, warehouse):
     assert json.loads(lance.dataset(uri).config()[STATE_KEY])["order"] == "tenant ASC NULLS FIRST"
     spark.sql("CALL lance.compact(table => 'inc.survive', target_rows_per_fragment => 300)").collect()
     assert layout(spark, "inc.survive").unclustered_row_share == 0.0
+    assert_exact(uri, expected)
+    # UNSET forgets the record: every fragment counts as unclustered again, nothing else changes.
+    spark.sql(f"ALTER TABLE lance.inc.survive UNSET TBLPROPERTIES ('{STATE_KEY}')")
+    assert STATE_KEY not in lance.dataset(uri).config() and layout(spark, "inc.survive").unclustered_row_share == 1.0
     assert_exact(uri, expected)
 
 

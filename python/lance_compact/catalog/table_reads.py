@@ -12,6 +12,7 @@ from ..errors import CompactionError
 from ..runtime.json_rows import json_rows
 from ..runtime.spark_types import schema_ddl
 from ..runtime.tables import open_dataset
+from ..compaction.clustering.state import shown_config
 
 
 def open_request(raw: dict[str, Any]):
@@ -27,7 +28,7 @@ def describe(request_json: str) -> tuple[str, list[tuple]]:
     raw = json.loads(request_json)
     ds = open_request(raw)
     return ("`schema` STRING, `rows` BIGINT, `version` BIGINT, `config` MAP<STRING, STRING>",
-            [(schema_ddl(ds.schema), ds.count_rows(), ds.version, dict(ds.config() or {}))])
+            [(schema_ddl(ds.schema), ds.count_rows(), ds.version, shown_config(dict(ds.config() or {})))])
 
 
 DRIVER_READ_MAX_BYTES = 32 << 20

@@ -200,3 +200,14 @@ def clustering_columns(dataset: Any) -> dict[str, Any]:
     m = measure_table(dataset)
     return {"cluster_by": m.order, "clustering_depth": m.depth,
             "unclustered_row_share": None if m.order is None else round(m.unclustered_share, 4)}
+
+
+def shown_config(config: dict[str, str]) -> dict[str, str]:
+    """The config as SHOW TBLPROPERTIES shows it: the record summarized (its full text holds
+    the domain's bounds, kilobytes of base64)."""
+    if STATE_KEY not in config:
+        return config
+    state = ClusteringState.from_config(config)
+    summary = (f"{len(state.ranges)} fragments clustered by {state.order} (the clustering's record; "
+               "UNSET forgets it)") if state is not None else "unreadable (ignored; UNSET removes it)"
+    return {**config, STATE_KEY: summary}
