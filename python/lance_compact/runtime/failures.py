@@ -158,3 +158,19 @@ def committed_phrase(versions: list[int], after: str = "the failure") -> str:
         return f"version {versions[0]} was committed before {after}; nothing after"
     listed = ", ".join(str(v) for v in versions[:-1]) + f" and {versions[-1]}"
     return f"versions {listed} were committed before {after}; nothing after"
+
+
+_TASK_ERROR = re.compile(r"^([A-Za-z_][\w.]*): (.+)$", re.M)  # an unindented "Type: message" line
+
+
+def job_failure(error: BaseException | str) -> str:
+    """What failed a Spark job of ours, for the user: the executor's own error (the last
+    ``Type: message`` line of the Python traceback Spark wraps in a Py4JJavaError, whose
+    first line only says which JVM call failed), named by :func:`describe`."""
+    text = str(error)
+    if "Traceback (most recent call last)" in text:
+        lines = [m for m in _TASK_ERROR.finditer(text.split("Traceback (most recent call last)", 1)[1])
+                 if not m.group(1).startswith(("org.", "java.", "py4j."))]
+        if lines:
+            return describe(f"{lines[-1].group(1)}: {lines[-1].group(2)}")
+    return describe(text)

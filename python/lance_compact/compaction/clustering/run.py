@@ -21,6 +21,7 @@ from typing import Any
 import lance
 
 from ...runtime import cancellation
+from ...runtime.failures import job_failure
 
 from ...runtime import hooks
 from ...errors import CompactionError
@@ -182,9 +183,8 @@ def _attempt(sc: Any, request: CompactionRequest, order: SortOrder, dataset: lan
         if why:
             raise cancellation.Cancelled(f"table {request.table}: the clustering was cancelled ({why}); "
                                          f"nothing was committed; {files}") from None
-        raise CompactionError(f"table {request.table}: the clustering job failed "
-                              f"({type(e).__name__}: {str(e).splitlines()[0][:300]}); nothing was committed; "
-                              f"{files}") from None
+        raise CompactionError(f"table {request.table}: the clustering job failed: {job_failure(e)}; "
+                              f"nothing was committed; {files}") from None
     finally:
         sc.setJobDescription(None)
     log.info("table %s: %d partitions written, %d rows; largest partition %d rows; peak worker memory %d MB",
@@ -192,13 +192,13 @@ def _attempt(sc: Any, request: CompactionRequest, order: SortOrder, dataset: lan
              max((w.peak_rss for w in written), default=0) >> 20)
     new = [m for w in written for m in new_fragments(list(w.fragments))]
     old = [dataset.get_fragment(i).metadata for i in ids]
+    hooks.before_commit(request)  # test-only moments before the commit: the cancel check comes after them
     why = cancellation.reason()
     if why:
         removed = remove_files(request.uri, open_dataset(request.table, request.uri, request.storage_options), new)
         raise cancellation.Cancelled(f"table {request.table}: the clustering was cancelled before its commit "
                                      f"({why}); nothing was committed; {removed} new files removed")
     lost = indices_covering(dataset, set(ids))
-    hooks.before_commit(request)
     result = commit_rewrite(request.uri, request.storage_options, plan.read_version, old, new)
     if result.version is None:
         latest = open_dataset(request.table, request.uri, request.storage_options)
