@@ -122,6 +122,12 @@ def rewrite_counts(dataset: lance.LanceDataset, version: int) -> tuple[int | Non
     return sum(len(g.old_fragments) for g in groups), sum(len(g.new_fragments) for g in groups)
 
 
+def last_compaction_version(dataset: lance.LanceDataset) -> int | None:
+    """The version the table's newest compaction committed (up to ``dataset.version``), or
+    None; its transactions only, no other manifest (what health needs)."""
+    return _newest_rewrite(dataset)
+
+
 def last_compaction(dataset: lance.LanceDataset) -> LastCompaction | None:
     """The table's newest compaction up to ``dataset.version``, or None."""
     version = _newest_rewrite(dataset)
