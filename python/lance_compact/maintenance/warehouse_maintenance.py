@@ -157,16 +157,16 @@ def _evaluate(t: Table, call_args: dict[str, Any], settings: dict[str, str], cat
         budget.count("evaluated")
 
 
-def _dry_rows(t: Table) -> None:
-    """A dry run's rows from the table's health: what each step would find (health.py decides
-    as the steps do, with the same words), without opening the table again."""
+def _health_row(t: Table, step: str) -> dict[str, Any]:
+    """A step's row as the table's health decided it (health.py decides as the steps do, with
+    the same words): for a dry run, and for a step not due while no earlier step of this call
+    changed the table -- without opening the table again."""
     assert tuple(STEPS) == HEALTH_STEPS
-    for step in STEPS:
-        row = {"step": step, "ran": False, "reason": t.health.reasons[step], "outcome": None, "error": None,
-               "version": t.health.parts["version"], "elapsed_ms": 0}
-        if step == "compact":
-            row["bytes_rewritten"] = 0
-        t.rows.append(row)
+    row = {"step": step, "ran": False, "reason": t.health.reasons[step], "outcome": None, "error": None,
+           "version": t.health.parts["version"], "elapsed_ms": 0}
+    if step == "compact":
+        row["bytes_rewritten"] = 0
+    return row
 
 
 def _maintain(t: Table, jobs: SharedJobs, dry: bool, budget: Budget, chosen: int,
@@ -184,10 +184,11 @@ def _maintain_steps(t: Table, jobs: SharedJobs, dry: bool, budget: Budget, chose
         return
     budget.count("started")
     if dry:
-        _dry_rows(t)
+        t.rows.extend(_health_row(t, step) for step in STEPS)
         return
     args = t.args()
     failed = None
+    changed = False  # whether a step of this call changed the table (health no longer says)
     for step in STEPS:
         if failed is None and cancellation.reason():
             failed = "cancelled"
@@ -199,6 +200,9 @@ def _maintain_steps(t: Table, jobs: SharedJobs, dry: bool, budget: Budget, chose
             why = "the statement was cancelled" if failed == "cancelled" else f"{failed} failed"
             t.rows.append({"step": step, "ran": False, "reason": f"not run: {why}", "outcome": None,
                            "error": None, "version": None, "bytes_rewritten": 0, "elapsed_ms": 0})
+            continue
+        if not changed and step not in t.health.due:
+            t.rows.append(_health_row(t, step))
             continue
         clock = time.monotonic()
         if step == "compact":
@@ -218,6 +222,7 @@ def _maintain_steps(t: Table, jobs: SharedJobs, dry: bool, budget: Budget, chose
         finally:
             if step == "compact":
                 jobs.settle()
+        changed = changed or bool(row["ran"])
         t.rows.append(row)
     if not dry:
         try:
