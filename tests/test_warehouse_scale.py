@@ -139,3 +139,31 @@ def test_dry_run_reports_the_health_decisions(spark, tables):
             continue
         assert r.version == h.version
         assert r.reason.startswith("due") == (r.step in h.due), (r, h.due)
+
+
+def test_max_duration_counts_from_the_jvm_start_when_it_sends_one(tables):
+    """The JVM sends when the call started (before it listed the tables): a budget already
+    spent by then evaluates and starts nothing, and every row says so; a start that is not
+    plausible (in the future) is ignored."""
+    import json
+
+    from lance_compact.maintenance.warehouse_maintenance import maintain_warehouse
+
+    listed = [{"table": f"{ns}.{t}", "uri": str(p)} for (ns, t), p in sorted(tables.items())]
+    before = {k: lance.dataset(str(p)).version for k, p in tables.items()}
+    request = {"tables": listed, "params": {"max_duration": "5 seconds", "dry_run": True,
+                                            "target_rows_per_fragment": 300},
+               "started_at_ms": int(time.time() * 1000) - 6_000}
+    clock = time.monotonic()
+    out = maintain_warehouse(json.dumps(request), run_packed=None)
+    assert time.monotonic() - clock < 3
+    assert len(out) == len(listed)
+    for t in out:
+        assert [r["step"] for r in t.rows] == ["all"] and t.health is None
+        assert t.rows[0]["reason"] == ("left: the max_duration budget (5 s) was spent after 0 of "
+                                       f"{len(listed)} tables were evaluated; not evaluated, not started")
+    request["started_at_ms"] = int(time.time() * 1000) + 60_000  # a clock ahead: the receipt counts
+    out = maintain_warehouse(json.dumps(request), run_packed=None)
+    assert all(t.health is not None for t in out)
+    assert any(r["step"] == "compact" and r["reason"].startswith("due") for t in out for r in t.rows)
+    assert {k: lance.dataset(str(p)).version for k, p in tables.items()} == before

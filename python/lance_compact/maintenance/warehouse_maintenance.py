@@ -28,7 +28,7 @@ import re
 import logging
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Callable
@@ -115,9 +115,13 @@ class Budget:
     def __init__(self, started: float, seconds: float | None) -> None:
         self.deadline = None if seconds is None else started + seconds
         self.seconds = seconds
-        self._lock = threading.Lock()
+        self.lock = threading.Lock()
         self.evaluated = 0
         self.started = 0
+        self.closed = False  # evaluation is over: a late one is dropped
+
+    def remaining(self) -> float | None:
+        return None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
 
     def spent(self) -> bool:
         return self.deadline is not None and time.monotonic() >= self.deadline
@@ -126,7 +130,7 @@ class Budget:
         return f"the max_duration budget ({self.seconds:g} s)"
 
     def count(self, what: str) -> None:
-        with self._lock:
+        with self.lock:
             setattr(self, what, getattr(self, what) + 1)
 
     def unevaluated(self, listed: int) -> str:
@@ -144,17 +148,23 @@ def _evaluate(t: Table, call_args: dict[str, Any], settings: dict[str, str], cat
     if budget is not None and budget.spent():
         return  # t.health stays None: plan_tables leaves it, saying why
     clock = time.monotonic()
+    policy = health = error = None
+    estimate = 0
     try:
         ds = t.target.open()
-        t.policy = resolve_policy(call_args, ds.config() or {}, settings, t.target.table, catalog)
-        t.health = table_health(ds, t.policy)
-        if "compact" in t.health.due:
-            t.estimate = _compaction_bytes(ds, t.policy)
+        policy = resolve_policy(call_args, ds.config() or {}, settings, t.target.table, catalog)
+        health = table_health(ds, policy)
+        if "compact" in health.due:
+            estimate = _compaction_bytes(ds, policy)
     except Exception as e:  # unreadable table, invalid policy: its row says so
-        t.error = _error_text(e, t.target.storage_options)
-    t.evaluated_ms = int((time.monotonic() - clock) * 1000)
+        error = _error_text(e, t.target.storage_options)
     if budget is not None:
-        budget.count("evaluated")
+        with budget.lock:
+            if budget.closed:  # the budget ran out while this table was read: the run went on without it
+                return
+            budget.evaluated += 1
+    t.policy, t.health, t.error, t.estimate = policy, health, error, estimate
+    t.evaluated_ms = int((time.monotonic() - clock) * 1000)
 
 
 def _health_row(t: Table, step: str) -> dict[str, Any]:
@@ -314,10 +324,21 @@ def maintain_warehouse(request_json: str, run_packed: Callable) -> list[Table]:
     tables = [Table(Target(e["table"], e["uri"], storage)) for e in raw.get("tables") or []]
     workers = max(1, min(args["parallelism"], len(tables) or 1))
     evaluated = [t for t in tables if t.target.table not in excluded]
-    # Metadata only, I/O bound: as many at once as the system tables read, each table opened once.
-    with ThreadPoolExecutor(max(1, min(METADATA_THREADS, len(evaluated))),
-                            thread_name_prefix="maintain-warehouse-evaluate") as pool:
-        list(pool.map(lambda t: _evaluate(t, call_args, settings, catalog, budget), evaluated))
+    # Metadata only, I/O bound: as many at once as the system tables read, each table opened
+    # once. When max_duration runs out, the run goes on without the tables still being read
+    # (reads only: their threads end on their own, their results are dropped).
+    pool = ThreadPoolExecutor(max(1, min(METADATA_THREADS, len(evaluated))),
+                              thread_name_prefix="maintain-warehouse-evaluate")
+    try:
+        reads = [pool.submit(_evaluate, t, call_args, settings, catalog, budget) for t in evaluated]
+        wait(reads, timeout=budget.remaining())
+        with budget.lock:
+            budget.closed = True
+        for t, f in zip(evaluated, reads):
+            if f.done() and not f.cancelled() and f.exception() is not None:  # our bug: its row says so
+                t.error = _error_text(f.exception(), storage)
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
     log.info("maintain_warehouse: %d tables evaluated in %d ms", budget.evaluated, (time.monotonic() - started) * 1000)
     with ThreadPoolExecutor(workers, thread_name_prefix="maintain-warehouse") as pool:
         chosen = plan_tables(tables, args, excluded, budget)
