@@ -131,12 +131,12 @@ def warehouse_spark_sql(work: Path, repeat: int) -> dict:
     taken = [float(x) for x in re.findall(r"Time taken: ([\d.]+) seconds", p.stderr + p.stdout)]
     if p.returncode != 0 or len(taken) != len(statements):
         raise RuntimeError(f"spark-sql failed:\n{p.stderr[-4000:]}")
+    ran = {r[0] for r in (line.split("\t") for line in p.stdout.splitlines()) if len(r) > 2 and r[2] == "true"}
     for ns in namespaces:
         for name in names:
             assert _same_content(lance.dataset(str(wh / ns / name)), lance.dataset(str(src / name))), \
                 f"spark-sql maintain_warehouse changed the rows of {ns}.{name}"
-            assert lance.dataset(str(wh / ns / name)).version > lance.dataset(str(src / name)).version, \
-                f"spark-sql maintain_warehouse left {ns}.{name} alone"
+            assert f"{ns}.{name[:-6]}" in ran, f"spark-sql maintain_warehouse left {ns}.{name} alone"
     shutil.rmtree(wh, ignore_errors=True)
     return {"first": taken[0], "warm": taken[1:], "whole": whole}
 

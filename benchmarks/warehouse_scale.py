@@ -110,6 +110,8 @@ def main() -> int:
         assert len(health) == len(uris) and not [h for h in health if h.error], [h.error for h in health if h.error][:3]
         figures["SELECT * FROM lance.system.table_health"] = timed(
             lambda: spark.sql("SELECT * FROM lance.system.table_health").collect(), a.repeat)
+        figures["table_health WHERE namespace = 'none' (listing, fixed cost)"] = timed(
+            lambda: spark.sql("SELECT * FROM lance.system.table_health WHERE namespace = 'none'").collect(), a.repeat)
         two = "namespace = 'ns0' AND `table` IN ('t000', 't004')"
         figures[f"maintenance_history WHERE {two}"] = timed(
             lambda: spark.sql(f"SELECT * FROM lance.system.maintenance_history WHERE {two}").collect(), a.repeat)
