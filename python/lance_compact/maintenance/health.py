@@ -150,7 +150,8 @@ def table_health(ds: lance.LanceDataset, policy: Policy, now: datetime | None = 
     retain = policy.get("retain_versions")
     old = reclaimable(versions, older_than, retain, now, table)
 
-    last = last_compaction_version(ds)  # its version only: its counts would open two more manifests
+    # its version only (its counts would open two more manifests), from the versions read above
+    last = last_compaction_version(ds, versions)
     hours = None
     if last is not None:
         when = next((v["timestamp"] for v in versions if v["version"] == last), None)
