@@ -167,3 +167,42 @@ def test_max_duration_counts_from_the_jvm_start_when_it_sends_one(tables):
     assert all(t.health is not None for t in out)
     assert any(r["step"] == "compact" and r["reason"].startswith("due") for t in out for r in t.rows)
     assert {k: lance.dataset(str(p)).version for k, p in tables.items()} == before
+
+
+def test_on_s3_health_agrees_and_filters_read_only_what_is_asked(spark, s3):
+    """The same on the S3-compatible server (a second catalog of the session): every table's
+    health agrees with pylance; the filtered health and history equal the unfiltered ones
+    filtered, and only the tables asked for are opened."""
+    import os
+
+    from lance_compact.api import CATALOG_CLASS
+
+    wh = s3.create_bucket(f"scale-{os.getpid()}-{int(time.time()) % 100000}") + "/wh"
+    opts = s3.storage_options
+    uris = {}
+    for i, (ns, t) in enumerate([("a", "t0"), ("a", "t1"), ("a", "t2"), ("b", "t0"), ("b", "t1")]):
+        uris[(ns, t)] = f"{wh}/{ns}/{t}.lance"
+        degraded_table(uris[(ns, t)], fragments=6 + i, rows_per_fragment=20, seed=i, storage_options=opts)
+    spark.conf.set("spark.sql.catalog.scales3", CATALOG_CLASS)
+    spark.conf.set("spark.sql.catalog.scales3.warehouse", wh)
+    for k, v in opts.items():
+        spark.conf.set(f"spark.sql.catalog.scales3.storage.{k}", v)
+    rows = {(r.namespace, r.table): r for r in spark.sql("SELECT * FROM scales3.system.table_health").collect()}
+    assert set(rows) == set(uris)
+    for key, uri in uris.items():
+        ds = lance.dataset(uri, storage_options=opts)
+        r = rows[key]
+        assert r.error is None and (r.version, r.fragments, r.rows) == (ds.version, len(ds.get_fragments()),
+                                                                         ds.count_rows())
+    everything = spark.sql(f"SELECT {STABLE} FROM scales3.system.table_health").collect()
+    since = _log_size()
+    got = spark.sql(f"SELECT {STABLE} FROM scales3.system.table_health "
+                    "WHERE namespace = 'b' AND `table` IN ('t1', 'zz')").collect()
+    assert got == [r for r in everything if r.namespace == "b" and r.table == "t1"]
+    assert _opened("table_health", since) == ["b.t1"]
+    history = spark.sql("SELECT * FROM scales3.system.maintenance_history").collect()
+    since = _log_size()
+    got = spark.sql("SELECT * FROM scales3.system.maintenance_history "
+                    "WHERE `table` = 't0' AND version <= 2").collect()
+    assert sorted(got) == sorted(r for r in history if r.table == "t0" and r.version <= 2) and got
+    assert _opened("maintenance_history", since) == ["a.t0", "b.t0"]
