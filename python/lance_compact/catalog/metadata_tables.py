@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Callable
 
 from ..errors import CompactionError
 from ..compaction.fragments import data_bytes, live_and_deleted
@@ -50,20 +50,31 @@ def _operation(ds, version: int) -> tuple[str | None, Any]:
     return type(t.operation).__name__, t.operation
 
 
-def version_records(ds) -> list[dict[str, Any]]:
+def version_records(ds, wanted: Callable[[int], bool] | None = None) -> list[dict[str, Any]]:
     """Per version, oldest first: ``version``, ``timestamp`` (datetime), ``operation`` (the
     transaction's kind), ``transaction`` (pylance's operation object, or None),
     ``fragments`` and ``rows`` (the manifest's summary), and for compactions (Lance's
     Rewrite) ``fragments_removed`` / ``fragments_added``. The ``versions`` metadata table and
-    lance.system.maintenance_history are both made of these."""
+    lance.system.maintenance_history are both made of these. ``wanted``: only the versions it
+    keeps (their transactions alone are read, and the next one's where it tells what a
+    version was)."""
     records = []
     versions = sorted(ds.versions(), key=lambda x: x["version"])
-    ops = {x["version"]: _operation(ds, x["version"]) for x in versions}
+    numbers = {x["version"] for x in versions}
+    ops: dict[int, tuple] = {}
+
+    def op_of(v: int) -> tuple:
+        if v not in ops:
+            ops[v] = _operation(ds, v) if v in numbers else (None, None)
+        return ops[v]
+
     for info in versions:
         v = info["version"]
+        if wanted is not None and not wanted(v):
+            continue
         meta = info.get("metadata") or {}
-        op, obj = ops[v]
-        if op == "BaseOperation" and ops.get(v + 1, (None,))[0] == "Rewrite":
+        op, obj = op_of(v)
+        if op == "BaseOperation" and op_of(v + 1)[0] == "Rewrite":
             op = "ReserveFragments"  # a compaction's first commit (no Python class in pylance)
         removed = added = None
         if op == "Rewrite":

@@ -4,35 +4,76 @@
 
 The JVM lists the warehouse's tables (it knows the layout) and sends
 ``{"catalog", "tables": [[namespace, table, uri], ...], "storage_options",
-"maintain_settings"}``. A table that cannot be read (no dataset there, a corrupt manifest,
-an invalid policy) gets a row of its own with ``error`` and NULLs; every other table is
-still evaluated.
+"maintain_settings", "filters"}``. A table that cannot be read (no dataset there, a corrupt
+manifest, an invalid policy) gets a row of its own with ``error`` and NULLs; every other table
+is still evaluated.
+
+``filters`` are the query's own, pushed down by Spark (SystemTable.scala's scan builder):
+``{"namespace": [..], "table": [..], "version": [[op, n], ..]}`` (each optional; a list of
+names is ``=`` or ``IN``, ops are ``> >= < <= =``). Only the tables they name are opened and,
+for the history, only the versions they keep are decoded. Spark still applies every filter
+after the scan, so a filter read here can only narrow what is read, never change the answer.
 """
 from __future__ import annotations
 
 import json
+import logging
+import operator
 import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
 
 from ..errors import CompactionError
-from ..maintenance.health import table_health
+from ..maintenance.health import METADATA_THREADS, table_health
 from .metadata_tables import micros, version_records
 from ..options import columns_ddl, result_columns
 from ..maintenance.policy import resolve_policy
 from ..runtime.secrets import redact
 from ..runtime.tables import open_dataset
 
+log = logging.getLogger(__name__)
+
 # pylance does its I/O in Rust with the GIL released: threads overlap the object-store
-# round trips of many small tables. Bounded, so a large warehouse does not open every table
-# at once.
-MAX_THREADS = 16
+# round trips of many small tables (health.py's bound: a large warehouse does not open every
+# table at once).
+MAX_THREADS = METADATA_THREADS
+
+_OPS = {">": operator.gt, ">=": operator.ge, "<": operator.lt, "<=": operator.le, "=": operator.eq}
+
+
+def _names(filters: dict[str, Any], key: str) -> set[str] | None:
+    values = filters.get(key)
+    return None if values is None else {str(v) for v in values}
+
+
+def selected(raw: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """The listed tables the query's pushed filters keep (all of them without filters)."""
+    filters = raw.get("filters") or {}
+    namespaces, names = _names(filters, "namespace"), _names(filters, "table")
+    return [(ns, t, uri) for ns, t, uri in (tuple(x) for x in raw.get("tables") or [])
+            if (namespaces is None or ns in namespaces) and (names is None or t in names)]
+
+
+def version_filter(raw: dict[str, Any]) -> Callable[[int], bool] | None:
+    """Whether a version number passes the query's pushed version ranges (None: no range)."""
+    ranges = (raw.get("filters") or {}).get("version") or []
+    for op, _ in ranges:
+        if op not in _OPS:
+            raise CompactionError(f"system table: unknown version filter {op!r}; expected one of {', '.join(_OPS)}")
+    if not ranges:
+        return None
+    return lambda v: all(_OPS[op](v, int(n)) for op, n in ranges)
 
 
 def _each_table(raw: dict[str, Any], rows_of: Callable[[str, str, str], list[dict[str, Any]]],
-                columns: list[tuple[str, str]]) -> list[tuple]:
-    tables = [tuple(t) for t in raw.get("tables") or []]
+                columns: list[tuple[str, str]], kind: str) -> list[tuple]:
+    listed = raw.get("tables") or []
+    tables = selected(raw)
     storage = raw.get("storage_options") or {}
+    # The tables opened, by name: with a filter pushed down, the test reads this line to see
+    # that only the tables asked for were read.
+    log.info("system table %s: opening %d of %d listed tables%s", kind, len(tables), len(listed),
+             f" ({', '.join(f'{ns}.{t}' for ns, t, _ in tables)})" if raw.get("filters") else "")
 
     def one(t: tuple) -> list[dict[str, Any]]:
         namespace, name, uri = t
@@ -44,8 +85,8 @@ def _each_table(raw: dict[str, Any], rows_of: Callable[[str, str, str], list[dic
             why = f"table {namespace}.{name}: cannot be read: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         return [{"namespace": namespace, "table": name, "error": redact(why, storage)}]
 
-    threads = max(1, min(MAX_THREADS, int(raw.get("threads") or MAX_THREADS), len(tables) or 1,
-                         4 * (os.cpu_count() or 1)))
+    # I/O bound (object-store round trips, GIL released): not bounded by the cores.
+    threads = max(1, min(MAX_THREADS, int(raw.get("threads") or MAX_THREADS), len(tables) or 1))
     with ThreadPoolExecutor(threads, thread_name_prefix="lance-compact-system") as pool:
         results = list(pool.map(one, tables))
     return [tuple(r.get(c) for c, _ in columns) for rows in results for r in rows]
@@ -70,7 +111,7 @@ def table_health_rows(request_json: str) -> tuple[str, list[tuple]]:
                  "reasons": dict(h.reasons), "enabled": policy.enabled, "priority": policy.priority}]
 
     columns = result_columns("health_columns")
-    return columns_ddl(columns), _each_table(raw, rows_of, columns)
+    return columns_ddl(columns), _each_table(raw, rows_of, columns, "table_health")
 
 
 def _kind(operation: str | None) -> tuple[str, bool]:
@@ -120,15 +161,23 @@ def maintenance_history_rows(request_json: str) -> tuple[str, list[tuple]]:
     not appear."""
     raw = json.loads(request_json)
     storage = raw.get("storage_options") or {}
+    wanted = version_filter(raw)
 
     def rows_of(namespace: str, name: str, uri: str) -> list[dict[str, Any]]:
         ds = open_dataset(f"{namespace}.{name}", uri, storage)
+        records = version_records(ds, wanted)
+        if wanted is not None and any(r["operation"] == "CreateIndex" for r in records):
+            # whether an index was built or optimized depends on the versions before: read them all
+            records = version_records(ds)
         out, indexed = [], set()
-        for r in version_records(ds):
+        for r in records:
+            details = _details(r, indexed)
+            if wanted is not None and not wanted(r["version"]):
+                continue
             kind, maintenance = _kind(r["operation"])
             out.append({**r, "namespace": namespace, "table": name, "timestamp": micros(r["timestamp"]),
-                        "kind": kind, "maintenance": maintenance, "details": _details(r, indexed)})
+                        "kind": kind, "maintenance": maintenance, "details": details})
         return out
 
     columns = result_columns("history_columns")
-    return columns_ddl(columns), _each_table(raw, rows_of, columns)
+    return columns_ddl(columns), _each_table(raw, rows_of, columns, "maintenance_history")

@@ -122,6 +122,29 @@ def rewrite_counts(dataset: lance.LanceDataset, version: int) -> tuple[int | Non
     return sum(len(g.old_fragments) for g in groups), sum(len(g.new_fragments) for g in groups)
 
 
+def last_compaction_version(dataset: lance.LanceDataset,
+                            versions: list[dict[str, Any]] | None = None) -> int | None:
+    """The version the table's newest compaction committed (up to ``dataset.version``), or
+    None (what health needs: no manifest around it is opened). ``versions``: the table's
+    ``versions()`` when the caller read them already; then only the transactions of versions
+    that kept the live row count of the version before are read -- a compaction keeps every
+    live row, so any other version cannot be one (on an object store each transaction read
+    is a round trip or two per version)."""
+    if versions is None:
+        return _newest_rewrite(dataset)
+    rows = {v["version"]: (v.get("metadata") or {}).get("total_rows") for v in versions}
+    for v in sorted((n for n in rows if n <= dataset.version), reverse=True):
+        now, before = rows[v], rows.get(v - 1)
+        if now is not None and before is not None and now != before:
+            continue  # the live rows changed: not a compaction
+        rewrite = _is_rewrite(dataset, v)
+        if rewrite is None:  # its transaction is gone or not recorded: the search ends, as above
+            return None
+        if rewrite:
+            return v
+    return None
+
+
 def last_compaction(dataset: lance.LanceDataset) -> LastCompaction | None:
     """The table's newest compaction up to ``dataset.version``, or None."""
     version = _newest_rewrite(dataset)

@@ -48,13 +48,17 @@ import lance
 
 from .version_cleanup import parse_older_than
 from ..compaction.fragments import data_bytes, live_and_deleted
-from ..compaction.history import last_compaction
+from ..compaction.history import last_compaction_version
 from ..compaction.clustering.state import clustering_columns
 from ..compaction.fragments import index_state
 from ..options import effective
 from .policy import Policy
 
 STEPS = ("compact", "optimize_indices", "cleanup")
+# Tables whose metadata is read at once (system tables, maintain_warehouse's evaluation):
+# pylance's I/O releases the GIL, so threads overlap object-store round trips; bounded, so a
+# large warehouse does not open every table at once.
+METADATA_THREADS = 16
 WEIGHTS = {"small_fragments": 35, "deleted_rows": 25, "index_lag": 25, "old_versions": 15}
 
 
@@ -147,10 +151,11 @@ def table_health(ds: lance.LanceDataset, policy: Policy, now: datetime | None = 
     retain = policy.get("retain_versions")
     old = reclaimable(versions, older_than, retain, now, table)
 
-    last = last_compaction(ds)
+    # its version only (its counts would open two more manifests), from the versions read above
+    last = last_compaction_version(ds, versions)
     hours = None
     if last is not None:
-        when = next((v["timestamp"] for v in versions if v["version"] == last.version), None)
+        when = next((v["timestamp"] for v in versions if v["version"] == last), None)
         if when is not None:
             hours = max(0.0, (now - when.astimezone(timezone.utc)).total_seconds() / 3600)
 
@@ -172,7 +177,7 @@ def table_health(ds: lance.LanceDataset, policy: Policy, now: datetime | None = 
         "reclaimable_versions": len(old),
         "reclaimable_bytes": None,
         "hours_since_compaction": hours,
-        "last_compacted_version": last.version if last else None,
+        "last_compacted_version": last,
         **clustering_columns(ds),  # compaction/clustering/state.py
     }
     due = [s for s, d in zip(STEPS, (compact, bool(lagging), bool(old))) if d]

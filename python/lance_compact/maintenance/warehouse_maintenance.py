@@ -12,7 +12,14 @@ first (then priority), within budgets; one row per table and step.
    atomic and in order, its conflict re-plans its own), while this (the request's) thread
    packs the rewrite tasks of every table then compacting into shared Spark jobs
    (``shared_jobs.py``). A table that fails gets its error in its row; the others go on.
-   ``max_duration``: no table starts after it.
+
+``max_duration`` is counted from the call's start (the engine's receipt of the request, or
+the JVM's ``started_at_ms`` when it sends one) and covers the evaluation too: no table is
+evaluated and no step is started once it is spent; steps in flight finish. The rows say so
+("the max_duration budget (5 s) was spent after N of M tables; not started").
+
+A dry run reads metadata only: each table is opened once, and its step rows are its health's
+decisions (the same rules and words as the steps'), so nothing is opened or planned again.
 """
 from __future__ import annotations
 
@@ -21,7 +28,7 @@ import re
 import logging
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Callable
@@ -30,7 +37,7 @@ from ..runtime import cancellation
 from ..errors import CompactionError
 from . import version_cleanup
 from ..compaction.fragments import data_bytes, live_and_deleted
-from .health import table_health
+from .health import METADATA_THREADS, STEPS as HEALTH_STEPS, table_health
 from .table_maintenance import STEPS, Target, run_step
 from ..options import effective, procedure_args, result_columns, spec
 from .policy import resolve_policy
@@ -102,40 +109,111 @@ def _compaction_bytes(ds, policy) -> int:
     return data_bytes(picked) or 0
 
 
-def _evaluate(t: Table, call_args: dict[str, Any], settings: dict[str, str], catalog: str) -> None:
+class Budget:
+    """``max_duration``, from the call's start: whether it is spent, and the words that say
+    after how many of how many tables."""
+
+    def __init__(self, started: float, seconds: float | None) -> None:
+        self.deadline = None if seconds is None else started + seconds
+        self.seconds = seconds
+        self.lock = threading.Lock()
+        self.evaluated = 0
+        self.started = 0
+        self.closed = False  # evaluation is over: a late one is dropped
+
+    def remaining(self) -> float | None:
+        return None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
+
+    def spent(self) -> bool:
+        return self.deadline is not None and time.monotonic() >= self.deadline
+
+    def _what(self) -> str:
+        return f"the max_duration budget ({self.seconds:g} s)"
+
+    def count(self, what: str) -> None:
+        with self.lock:
+            setattr(self, what, getattr(self, what) + 1)
+
+    def unevaluated(self, listed: int) -> str:
+        return f"left: {self._what()} was spent after {self.evaluated} of {listed} tables were evaluated; not evaluated, not started"
+
+    def unstarted(self, chosen: int) -> str:
+        return f"left: {self._what()} was spent after {self.started} of {chosen} due tables were started; not started"
+
+    def step_unstarted(self) -> str:
+        return f"not started: {self._what()} was spent before this step"
+
+
+def _evaluate(t: Table, call_args: dict[str, Any], settings: dict[str, str], catalog: str,
+              budget: Budget | None = None) -> None:
+    if budget is not None and budget.spent():
+        return  # t.health stays None: plan_tables leaves it, saying why
     clock = time.monotonic()
+    policy = health = error = None
+    estimate = 0
     try:
         ds = t.target.open()
-        t.policy = resolve_policy(call_args, ds.config() or {}, settings, t.target.table, catalog)
-        t.health = table_health(ds, t.policy)
-        if "compact" in t.health.due:
-            t.estimate = _compaction_bytes(ds, t.policy)
+        policy = resolve_policy(call_args, ds.config() or {}, settings, t.target.table, catalog)
+        health = table_health(ds, policy)
+        if "compact" in health.due:
+            estimate = _compaction_bytes(ds, policy)
     except Exception as e:  # unreadable table, invalid policy: its row says so
-        t.error = _error_text(e, t.target.storage_options)
+        error = _error_text(e, t.target.storage_options)
+    if budget is not None:
+        with budget.lock:
+            if budget.closed:  # the budget ran out while this table was read: the run went on without it
+                return
+            budget.evaluated += 1
+    t.policy, t.health, t.error, t.estimate = policy, health, error, estimate
     t.evaluated_ms = int((time.monotonic() - clock) * 1000)
 
 
-def _maintain(t: Table, jobs: SharedJobs, dry: bool, deadline: float | None,
+def _health_row(t: Table, step: str) -> dict[str, Any]:
+    """A step's row as the table's health decided it (health.py decides as the steps do, with
+    the same words): for a dry run, and for a step not due while no earlier step of this call
+    changed the table -- without opening the table again."""
+    assert tuple(STEPS) == HEALTH_STEPS
+    row = {"step": step, "ran": False, "reason": t.health.reasons[step], "outcome": None, "error": None,
+           "version": t.health.parts["version"], "elapsed_ms": 0}
+    if step == "compact":
+        row["bytes_rewritten"] = 0
+    return row
+
+
+def _maintain(t: Table, jobs: SharedJobs, dry: bool, budget: Budget, chosen: int,
               probe: Callable[[], str | None] | None = None) -> None:
     """The table's steps in order, in this thread; an error stops the table, not the run; a
-    cancel of the statement (``probe``, the request's) stops every table before its next step."""
+    cancel of the statement (``probe``, the request's) stops every table before its next step;
+    a spent ``max_duration`` starts no further step."""
     with cancellation.serving(probe):
-        _maintain_steps(t, jobs, dry, deadline)
+        _maintain_steps(t, jobs, dry, budget, chosen)
 
 
-def _maintain_steps(t: Table, jobs: SharedJobs, dry: bool, deadline: float | None) -> None:
-    if deadline is not None and time.monotonic() > deadline:
-        t.skip("left: the max_duration budget was spent before this table's turn")
+def _maintain_steps(t: Table, jobs: SharedJobs, dry: bool, budget: Budget, chosen: int) -> None:
+    if budget.spent():
+        t.skip(budget.unstarted(chosen))
+        return
+    budget.count("started")
+    if dry:
+        t.rows.extend(_health_row(t, step) for step in STEPS)
         return
     args = t.args()
     failed = None
+    changed = False  # whether a step of this call changed the table (health no longer says)
     for step in STEPS:
         if failed is None and cancellation.reason():
             failed = "cancelled"
+        if failed is None and budget.spent():
+            t.rows.append({"step": step, "ran": False, "reason": budget.step_unstarted(), "outcome": None,
+                           "error": None, "version": None, "bytes_rewritten": 0, "elapsed_ms": 0})
+            continue
         if failed is not None:
             why = "the statement was cancelled" if failed == "cancelled" else f"{failed} failed"
             t.rows.append({"step": step, "ran": False, "reason": f"not run: {why}", "outcome": None,
                            "error": None, "version": None, "bytes_rewritten": 0, "elapsed_ms": 0})
+            continue
+        if not changed and step not in t.health.due:
+            t.rows.append(_health_row(t, step))
             continue
         clock = time.monotonic()
         if step == "compact":
@@ -155,6 +233,7 @@ def _maintain_steps(t: Table, jobs: SharedJobs, dry: bool, deadline: float | Non
         finally:
             if step == "compact":
                 jobs.settle()
+        changed = changed or bool(row["ran"])
         t.rows.append(row)
     if not dry:
         try:
@@ -170,6 +249,8 @@ def _skip_reason(t: Table, excluded: set[str]) -> tuple[str, str | None] | None:
         return "skipped: excluded by the caller (exclude), not evaluated", None
     if t.error is not None:
         return "failed: the table could not be evaluated", t.error
+    if t.health is None:
+        return None  # not evaluated: the max_duration budget was spent first
     if not t.policy.enabled:
         return (f"skipped: opted out (enabled=false, from the {t.policy.source('enabled')} policy: "
                 "table property lance_compact.maintain.enabled or catalog setting maintain.enabled)"), None
@@ -179,9 +260,11 @@ def _skip_reason(t: Table, excluded: set[str]) -> tuple[str, str | None] | None:
     return None
 
 
-def plan_tables(tables: list[Table], args: dict[str, Any], excluded: set[str]) -> list[Table]:
+def plan_tables(tables: list[Table], args: dict[str, Any], excluded: set[str],
+                budget: Budget | None = None) -> list[Table]:
     """Rank every readable table, mark those left alone, and return the due ones to
-    maintain, in order, within ``max_tables`` and ``max_bytes``."""
+    maintain, in order, within ``max_tables`` and ``max_bytes`` (those the spent
+    ``budget`` left unevaluated get a row saying so)."""
     readable = sorted((t for t in tables if t.error is None and t.health is not None),
                       key=lambda t: (t.score, -t.priority, t.target.table))
     for i, t in enumerate(readable):
@@ -190,7 +273,10 @@ def plan_tables(tables: list[Table], args: dict[str, Any], excluded: set[str]) -
     spent = 0
     for t in readable + [t for t in tables if t.error is not None or t.health is None]:
         why = _skip_reason(t, excluded)
-        if why is not None:
+        if why is None and t.health is None:  # the max_duration budget ran out first
+            listed = sum(x.target.table not in excluded for x in tables)
+            t.skip(budget.unevaluated(listed) if budget else "left: not evaluated")
+        elif why is not None:
             t.skip(*why)
         elif args.get("max_tables") is not None and len(chosen) >= args["max_tables"]:
             t.skip(f"left: the max_tables budget ({args['max_tables']}) went to worse tables first")
@@ -203,17 +289,29 @@ def plan_tables(tables: list[Table], args: dict[str, Any], excluded: set[str]) -
     return chosen
 
 
+def _call_start(raw: dict[str, Any], received: float) -> float:
+    """The call's start on this process's monotonic clock: the JVM's ``started_at_ms`` (epoch
+    ms, when it sends one: binding and listing the tables took time before the request came)
+    if it is earlier than the receipt and plausible (at most an hour before), else the receipt."""
+    at = raw.get("started_at_ms")
+    if not isinstance(at, (int, float)) or isinstance(at, bool):
+        return received
+    before = time.time() - at / 1000
+    return received - before if 0 < before <= 3600 else received
+
+
 def maintain_warehouse(request_json: str, run_packed: Callable) -> list[Table]:
     """Serve one ``maintain_warehouse`` request: ``{"tables": [{"table", "uri"}], "params",
     "maintain_settings", "storage_options", "catalog"}``; the tables with their rows."""
+    started = time.monotonic()  # max_duration counts from here (or the JVM's earlier start)
     raw = json.loads(request_json)
     where = f"namespace {raw['namespace']}" if raw.get("namespace") else "the warehouse"
     args = procedure_args("maintain_warehouse", "maintain_warehouse_parameters", raw.get("params"), where)
     args = {**{o["name"]: o["default"] for o in spec()["maintain_warehouse_parameters"]
                if o.get("default") is not None}, **args}
     dry = bool(args["dry_run"])
-    deadline = (time.monotonic() + parse_duration(args["max_duration"]).total_seconds()
-                if args.get("max_duration") else None)
+    budget = Budget(_call_start(raw, started), parse_duration(args["max_duration"]).total_seconds()
+                    if args.get("max_duration") else None)
     excluded = {x.strip() for x in (args.get("exclude") or "").split(",") if x.strip()}
     call_args = {k: v for k, v in args.items() if k not in RUN_KEYS}
     if call_args.get("older_than") is not None:  # the call's own argument: refused, not a failure per table
@@ -227,15 +325,30 @@ def maintain_warehouse(request_json: str, run_packed: Callable) -> list[Table]:
     tables = [Table(Target(e["table"], e["uri"], storage), sort_order=args.get("sort_order"))
               for e in raw.get("tables") or []]
     workers = max(1, min(args["parallelism"], len(tables) or 1))
+    evaluated = [t for t in tables if t.target.table not in excluded]
+    # Metadata only, I/O bound: as many at once as the system tables read, each table opened
+    # once. When max_duration runs out, the run goes on without the tables still being read
+    # (reads only: their threads end on their own, their results are dropped).
+    pool = ThreadPoolExecutor(max(1, min(METADATA_THREADS, len(evaluated))),
+                              thread_name_prefix="maintain-warehouse-evaluate")
+    try:
+        reads = [pool.submit(_evaluate, t, call_args, settings, catalog, budget) for t in evaluated]
+        wait(reads, timeout=budget.remaining())
+        with budget.lock:
+            budget.closed = True
+        for t, f in zip(evaluated, reads):
+            if f.done() and not f.cancelled() and f.exception() is not None:  # our bug: its row says so
+                t.error = _error_text(f.exception(), storage)
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
+    log.info("maintain_warehouse: %d tables evaluated in %d ms", budget.evaluated, (time.monotonic() - started) * 1000)
     with ThreadPoolExecutor(workers, thread_name_prefix="maintain-warehouse") as pool:
-        list(pool.map(lambda t: _evaluate(t, call_args, settings, catalog),
-                      [t for t in tables if t.target.table not in excluded]))
-        chosen = plan_tables(tables, args, excluded)
+        chosen = plan_tables(tables, args, excluded, budget)
         log.info("maintain_warehouse: %d tables, %d due and chosen, %d threads", len(tables), len(chosen), workers)
         jobs = SharedJobs(run_packed)
         finished = threading.Event()
         probe = cancellation.current_probe()
-        futures = [pool.submit(_maintain, t, jobs, dry, deadline, probe) for t in chosen]
+        futures = [pool.submit(_maintain, t, jobs, dry, budget, len(chosen), probe) for t in chosen]
         waiter = threading.Thread(target=lambda: ([f.exception() for f in futures], finished.set()), daemon=True)
         waiter.start()
         jobs.serve(finished)  # on this thread: the Spark jobs run under the caller's job group

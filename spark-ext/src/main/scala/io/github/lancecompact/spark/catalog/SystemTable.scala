@@ -4,7 +4,7 @@ import java.util
 
 import com.fasterxml.jackson.databind.ObjectMapper
 import org.apache.spark.sql.connector.catalog.{SupportsRead, Table, TableCapability}
-import org.apache.spark.sql.connector.read.{Scan, ScanBuilder}
+import org.apache.spark.sql.connector.read.ScanBuilder
 import org.apache.spark.sql.types.StructType
 import org.apache.spark.sql.util.CaseInsensitiveStringMap
 
@@ -13,13 +13,16 @@ import io.github.lancecompact.spark.procedures.OptionSpec
 
 /** `lance.system.table_health` and `lance.system.maintenance_history`: a row per table (per
  * version of each table) of the whole warehouse, computed by the engine from each table's
- * metadata (python/lance_compact/system_tables.py). The catalog lists the tables, as
+ * metadata (python/lance_compact/catalog/system_tables.py). The catalog lists the tables, as
  * `(namespace, table, location)`; the engine evaluates them side by side when the query is
- * planned (the schema is parameters.json's, so DESCRIBE costs nothing).
+ * planned (the schema is parameters.json's, so DESCRIBE costs nothing). The query's filters
+ * on `namespace`, `table` and (history) `version` are pushed down ([[SystemTableScanBuilder]]),
+ * so the engine opens only the tables (and decodes only the versions) asked for.
  */
 final class SystemTable(catalogName: String, kind: String, tables: () => Seq[(String, String, String)],
                         storage: Map[String, String], maintainSettings: Map[String, String]) extends Table with SupportsRead {
-  private lazy val result = {
+  /** The engine's answer for these pushed filters (JSON, or null for none). */
+  private[catalog] def scan(filters: Option[com.fasterxml.jackson.databind.JsonNode]) = {
     val mapper = new ObjectMapper()
     val r = mapper.createObjectNode()
     r.put("catalog", catalogName)
@@ -29,14 +32,14 @@ final class SystemTable(catalogName: String, kind: String, tables: () => Seq[(St
     storage.foreach { case (k, v) => s.put(k, v) }
     val m = r.putObject("maintain_settings")
     maintainSettings.foreach { case (k, v) => m.put(k, v) }
+    filters.foreach(f => r.set[com.fasterxml.jackson.databind.JsonNode]("filters", f))
     PythonEngine.query(kind, mapper.writeValueAsString(r))
   }
   override def name(): String = s"$catalogName.${SystemTable.Namespace}.$kind"
   override def schema(): StructType = OptionSpec.columns(SystemTable.Columns(kind))
   override def capabilities(): util.Set[TableCapability] = util.EnumSet.of(TableCapability.BATCH_READ)
-  override def newScanBuilder(options: CaseInsensitiveStringMap): ScanBuilder = new ScanBuilder {
-    override def build(): Scan = result
-  }
+  override def newScanBuilder(options: CaseInsensitiveStringMap): ScanBuilder =
+    new SystemTableScanBuilder(this, versions = kind == "maintenance_history")
 }
 
 object SystemTable {

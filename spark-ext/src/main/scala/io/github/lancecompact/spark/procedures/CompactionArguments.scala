@@ -125,6 +125,7 @@ object CompactionArguments {
   def bindWarehouse(catalog: LanceCatalog, params: Array[ProcedureParameter], row: InternalRow): Bound = {
     val namespace = if (row.isNullAt(0)) None else Some(row.getUTF8String(0).toString)
     val request: ObjectNode = mapper.createObjectNode()
+    request.put("started_at_ms", System.currentTimeMillis())  // max_duration counts from here, listing included
     namespace.foreach(request.put("namespace", _))
     val tables = request.putArray("tables")
     catalog.tablesUnder(namespace).foreach { case (name, uri) => tables.addObject().put("table", name).put("uri", uri) }

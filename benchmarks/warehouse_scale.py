@@ -1,0 +1,151 @@
+"""The warehouse at scale (issue 25, item 6): many small tables on a local folder or on moto's
+S3 server (tests/s3_server.py), and in one run
+
+* a sequential pylance read of the metadata health needs (open, config, fragments, indices,
+  versions, the newest transactions), table after table;
+* ``SELECT * FROM lance.system.table_health`` (a warm session; the first query untimed);
+* ``maintenance_history`` for two tables by a pushed filter, and all of it;
+* a dry run of ``maintain_warehouse``, and one with ``max_duration => '5 seconds'``.
+
+Short run (checks it works)::
+
+    source bin/env.sh && .venv/bin/python benchmarks/warehouse_scale.py --store s3 --tables 20
+
+The issue's shape (200 tables, ~24 fragments and ~25 versions each; long: not while others
+test)::
+
+    .venv/bin/python benchmarks/warehouse_scale.py --store s3 --tables 200 --fragments 24 --versions 25
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def build(uri: str, tables: int, fragments: int, versions: int, storage: dict | None) -> list[str]:
+    """``tables`` degraded tables ns<i%4>.t<i>: ``versions`` appends of small fragments, then a
+    delete (one more version); returns their URIs."""
+    import lance
+    import pyarrow as pa
+
+    uris = []
+    per = max(1, fragments // max(1, versions))
+    for i in range(tables):
+        table_uri = f"{uri}/ns{i % 4}/t{i:03d}.lance"
+        n = 0
+        for v in range(versions):
+            rows = per * 20
+            data = pa.table({"id": pa.array(range(n, n + rows), pa.int64()),
+                             "payload": pa.array([f"row {j}" for j in range(n, n + rows)])})
+            lance.write_dataset(data, table_uri, mode="append" if v else "create", max_rows_per_file=20,
+                                storage_options=storage)
+            n += rows
+        lance.dataset(table_uri, storage_options=storage).delete("id % 7 = 0")
+        uris.append(table_uri)
+    return uris
+
+
+def pylance_metadata(uris: list[str], storage: dict | None, transactions: bool = True) -> float:
+    """What health reads, with pylance, one table after the other: open, config, fragments,
+    indices, versions and (``transactions``) the newest 16 transactions, where the last
+    compaction is found (health reads fewer: only versions that kept their live rows)."""
+    import lance
+
+    t = time.perf_counter()
+    for uri in uris:
+        ds = lance.dataset(uri, storage_options=storage)
+        ds.config()
+        [f.metadata for f in ds.get_fragments()]
+        ds.list_indices()
+        ds.versions()
+        if transactions:
+            ds.get_transactions(min(16, ds.version))
+    return time.perf_counter() - t
+
+
+def timed(fn, repeat: int) -> list[float]:
+    out = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t)
+    return out
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--store", choices=["local", "s3"], default="local")
+    p.add_argument("--tables", type=int, default=20)
+    p.add_argument("--fragments", type=int, default=12, help="fragments per table (about)")
+    p.add_argument("--versions", type=int, default=6, help="appends per table (each a version)")
+    p.add_argument("--repeat", type=int, default=3)
+    a = p.parse_args()
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from conftest import lance_session  # the tests' local session: same catalog settings
+
+    server = None
+    work = Path(tempfile.mkdtemp(prefix="lance-warehouse-scale-"))
+    try:
+        if a.store == "s3":
+            from s3_server import S3Server
+            server = S3Server(log=work / "moto.log").start()
+            storage = server.storage_options
+            uri = server.fresh_bucket("scale") + "/wh"
+        else:
+            storage, uri = None, str(work / "wh")
+        t = time.perf_counter()
+        uris = build(uri, a.tables, a.fragments, a.versions, storage)
+        print(f"built {len(uris)} tables on {a.store} in {time.perf_counter() - t:.1f} s", flush=True)
+
+        engine_log = work / "engine.log"
+        spark = lance_session("local[2]", "lance-compact-warehouse-scale", uri,
+                              {"spark.lance.compact.engine.log": str(engine_log)},
+                              **({"storage_options": storage} if storage else {}))
+        spark.sql("SELECT * FROM lance.system.table_health").collect()  # warm: engine, imports
+        figures = {}
+        figures["pylance sequential metadata read"] = timed(lambda: pylance_metadata(uris, storage), a.repeat)
+        figures["pylance sequential, no transactions (a lower bound)"] = timed(
+            lambda: pylance_metadata(uris, storage, transactions=False), a.repeat)
+        health = spark.sql("SELECT * FROM lance.system.table_health").collect()
+        assert len(health) == len(uris) and not [h for h in health if h.error], [h.error for h in health if h.error][:3]
+        figures["SELECT * FROM lance.system.table_health"] = timed(
+            lambda: spark.sql("SELECT * FROM lance.system.table_health").collect(), a.repeat)
+        figures["table_health WHERE namespace = 'none' (listing, fixed cost)"] = timed(
+            lambda: spark.sql("SELECT * FROM lance.system.table_health WHERE namespace = 'none'").collect(), a.repeat)
+        two = "namespace = 'ns0' AND `table` IN ('t000', 't004')"
+        figures[f"maintenance_history WHERE {two}"] = timed(
+            lambda: spark.sql(f"SELECT * FROM lance.system.maintenance_history WHERE {two}").collect(), a.repeat)
+        figures["maintenance_history, all of it"] = timed(
+            lambda: spark.sql("SELECT * FROM lance.system.maintenance_history").collect(), 1)
+        figures["maintain_warehouse(dry_run => true)"] = timed(
+            lambda: spark.sql("CALL lance.maintain_warehouse(dry_run => true)").collect(), a.repeat)
+        figures["maintain_warehouse(dry_run => true, max_duration => '5 seconds')"] = timed(
+            lambda: spark.sql("CALL lance.maintain_warehouse(dry_run => true, "
+                              "max_duration => '5 seconds')").collect(), 1)
+        spark.stop()
+        base = statistics.median(figures["pylance sequential metadata read"])
+        print(f"\n{len(uris)} tables on {a.store}, {sum(h.fragments for h in health):,} fragments, "
+              f"{sum(h.versions for h in health):,} versions")
+        print(f"{'path':72} {'median s':>9} {'vs pylance':>10}  runs")
+        for name, runs in figures.items():
+            m = statistics.median(runs)
+            print(f"{name:72} {m:9.3f} {m / base:9.2f}x  [{', '.join(f'{x:.3f}' for x in runs)}]")
+        served = [int(x) for x in re.findall(r"served table_health in (\d+) ms", engine_log.read_text())]
+        print(f"the engine's own time per table_health query (all tables, then the filtered one): "
+              f"{served[1:]} ms")
+    finally:
+        if server:
+            server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
