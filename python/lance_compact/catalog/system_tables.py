@@ -3,14 +3,13 @@
 (history), every table evaluated from its metadata on a bounded thread pool.
 
 The JVM lists the warehouse's tables (it knows the layout) and sends
-``{"catalog", "tables": [[namespace, table, uri], ...], "storage_options",
-"maintain_settings"}``. A table that cannot be read (no dataset there, a corrupt manifest,
+``{"catalog", "tables": [{"namespace", "table", "uri"}, ...], "storage_options",
+"maintain_settings"}`` (parsed once by the engine: runtime/envelope.py). A table that cannot be read (no dataset there, a corrupt manifest,
 an invalid policy) gets a row of its own with ``error`` and NULLs; every other table is
 still evaluated.
 """
 from __future__ import annotations
 
-import json
 import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
@@ -20,6 +19,7 @@ from ..maintenance.health import table_health
 from .metadata_tables import micros, version_records
 from ..options import columns_ddl, result_columns
 from ..maintenance.policy import resolve_policy
+from ..runtime.envelope import Envelope
 from ..runtime.secrets import redact
 from ..runtime.tables import open_dataset
 
@@ -29,10 +29,10 @@ from ..runtime.tables import open_dataset
 MAX_THREADS = 16
 
 
-def _each_table(raw: dict[str, Any], rows_of: Callable[[str, str, str], list[dict[str, Any]]],
+def _each_table(request: Envelope, rows_of: Callable[[str, str, str], list[dict[str, Any]]],
                 columns: list[tuple[str, str]]) -> list[tuple]:
-    tables = [tuple(t) for t in raw.get("tables") or []]
-    storage = raw.get("storage_options") or {}
+    tables = [(e.namespace, e.name, e.uri) for e in request.tables]
+    storage = dict(request.storage_options)
 
     def one(t: tuple) -> list[dict[str, Any]]:
         namespace, name, uri = t
@@ -44,19 +44,18 @@ def _each_table(raw: dict[str, Any], rows_of: Callable[[str, str, str], list[dic
             why = f"table {namespace}.{name}: cannot be read: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         return [{"namespace": namespace, "table": name, "error": redact(why, storage)}]
 
-    threads = max(1, min(MAX_THREADS, int(raw.get("threads") or MAX_THREADS), len(tables) or 1,
+    threads = max(1, min(MAX_THREADS, int(request.extras.get("threads") or MAX_THREADS), len(tables) or 1,
                          4 * (os.cpu_count() or 1)))
     with ThreadPoolExecutor(threads, thread_name_prefix="lance-compact-system") as pool:
         results = list(pool.map(one, tables))
     return [tuple(r.get(c) for c, _ in columns) for rows in results for r in rows]
 
 
-def table_health_rows(request_json: str) -> tuple[str, list[tuple]]:
+def table_health_rows(request: Envelope) -> tuple[str, list[tuple]]:
     """``lance.system.table_health``: one row per table (parameters.json ``health_columns``)."""
-    raw = json.loads(request_json)
-    storage = raw.get("storage_options") or {}
-    settings = raw.get("maintain_settings") or {}
-    catalog = raw.get("catalog") or "<catalog>"
+    storage = dict(request.storage_options)
+    settings = dict(request.maintain_settings)
+    catalog = request.catalog_name
 
     def rows_of(namespace: str, name: str, uri: str) -> list[dict[str, Any]]:
         table = f"{namespace}.{name}"
@@ -70,7 +69,7 @@ def table_health_rows(request_json: str) -> tuple[str, list[tuple]]:
                  "reasons": dict(h.reasons), "enabled": policy.enabled, "priority": policy.priority}]
 
     columns = result_columns("health_columns")
-    return columns_ddl(columns), _each_table(raw, rows_of, columns)
+    return columns_ddl(columns), _each_table(request, rows_of, columns)
 
 
 def _kind(operation: str | None) -> tuple[str, bool]:
@@ -113,13 +112,12 @@ def _details(r: dict[str, Any], indexed: set[str]) -> str | None:
     return None
 
 
-def maintenance_history_rows(request_json: str) -> tuple[str, list[tuple]]:
+def maintenance_history_rows(request: Envelope) -> tuple[str, list[tuple]]:
     """``lance.system.maintenance_history``: a row per version of each table, from Lance's
     own transactions (parameters.json ``history_columns``); the same versions, operations and
     counts as each table's ``versions`` metadata table. Cleanup makes no version, so it does
     not appear."""
-    raw = json.loads(request_json)
-    storage = raw.get("storage_options") or {}
+    storage = dict(request.storage_options)
 
     def rows_of(namespace: str, name: str, uri: str) -> list[dict[str, Any]]:
         ds = open_dataset(f"{namespace}.{name}", uri, storage)
@@ -131,4 +129,4 @@ def maintenance_history_rows(request_json: str) -> tuple[str, list[tuple]]:
         return out
 
     columns = result_columns("history_columns")
-    return columns_ddl(columns), _each_table(raw, rows_of, columns)
+    return columns_ddl(columns), _each_table(request, rows_of, columns)

@@ -16,7 +16,6 @@ first (then priority), within budgets; one row per table and step.
 """
 from __future__ import annotations
 
-import json
 import re
 import logging
 import threading
@@ -32,8 +31,9 @@ from . import version_cleanup
 from ..compaction.fragments import data_bytes, live_and_deleted
 from .health import table_health
 from .table_maintenance import STEPS, Target, run_step
-from ..options import effective, procedure_args, result_columns, spec
+from ..options import effective, result_columns
 from .policy import resolve_policy
+from ..runtime.envelope import Envelope
 from ..runtime.secrets import redact
 from ..compaction.shared_jobs import SharedJobs
 
@@ -202,14 +202,11 @@ def plan_tables(tables: list[Table], args: dict[str, Any], excluded: set[str]) -
     return chosen
 
 
-def maintain_warehouse(request_json: str, run_packed: Callable) -> list[Table]:
-    """Serve one ``maintain_warehouse`` request: ``{"tables": [{"table", "uri"}], "params",
-    "maintain_settings", "storage_options", "catalog"}``; the tables with their rows."""
-    raw = json.loads(request_json)
-    where = f"namespace {raw['namespace']}" if raw.get("namespace") else "the warehouse"
-    args = procedure_args("maintain_warehouse", "maintain_warehouse_parameters", raw.get("params"), where)
-    args = {**{o["name"]: o["default"] for o in spec()["maintain_warehouse_parameters"]
-               if o.get("default") is not None}, **args}
+def maintain_warehouse(request: Envelope, run_packed: Callable) -> list[Table]:
+    """Serve one ``maintain_warehouse`` request (parsed by the engine: its tables, checked
+    parameters with defaults, catalog settings and storage options); the tables with their rows."""
+    where = request.where
+    args = dict(request.args)
     dry = bool(args["dry_run"])
     deadline = (time.monotonic() + parse_duration(args["max_duration"]).total_seconds()
                 if args.get("max_duration") else None)
@@ -220,10 +217,11 @@ def maintain_warehouse(request_json: str, run_packed: Callable) -> list[Table]:
             version_cleanup.parse_older_than(call_args["older_than"], where)
         except CompactionError as e:
             raise CompactionError("maintain_warehouse: older_than " + e.message.split("older_than ", 1)[1]) from None
-    storage = dict(raw.get("storage_options") or {})
-    settings = dict(raw.get("maintain_settings") or {})
-    catalog = raw.get("catalog") or "lance"
-    tables = [Table(Target(e["table"], e["uri"], storage)) for e in raw.get("tables") or []]
+    storage = dict(request.storage_options)
+    settings = dict(request.maintain_settings)
+    catalog = request.catalog_name
+    base = Target("", "", storage, catalog, settings)
+    tables = [Table(base.other(e.qualified, e.uri)) for e in request.tables]
     workers = max(1, min(args["parallelism"], len(tables) or 1))
     with ThreadPoolExecutor(workers, thread_name_prefix="maintain-warehouse") as pool:
         list(pool.map(lambda t: _evaluate(t, call_args, settings, catalog),
@@ -256,9 +254,9 @@ def maintain_warehouse(request_json: str, run_packed: Callable) -> list[Table]:
     return tables
 
 
-def maintain_warehouse_rows(request_json: str, run_packed: Callable) -> list[tuple]:
+def maintain_warehouse_rows(request: Envelope, run_packed: Callable) -> list[tuple]:
     """The result rows (parameters.json's ``maintain_warehouse_columns``), in the run's order."""
-    tables = maintain_warehouse(request_json, run_packed)
+    tables = maintain_warehouse(request, run_packed)
     ordered = sorted(tables, key=lambda t: (t.rank is None, t.rank or 0, t.target.table))
     out = []
     for t in ordered:
@@ -269,7 +267,7 @@ def maintain_warehouse_rows(request_json: str, run_packed: Callable) -> list[tup
     return out
 
 
-def maintain_warehouse_on_spark(request_json: str, sc: Any) -> list[tuple]:
+def maintain_warehouse_on_spark(request: Envelope, sc: Any) -> list[tuple]:
     """The engine's handler: rewrite tasks run as shared Spark jobs on ``sc``'s cluster."""
     from ..compaction.spark_job import run_packed
-    return maintain_warehouse_rows(request_json, lambda entries: run_packed(sc, entries))
+    return maintain_warehouse_rows(request, lambda entries: run_packed(sc, entries))
