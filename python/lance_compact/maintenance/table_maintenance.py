@@ -25,12 +25,12 @@ from ..runtime import hooks
 
 from ..compaction import orchestrate
 from ..compaction.request import CompactionRequest
-from .version_cleanup import cleanup
+from ..compaction import rules
+from .version_cleanup import cleanup, parse_older_than
 from ..errors import CompactionError
-from .health import compaction_due, reclaimable
 from ..compaction.fragments import index_state
 from .indices import optimize_indices
-from ..options import effective, result_columns
+from ..options import result_columns
 from .policy import resolve_policy
 from ..runtime.envelope import Envelope, Target
 
@@ -50,18 +50,15 @@ def compact_step(t: Target, args: dict[str, Any], runner: Any, dry: bool,
     table as the caller just opened it (else opened here); the compaction plans on its own
     fresh open."""
     ds = ds if ds is not None else t.open()
-    config = ds.config() or {}
     given = {"target_rows_per_fragment": args["target_rows_per_fragment"]} \
         if args.get("target_rows_per_fragment") is not None else {}
-    target = effective(config, given, "target_rows_per_fragment")
-    threshold = effective(config, {}, "materialize_deletions_threshold")
-    # health.py's rule, so that a table's health and its maintenance agree on what is due
-    due, _, _, facts = compaction_due([f.metadata for f in ds.get_fragments()], target, threshold,
-                                      args["min_small_fragments"])
+    # the one rule (compaction/rules.py), so that a table's health and its maintenance agree
+    need = rules.compaction_need([f.metadata for f in ds.get_fragments()],
+                                 rules.Thresholds.of_maintenance(ds.config() or {}, args),
+                                 args["min_small_fragments"])
     row = {"step": "compact", "ran": False, "version": ds.version, "outcome": None, "bytes_rewritten": 0,
-           "reason": ("due: " if due else f"not due (fewer than {args['min_small_fragments']} small fragments "
-                      "and none over the deletion threshold): ") + facts}
-    if due and not dry:
+           "reason": need.reason}
+    if need.due and not dry:
         params: dict[str, Any] = dict(given)
         options: dict[str, Any] = {}
         strategy = None
@@ -85,11 +82,9 @@ def optimize_indices_step(t: Target, args: dict[str, Any], runner: Any, dry: boo
     """Lance's index optimization when an index leaves enough fragments unindexed."""
     ds = ds if ds is not None else t.open()
     state = index_state(ds)
-    lagging = {n: e["unindexed"] for n, e in state.items() if e["unindexed"] >= args["min_unindexed_fragments"]}
+    lagging = rules.lagging_indices(state, args["min_unindexed_fragments"])
     row = {"step": "optimize_indices", "ran": False, "version": ds.version, "outcome": None,
-           "reason": (f"due: unindexed fragments {lagging}" if lagging else
-                      (f"not due: every index covers all but fewer than {args['min_unindexed_fragments']} fragments"
-                       if state else "not due: the table has no indices"))}
+           "reason": rules.optimize_indices_reason(state, lagging, args["min_unindexed_fragments"])}
     if lagging and not dry:
         names = ",".join(sorted(lagging))
         r = optimize_indices(t, {"indices": names}, ds)
@@ -104,11 +99,10 @@ def cleanup_step(t: Target, args: dict[str, Any], runner: Any, dry: bool,
     """Lance's cleanup when versions are older than ``older_than``."""
     ds = ds if ds is not None else t.open()
     retain = args.get("retain_versions")
-    old = reclaimable(ds.versions(), args["older_than"], retain, datetime.now(timezone.utc), t.table)
-    kept = f"the newest {retain}" if retain else "the current one"
+    cutoff = datetime.now(timezone.utc) - parse_older_than(args["older_than"], t.table)
+    old = rules.reclaimable(ds.versions(), cutoff, retain)
     row = {"step": "cleanup", "ran": False, "version": ds.version, "outcome": None,
-           "reason": (f"due: {len(old)} versions older than {args['older_than']} (keeping {kept})" if old
-                      else f"not due: no version older than {args['older_than']} beyond {kept}")}
+           "reason": rules.cleanup_reason(old, args["older_than"], retain)}
     if old and not dry:
         params = {"older_than": args["older_than"]}
         if args.get("retain_versions") is not None:

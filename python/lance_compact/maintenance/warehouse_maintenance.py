@@ -28,10 +28,11 @@ from typing import Any, Callable
 from ..runtime import cancellation
 from ..errors import CompactionError
 from . import version_cleanup
-from ..compaction.fragments import data_bytes, live_and_deleted
+from ..compaction import rules
+from ..compaction.fragments import data_bytes
 from .health import table_health
 from .table_maintenance import STEPS, Target, run_step
-from ..options import effective, result_columns
+from ..options import result_columns
 from .policy import resolve_policy
 from ..runtime.envelope import Envelope
 from ..runtime.secrets import redact
@@ -89,16 +90,8 @@ def _error_text(e: Exception, storage: dict[str, str]) -> str:
 def _compaction_bytes(ds, policy) -> int:
     """Bytes of the fragments compaction would take: under the target, or over the deletion
     threshold (the same candidates Lance's planner takes)."""
-    config = ds.config() or {}
-    target = policy.get("target_rows_per_fragment") or effective(config, {}, "target_rows_per_fragment")
-    threshold = effective(config, {}, "materialize_deletions_threshold")
-    picked = []
-    for f in ds.get_fragments():
-        m = f.metadata
-        live, deleted = live_and_deleted(m)
-        if live < target or (m.physical_rows and deleted / m.physical_rows > threshold):
-            picked.append(m)
-    return data_bytes(picked) or 0
+    thresholds = rules.Thresholds.of_maintenance(ds.config() or {}, policy)
+    return data_bytes([f.metadata for f in ds.get_fragments() if thresholds.is_candidate(f.metadata)]) or 0
 
 
 def _evaluate(t: Table, call_args: dict[str, Any], settings: dict[str, str], catalog: str) -> None:

@@ -22,15 +22,16 @@ from .histogram import FragmentHistogram
 from .histogram_picture import PlotUnavailable, load_matplotlib, picture_format
 from ..compaction.history import committed_at, last_compaction
 from ..compaction.fragments import index_state
-from ..options import convert_value, effective, specs_of
+from ..compaction import rules
+from ..options import convert_value, specs_of
 from ..maintenance.policy import resolve_policy
 from ..compaction.request import CompactionRequest
 from ..runtime.envelope import Envelope, Result, Target
 
 
-def _fragments(ds) -> tuple[list[int], list[int], list[int], list[float], int]:
-    """Ids, live rows, deleted rows and deleted fractions of each fragment; bytes of all."""
-    ids, live_rows, deleted_rows, fractions = [], [], [], []
+def _fragments(ds) -> tuple[list[int], list[int], list[int], list[int], int]:
+    """Ids, live rows, deleted rows and physical rows of each fragment; bytes of all."""
+    ids, live_rows, deleted_rows, physical = [], [], [], []
     size = 0
     for f in ds.get_fragments():
         m = f.metadata
@@ -38,9 +39,9 @@ def _fragments(ds) -> tuple[list[int], list[int], list[int], list[float], int]:
         ids.append(f.fragment_id)
         live_rows.append(live)
         deleted_rows.append(deleted)
-        fractions.append(deleted / m.physical_rows if m.physical_rows else 0.0)
+        physical.append(m.physical_rows)
         size += data_bytes([m]) or 0
-    return ids, live_rows, deleted_rows, fractions, size
+    return ids, live_rows, deleted_rows, physical, size
 
 
 def picture_path(value: str, table: str) -> str:
@@ -140,10 +141,10 @@ def _layout(request: CompactionRequest, t: Target) -> tuple[dict[str, Any], Any,
     """
     ds = t.open()
     config = ds.config() or {}
-    target = effective(config, request.options, "target_rows_per_fragment")
-    threshold = effective(config, request.options, "materialize_deletions_threshold")
+    thresholds = rules.Thresholds.of_compaction(config, request.options)
+    target, threshold = thresholds.target, thresholds.threshold
 
-    ids, live_rows, deleted_rows, fractions, size = _fragments(ds)
+    ids, live_rows, deleted_rows, physical, size = _fragments(ds)
 
     indices = [(name, e["type"], e["fields"], e["unindexed"]) for name, e in sorted(index_state(ds).items())]
 
@@ -162,10 +163,11 @@ def _layout(request: CompactionRequest, t: Target) -> tuple[dict[str, Any], Any,
         "deleted_rows": sum(deleted_rows),
         "bytes": size,
         "target_rows_per_fragment": target,
-        "small_fragments": sum(1 for r in live_rows if r < target),
+        "small_fragments": sum(1 for r in live_rows if rules.is_small(r, target)),
         "fragments_with_deletions": sum(1 for d in deleted_rows if d),
-        "fragments_over_deletion_threshold": sum(1 for x in fractions if x > threshold),
-        "max_deleted_fraction": max(fractions, default=0.0),
+        "fragments_over_deletion_threshold": sum(1 for d, p in zip(deleted_rows, physical)
+                                                 if rules.over_deletion_threshold(d, p, threshold)),
+        "max_deleted_fraction": max(map(rules.deleted_fraction, deleted_rows, physical), default=0.0),
         "fragment_rows": live_rows,
         "indices": indices,
         "last_compacted_version": last.version if last else None,
