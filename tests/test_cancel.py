@@ -262,7 +262,8 @@ def test_maintain_stops_between_steps_when_cancelled(warehouse, request):
     """maintain asks before each step (in the engine the probe asks the JVM; here it says
     cancelled after the first question): the compaction ran, the rest did not."""
     from lance_compact.runtime import cancellation
-    from lance_compact.maintenance.table_maintenance import maintain_rows
+    from lance_compact.maintenance.table_maintenance import maintain
+    from lance_compact.runtime.envelope import Envelope
 
     t, path = degraded_table_for(warehouse, request, fragments=4)
     lance.dataset(str(path)).optimize.compact_files(target_rows_per_fragment=1000)
@@ -274,7 +275,7 @@ def test_maintain_stops_between_steps_when_cancelled(warehouse, request):
         return None if len(asked) == 1 else "the statement was interrupted"
 
     with cancellation.serving(probe), pytest.raises(cancellation.Cancelled) as e:
-        maintain_rows(f'{{"table": "{t}", "uri": "{path}"}}', runner=None)
+        maintain(Envelope.parse("maintain", {"table": t, "uri": str(path)}), runner=None)
     assert ("maintain was cancelled before its optimize_indices step (the statement was interrupted); "
             "no earlier step changed the table; not run: cleanup") in e.value.message
     assert lance.dataset(str(path)).version == version
@@ -288,13 +289,14 @@ def test_maintain_warehouse_stops_every_table_when_cancelled(tmp_path):
     import pyarrow as pa
     from lance_compact.runtime import cancellation
     from lance_compact.maintenance.warehouse_maintenance import maintain_warehouse
+    from lance_compact.runtime.envelope import Envelope
 
     tables = []
     for name in ("a", "b"):
         uri = str(tmp_path / f"{name}.lance")
         lance.write_dataset(pa.table({"id": list(range(10))}), uri)
         lance.write_dataset(pa.table({"id": list(range(10, 20))}), uri, mode="append")
-        tables.append({"table": f"db.{name}", "uri": uri})
+        tables.append({"namespace": "db", "table": name, "uri": uri})
     versions = {t["uri"]: lance.dataset(t["uri"]).version for t in tables}
     asked = []
 
@@ -306,7 +308,7 @@ def test_maintain_warehouse_stops_every_table_when_cancelled(tmp_path):
     request = {"tables": tables, "params": {"older_than": "0 seconds", "min_small_fragments": 1000,
                                             "parallelism": 1}}
     with cancellation.serving(probe), pytest.raises(cancellation.Cancelled) as e:
-        maintain_warehouse(json.dumps(request), run_packed=None)
+        maintain_warehouse(Envelope.parse("maintain_warehouse", json.dumps(request)), run_packed=None)
     assert "maintain_warehouse was cancelled (the statement was interrupted)" in e.value.message
     assert "no table was changed" in e.value.message
     assert {t["uri"]: lance.dataset(t["uri"]).version for t in tables} == versions

@@ -87,13 +87,18 @@ def test_a_commit_between_listing_and_references_keeps_its_files(warehouse):
 
 @pytest.mark.parametrize("setting", ["8 days", "soon", "99999999999999 days"])
 def test_an_invalid_operator_floor_removes_nothing_and_says_which_setting(warehouse, setting):
-    """The engine's own cleanup_row, in this process, with the floor this process's driver
+    """The engine's own cleanup, in this process, with the floor this process's driver
     settings give it (as the engine reads them at start)."""
     import json
 
     from lance_compact.runtime import driver_conf
     from lance_compact.errors import CompactionError
-    from lance_compact.maintenance.version_cleanup import cleanup_row
+    from lance_compact.maintenance.version_cleanup import cleanup
+    from lance_compact.runtime.envelope import Envelope
+
+    def cleanup_row(request_json: str) -> dict:  # as the engine parses and serves it
+        envelope = Envelope.parse("cleanup", request_json)
+        return cleanup(envelope.require_target(), envelope.args, envelope.options)
 
     t, uri = fresh(warehouse, "bad_floor_" + "".join(c for c in setting if c.isalnum())[:12])
     writer = start_writer(uri)

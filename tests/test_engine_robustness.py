@@ -115,12 +115,13 @@ LOGGING = """
 import json, logging, sys
 from lance_compact.runtime import secrets
 from lance_compact.engine import handle
+from lance_compact.runtime.envelope import Result
 logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
 secrets.install_log_redaction()
 operator, theirs = sys.argv[1], sys.argv[2]
 secrets.remember_operator({"aws_secret_access_key": operator, "short_token": "abc12"})
 log = logging.getLogger("lance_compact.test")
-said = lambda r: (log.info("LINE compact abc12 %s %s", operator, theirs), ("x INT", []))[1]
+said = lambda r: (log.info("LINE compact abc12 %s %s", operator, theirs), Result("x INT", []))[1]
 handle({"a": said}, "a", json.dumps({"storage_options": {"my_secret": "compact", "user_token": theirs}}))
 handle({"a": said}, "a", json.dumps({}))
 """

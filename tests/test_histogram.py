@@ -334,9 +334,11 @@ def test_without_matplotlib_the_text_form_still_works(monkeypatch, one_fragment,
     # The engine's describe_layout, in this process: the text, and a clear error for a picture.
     from lance_compact.errors import CompactionError
     from lance_compact.report.layout import layout_result
+    from lance_compact.runtime.envelope import Envelope
     table, path = one_fragment
     request = {"table": table, "uri": str(path), "params": {"histogram": True}}
-    schema, rows = layout_result(json.dumps(request))
+    result = layout_result(Envelope.parse("layout", json.dumps(request)))
+    schema, rows = result.schema, result.json_rows()
     assert schema.lower() == "`histogram` string" and rows[-2][0].startswith("fragments 1; ")
     request["params"]["picture"] = str(tmp_path / "x.png")
     from lance_compact.runtime import driver_conf
@@ -344,7 +346,7 @@ def test_without_matplotlib_the_text_form_still_works(monkeypatch, one_fragment,
     with pytest.raises(CompactionError, match=re.escape(
             "describe_layout parameter picture: the layout picture needs matplotlib, which is not "
             "installed: pip install 'lance-spark-compact[plot]'")):
-        layout_result(json.dumps(request))
+        layout_result(Envelope.parse("layout", json.dumps(request)))
     assert not (tmp_path / "x.png").exists()
 
 

@@ -11,9 +11,21 @@ import pytest
 
 from lance_compact.errors import CompactionError
 from lance_compact.maintenance.health import table_health
-from lance_compact.maintenance.table_maintenance import maintain_rows
+from lance_compact.maintenance.table_maintenance import maintain
 from lance_compact.maintenance.policy import PROPERTY_PREFIX, resolve_policy
-from lance_compact.catalog.table_properties import alter_properties
+from lance_compact.catalog import table_properties
+from lance_compact.runtime.envelope import Envelope, Result
+
+
+def alter_properties(request_json: str):
+    """The engine's alter_properties, its request parsed as the engine parses it."""
+    result = table_properties.alter_properties(Envelope.parse("alter_properties", request_json))
+    return result.schema, result.rows
+
+
+def maintain_rows(request_json: str, runner):
+    """The engine's maintain: its rows in maintain_columns order."""
+    return Result.of("maintain_columns", maintain(Envelope.parse("maintain", request_json), runner)).json_rows()
 
 
 def _write(uri: str, fragments: int, rows: int = 50, delete: str | None = None, index: bool = False,
@@ -188,12 +200,13 @@ def test_a_bad_value_written_by_another_tool_is_named_with_its_fix(tmp_path):
     that key to a good value, or unsetting it, is accepted."""
     from lance_compact.engine import handle
     from lance_compact.compaction.orchestrate import dry_run
+    from lance_compact.compaction.request import CompactionRequest
 
     ds = _write(str(tmp_path / "b.lance"), 3)
     ds.update_config({"lance.compaction.data_storage_version": "garbage!!"})
     bad_version = lance.dataset(ds.uri).version
     request = lambda **kw: json.dumps({"table": "db.b", "uri": ds.uri, **kw})  # noqa: E731
-    answer = handle({"plan": lambda r: ("x STRING", dry_run(r))}, "plan", request())
+    answer = handle({"plan": lambda r: Result("x STRING", dry_run(CompactionRequest.of(r)))}, "plan", request())
     assert not answer["ok"]
     assert "the table property lance.compaction.data_storage_version holds a value Lance cannot use " \
            "('garbage!!')" in answer["error"]
@@ -211,4 +224,4 @@ def test_a_bad_value_written_by_another_tool_is_named_with_its_fix(tmp_path):
     lance.dataset(ds.uri).update_config({"lance.compaction.data_storage_version": "garbage!!"})
     _, rows = alter_properties(request(unset=["lance.compaction.data_storage_version"]))
     assert rows == []
-    assert handle({"plan": lambda r: ("x STRING", dry_run(r))}, "plan", request())["ok"]
+    assert handle({"plan": lambda r: Result("x STRING", dry_run(CompactionRequest.of(r)))}, "plan", request())["ok"]

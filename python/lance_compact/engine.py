@@ -8,6 +8,8 @@ call costs no Spark job of its own beyond the rewrite.
 
 Requests are long-polled from the JVM; each is served on its own thread (so a Thrift
 server's concurrent statements run side by side), under its caller's job group and tags.
+Each request is parsed once into a typed ``Envelope`` (runtime/envelope.py); each handler
+answers a ``Result`` that owns its columns, made into rows only in :func:`handle`.
 Responses are JSON: ``{"ok": true, "schema": DDL, "rows": [[...]]}`` or ``{"ok": false,
 "error": message}``. Nothing here logs a request: it holds storage credentials.
 """
@@ -23,35 +25,54 @@ import time
 import traceback
 from typing import Any, Callable
 
+from .runtime.envelope import Envelope, Result
+
 log = logging.getLogger("lance_compact.engine")
 
 
-def _on_first_use(module: str, function: str) -> Callable[[str], tuple[str, list[tuple]]]:
+Handler = Callable[[Envelope], Result]
+
+
+def _on_first_use(module: str, function: str) -> Handler:
     """A handler whose module is imported when it is first called, not at engine start."""
-    def handle_request(request: str) -> tuple[str, list[tuple]]:
+    def handle_request(request: Envelope) -> Result:
         return getattr(importlib.import_module(f".{module}", __package__), function)(request)
     return handle_request
 
 
-def _handlers(sc: Any) -> dict[str, Callable[[str], tuple[str, list[tuple]]]]:
+def _handlers(sc: Any) -> dict[str, Handler]:
+    """Every action's handler: it takes the parsed request and returns its :class:`Result`."""
     from .compaction import orchestrate
-    from .maintenance.version_cleanup import cleanup_row
+    from .compaction.request import CompactionRequest
+    from .maintenance.version_cleanup import cleanup
     from .report.layout import layout_result
-    from .options import columns_ddl, result_columns
     from .compaction.spark_job import SparkBatchRunner
     from .catalog.warehouse import warehouse_rows
     from .catalog import metadata_tables
     from .catalog import table_reads
-    from .maintenance.indices import optimize_indices_row
-    from .maintenance.table_maintenance import maintain_rows
+    from .maintenance.indices import optimize_indices
+    from .maintenance.table_maintenance import maintain
 
     runner = SparkBatchRunner(sc)
+
+    def system_table(function: str) -> Handler:
+        # imported on first use: no CALL needs it
+        def handle_request(request: Envelope) -> Result:
+            module = importlib.import_module(".catalog.system_tables", __package__)
+            return Result(*getattr(module, function)(request))
+        return handle_request
+
+    def warehouse_maintenance(request: Envelope) -> Result:
+        # imported on first use, like the namespace handlers: no CALL but its own needs it
+        module = importlib.import_module(".maintenance.warehouse_maintenance", __package__)
+        return Result.of("maintain_warehouse_columns", module.maintain_warehouse_on_spark(request, sc))
+
     return {
-        "compact": lambda r: (columns_ddl(result_columns()), [orchestrate.compact(r, runner)]),
-        "plan": lambda r: (columns_ddl(result_columns("plan_columns")), orchestrate.dry_run(r)),
+        "compact": lambda r: Result.of("result_columns", [orchestrate.compact(CompactionRequest.of(r), runner)]),
+        "plan": lambda r: Result.of("plan_columns", orchestrate.dry_run(CompactionRequest.of(r))),
         "layout": layout_result,  # the layout row, or the histogram's lines
-        "cleanup": lambda r: (columns_ddl(result_columns("cleanup_columns")), [cleanup_row(r)]),
-        "warehouse": lambda r: ("`name` STRING, `kind` STRING", warehouse_rows(r)),
+        "cleanup": lambda r: Result.of("cleanup_columns", [cleanup(r.require_target(), r.args, r.options)]),
+        "warehouse": warehouse_rows,
         "describe": table_reads.describe,
         "read": table_reads.read,
         # imported on first use: lance.namespace alone takes about 1 s to import cold, and
@@ -59,39 +80,41 @@ def _handlers(sc: Any) -> dict[str, Callable[[str], tuple[str, list[tuple]]]]:
         "read_plan": _on_first_use("catalog.read_source", "read_plan"),
         "namespace": _on_first_use("catalog.namespaces", "namespace_rows"),
         "metadata": metadata_tables.metadata_table,
-        "maintain": lambda r: (columns_ddl(result_columns("maintain_columns")), maintain_rows(r, runner)),
-        "optimize_indices": lambda r: (columns_ddl(result_columns("optimize_indices_columns")),
-                                       [optimize_indices_row(r)]),
-        # imported on first use, like the namespace handlers: no CALL but its own needs it
-        "maintain_warehouse": lambda r: (columns_ddl(result_columns("maintain_warehouse_columns")), importlib.import_module(
-            ".maintenance.warehouse_maintenance", __package__).maintain_warehouse_on_spark(r, sc)),
-        "table_health": _on_first_use("catalog.system_tables", "table_health_rows"),
-        "maintenance_history": _on_first_use("catalog.system_tables", "maintenance_history_rows"),
+        "maintain": lambda r: Result.of("maintain_columns", maintain(r, runner)),
+        "optimize_indices": lambda r: Result.of("optimize_indices_columns",
+                                                [optimize_indices(r.require_target(), r.args)]),
+        "maintain_warehouse": warehouse_maintenance,
+        "table_health": system_table("table_health_rows"),
+        "maintenance_history": system_table("maintenance_history_rows"),
         "alter_properties": _on_first_use("catalog.table_properties", "alter_properties"),
     }
 
 
-def handle(handlers: dict[str, Callable[[str], tuple[str, list[tuple]]]], action: str,
-           request: str) -> dict[str, Any]:
-    """Serve one request; every failure becomes ``{"ok": false, "error": ...}``: a Lance panic
-    (pyo3's ``PanicException``, a ``BaseException``) and a ``SystemExit`` or
-    ``KeyboardInterrupt`` raised by a handler included, so no statement is left unanswered and
-    the engine keeps serving."""
+def handle(handlers: dict[str, Handler], action: str, request: str) -> dict[str, Any]:
+    """Serve one request: parsed once (``Envelope.parse``), handed to the action's handler,
+    its :class:`Result` made into rows here. Every failure becomes ``{"ok": false, "error":
+    ...}``: a Lance panic (pyo3's ``PanicException``, a ``BaseException``) and a ``SystemExit``
+    or ``KeyboardInterrupt`` raised by a handler included, so no statement is left unanswered
+    and the engine keeps serving."""
     from .errors import CompactionError
     from .runtime.secrets import redact, request_secrets
 
     try:
-        storage = json.loads(request).get("storage_options")
-    except (ValueError, AttributeError):
-        storage = None
+        raw = json.loads(request)
+    except ValueError:
+        raw = None
+    storage = raw.get("storage_options") if isinstance(raw, dict) else None
+    storage = storage if isinstance(storage, dict) else None
     # This request's secrets are redacted from its own log lines only (not remembered).
     with request_secrets(storage):
         try:
             if action not in handlers:
                 raise CompactionError(f"engine: unknown action {action!r}")
-            request = _test_fault(action, request)
-            schema, rows = handlers[action](request)
-            return {"ok": True, "schema": schema, "rows": [list(r) for r in rows]}
+            if not isinstance(raw, dict):
+                raise CompactionError(f"engine: the {action} request is not a JSON object")
+            envelope = Envelope.parse(action, _test_fault(raw))
+            result = handlers[action](envelope)
+            return {"ok": True, "schema": result.schema, "rows": result.json_rows()}
         except CompactionError as e:
             return {"ok": False, "error": redact(e.message, storage)}
         except Exception as e:  # a bug or an unexpected Lance error: say what, keep serving
@@ -124,13 +147,13 @@ def _base_exception_message(action: str, e: BaseException) -> str:
 TEST_FAULT = "test_engine_fault"
 
 
-def _test_fault(action: str, request: str) -> str:
+def _test_fault(raw: dict[str, Any]) -> dict[str, Any]:
     from .options import hooks_enabled
 
-    if not hooks_enabled() or TEST_FAULT not in request:
-        return request
-    raw = json.loads(request)
-    fault = (raw.get("options") or {}).pop(TEST_FAULT, None)
+    options = raw.get("options")
+    if not hooks_enabled() or not isinstance(options, dict) or TEST_FAULT not in options:
+        return raw
+    fault = options.pop(TEST_FAULT, None)
     if fault == "panic":  # a real Lance panic: `DateTime - TimeDelta` overflowed
         import datetime
         import lance
@@ -143,7 +166,7 @@ def _test_fault(action: str, request: str) -> str:
         raise KeyboardInterrupt("injected")
     if fault == "lose_response":
         raise _LoseResponse()
-    return json.dumps(raw)
+    return raw
 
 
 class _LoseResponse(BaseException):

@@ -3,14 +3,13 @@
 ``(schema DDL, rows)`` with JSON-safe values (timestamps as microseconds)."""
 from __future__ import annotations
 
-import json
 from typing import Any, Callable
 
 from ..errors import CompactionError
 from ..compaction.fragments import data_bytes, live_and_deleted
 from ..compaction.history import rewrite_counts, undecodable_rewrite
 from ..compaction.fragments import index_state
-from .table_reads import open_request
+from ..runtime.envelope import Envelope, Result
 
 
 METADATA_TABLES = ("fragments", "versions", "indices")
@@ -109,11 +108,10 @@ def _indices(ds) -> tuple[str, list[list]]:
             "`unindexed_fragments` ARRAY<BIGINT>"), rows
 
 
-def metadata_table(request_json: str) -> tuple[str, list[list]]:
+def metadata_table(request: Envelope) -> Result:
     """One of the table's metadata tables (``kind``: fragments, versions, indices)."""
-    raw = json.loads(request_json)
-    kind = raw.get("kind")
+    kind = request.extras.get("kind")
     if kind not in METADATA_TABLES:
         raise CompactionError(f"no metadata table {kind!r}; there are {', '.join(METADATA_TABLES)}")
-    ds = open_request(raw)
-    return {"fragments": _fragments, "versions": _versions, "indices": _indices}[kind](ds)
+    ds = request.require_target().open()
+    return Result(*{"fragments": _fragments, "versions": _versions, "indices": _indices}[kind](ds))

@@ -14,24 +14,24 @@ The JVM catalog asks through the engine: ``{"root", "storage_options", "single_l
 """
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from lance import namespace as lance_ns
 from lance_namespace.errors import NamespaceNotFoundError, TableNotFoundError
 
 from ..errors import CompactionError
+from ..runtime.envelope import Envelope, Result
 
 DEFAULT = "default"
 COLUMNS = "`kind` STRING, `name` STRING, `location` STRING"
 
 
-def _namespace(raw: dict[str, Any]) -> lance_ns.DirectoryNamespace:
-    props = {f"storage.{k}": v for k, v in (raw.get("storage_options") or {}).items()}
-    return lance_ns.DirectoryNamespace(root=raw["root"], **props)
+def _namespace(request: Envelope) -> lance_ns.DirectoryNamespace:
+    props = {f"storage.{k}": v for k, v in request.storage_options.items()}
+    return lance_ns.DirectoryNamespace(root=request.extras["root"], **props)
 
 
-def _lance_id(raw: dict[str, Any], ident: list[str]) -> list[str] | None:
+def _lance_id(raw: Any, ident: list[str]) -> list[str] | None:
     """The Lance namespace id of a Spark namespace (None: it does not exist)."""
     if not raw.get("single_level"):
         return ident
@@ -57,46 +57,46 @@ def _table_location(ns: lance_ns.DirectoryNamespace, lance_id: list[str]) -> str
         return None
 
 
-def namespace_rows(request_json: str) -> tuple[str, list[list]]:
+def namespace_rows(request: Envelope) -> Result:
     """Answer one catalog question about a directory-namespace warehouse.
 
     ops: ``namespace_exists`` (one row if it does), ``list_namespaces``, ``list_tables``,
     ``table`` (one row with the table's location if it exists), ``create_namespace``,
     ``drop_namespace``.
     """
-    raw = json.loads(request_json)
+    raw = request.extras
     op, ident = raw["op"], list(raw.get("id") or [])
-    ns = _namespace(raw)
+    ns = _namespace(request)
     single = bool(raw.get("single_level"))
     if op == "namespace_exists":
-        return COLUMNS, [["namespace", ".".join(ident), None]] if _exists(ns, _lance_id(raw, ident)) else []
+        return Result(COLUMNS, [["namespace", ".".join(ident), None]] if _exists(ns, _lance_id(raw, ident)) else [])
     if op == "list_namespaces":
         if single:
-            return COLUMNS, [["namespace", DEFAULT, None]] if not ident else []
+            return Result(COLUMNS, [["namespace", DEFAULT, None]] if not ident else [])
         names = ns.list_namespaces(lance_ns.ListNamespacesRequest(id=ident)).namespaces or []
-        return COLUMNS, [["namespace", n, None] for n in sorted(names) if not n.startswith("__")]
+        return Result(COLUMNS, [["namespace", n, None] for n in sorted(names) if not n.startswith("__")])
     if op == "list_tables":
         lance_id = _lance_id(raw, ident)
         if not _exists(ns, lance_id):
-            return COLUMNS, []
+            return Result(COLUMNS, [])
         names = ns.list_tables(lance_ns.ListTablesRequest(id=lance_id)).tables or []
-        return COLUMNS, [["table", n, None] for n in sorted(names) if not n.startswith("__")]
+        return Result(COLUMNS, [["table", n, None] for n in sorted(names) if not n.startswith("__")])
     if op == "table":
         lance_id = _lance_id(raw, ident[:-1])
         if lance_id is None or not ident:
-            return COLUMNS, []
+            return Result(COLUMNS, [])
         location = _table_location(ns, lance_id + ident[-1:])
-        return COLUMNS, [["table", ident[-1], location]] if location else []
+        return Result(COLUMNS, [["table", ident[-1], location]] if location else [])
     if op == "create_namespace":
         if single:
             raise CompactionError(f"with single_level_ns=true the only namespace is the virtual "
                                   f"'{DEFAULT}'; namespaces cannot be created")
         ns.create_namespace(lance_ns.CreateNamespaceRequest(id=ident))
-        return COLUMNS, [["namespace", ".".join(ident), None]]
+        return Result(COLUMNS, [["namespace", ".".join(ident), None]])
     if op == "drop_namespace":
         if single:
             raise CompactionError(f"with single_level_ns=true the virtual namespace '{DEFAULT}' "
                                   "cannot be dropped")
         ns.drop_namespace(lance_ns.DropNamespaceRequest(id=ident))
-        return COLUMNS, [["namespace", ".".join(ident), None]]
+        return Result(COLUMNS, [["namespace", ".".join(ident), None]])
     raise CompactionError(f"unknown namespace operation {op!r}")

@@ -13,23 +13,25 @@ register it.
 from __future__ import annotations
 
 import json
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+if TYPE_CHECKING:
+    from ..runtime.envelope import Envelope, Result
 
 NAME = "lance_compact_read"
 
 
-def read_plan(request_json: str) -> tuple[str, list[list]]:
+def read_plan(request: "Envelope") -> "Result":
     """Groups of fragment ids, one Spark partition each: consecutive fragments until a group
     holds ``partition_bytes`` of data files (Spark's maxPartitionBytes); a fragment larger
     than that is a group of its own. One row per group: ``(fragment_ids JSON, rows, bytes)``."""
     from ..compaction.fragments import data_bytes, live_and_deleted  # pylance, on the driver's engine only
-    from .table_reads import open_request
+    from ..runtime.envelope import Result
 
-    raw = json.loads(request_json)
-    ds = open_request(raw)
-    limit = max(1, int(raw.get("partition_bytes", 128 << 20)))
+    ds = request.require_target().open()
+    limit = max(1, int(request.extras.get("partition_bytes", 128 << 20)))
     groups: list[list] = []
     ids: list[int] = []
     rows = size = 0
@@ -44,7 +46,7 @@ def read_plan(request_json: str) -> tuple[str, list[list]]:
         size += fbytes
     if ids:
         groups.append([json.dumps(ids), rows, size])
-    return "`fragment_ids` STRING, `rows` BIGINT, `bytes` BIGINT", groups
+    return Result("`fragment_ids` STRING, `rows` BIGINT, `bytes` BIGINT", groups)
 
 
 class _FragmentGroup(InputPartition):
@@ -57,7 +59,9 @@ class LanceFragmentReader(DataSourceReader):
     """Reads one group of fragments per partition at the pinned version."""
 
     def __init__(self, options: dict[str, str]) -> None:
-        self.request = json.loads(options["request"])
+        from ..runtime.envelope import Envelope
+
+        self.request = Envelope.parse("read", options["request"])  # the catalog scan's (TableRef)
         self.groups = json.loads(options["partitions"])
 
     def partitions(self) -> list[InputPartition]:
@@ -72,23 +76,21 @@ class LanceFragmentReader(DataSourceReader):
         try:
             yield from self._read(partition)
         except Exception as e:
-            raise RuntimeError(redact(f"reading {self.request.get('table') or self.request.get('uri')}: "
-                                      f"{type(e).__name__}: {e}", self.request.get("storage_options"))
-                               ) from None
+            raise RuntimeError(redact(f"reading {self.request.where}: {type(e).__name__}: {e}",
+                                      dict(self.request.storage_options))) from None
 
     def _read(self, partition: InputPartition) -> Iterator[Any]:
         import pyarrow as pa
 
-        from .table_reads import open_request
         from ..runtime.spark_types import arrow_type_for_spark
 
         ids = partition.value
         if not ids:
             return
-        ds = open_request(self.request)
-        columns = self.request["columns"]
+        ds = self.request.require_target().open()
+        columns = self.request.extras["columns"]
         target = pa.schema([pa.field(c, arrow_type_for_spark(ds.schema.field(c).type)) for c in columns])
-        scanner = ds.scanner(columns=columns, filter=self.request.get("filter") or None,
+        scanner = ds.scanner(columns=columns, filter=self.request.extras.get("filter") or None,
                              fragments=[ds.get_fragment(i) for i in ids])
         for batch in scanner.to_batches():
             if batch.num_rows:

@@ -3,10 +3,10 @@
 (history), every table evaluated from its metadata on a bounded thread pool.
 
 The JVM lists the warehouse's tables (it knows the layout) and sends
-``{"catalog", "tables": [[namespace, table, uri], ...], "storage_options",
-"maintain_settings", "filters"}``. A table that cannot be read (no dataset there, a corrupt
-manifest, an invalid policy) gets a row of its own with ``error`` and NULLs; every other table
-is still evaluated.
+``{"catalog", "tables": [{"namespace", "table", "uri"}, ...], "storage_options",
+"maintain_settings", "filters"}`` (parsed once by the engine: runtime/envelope.py). A table that
+cannot be read (no dataset there, a corrupt manifest, an invalid policy) gets a row of its own
+with ``error`` and NULLs; every other table is still evaluated.
 
 ``filters`` are the query's own, pushed down by Spark (SystemTable.scala's scan builder):
 ``{"namespace": [..], "table": [..], "version": [[op, n], ..]}`` (each optional; a list of
@@ -16,18 +16,17 @@ after the scan, so a filter read here can only narrow what is read, never change
 """
 from __future__ import annotations
 
-import json
 import logging
 import operator
-import os
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from ..errors import CompactionError
 from ..maintenance.health import METADATA_THREADS, table_health
 from .metadata_tables import micros, version_records
 from ..options import columns_ddl, result_columns
 from ..maintenance.policy import resolve_policy
+from ..runtime.envelope import Envelope, TableEntry
 from ..runtime.secrets import redact
 from ..runtime.tables import open_dataset
 
@@ -46,17 +45,16 @@ def _names(filters: dict[str, Any], key: str) -> set[str] | None:
     return None if values is None else {str(v) for v in values}
 
 
-def selected(raw: dict[str, Any]) -> list[tuple[str, str, str]]:
+def selected(tables: Sequence[TableEntry], filters: dict[str, Any]) -> list[tuple[str, str, str]]:
     """The listed tables the query's pushed filters keep (all of them without filters)."""
-    filters = raw.get("filters") or {}
     namespaces, names = _names(filters, "namespace"), _names(filters, "table")
-    return [(ns, t, uri) for ns, t, uri in (tuple(x) for x in raw.get("tables") or [])
-            if (namespaces is None or ns in namespaces) and (names is None or t in names)]
+    return [(e.namespace, e.name, e.uri) for e in tables
+            if (namespaces is None or e.namespace in namespaces) and (names is None or e.name in names)]
 
 
-def version_filter(raw: dict[str, Any]) -> Callable[[int], bool] | None:
+def version_filter(filters: dict[str, Any]) -> Callable[[int], bool] | None:
     """Whether a version number passes the query's pushed version ranges (None: no range)."""
-    ranges = (raw.get("filters") or {}).get("version") or []
+    ranges = filters.get("version") or []
     for op, _ in ranges:
         if op not in _OPS:
             raise CompactionError(f"system table: unknown version filter {op!r}; expected one of {', '.join(_OPS)}")
@@ -65,15 +63,15 @@ def version_filter(raw: dict[str, Any]) -> Callable[[int], bool] | None:
     return lambda v: all(_OPS[op](v, int(n)) for op, n in ranges)
 
 
-def _each_table(raw: dict[str, Any], rows_of: Callable[[str, str, str], list[dict[str, Any]]],
+def _each_table(request: Envelope, rows_of: Callable[[str, str, str], list[dict[str, Any]]],
                 columns: list[tuple[str, str]], kind: str) -> list[tuple]:
-    listed = raw.get("tables") or []
-    tables = selected(raw)
-    storage = raw.get("storage_options") or {}
+    filters = request.extras.get("filters") or {}
+    tables = selected(request.tables, filters)
+    storage = dict(request.storage_options)
     # The tables opened, by name: with a filter pushed down, the test reads this line to see
     # that only the tables asked for were read.
-    log.info("system table %s: opening %d of %d listed tables%s", kind, len(tables), len(listed),
-             f" ({', '.join(f'{ns}.{t}' for ns, t, _ in tables)})" if raw.get("filters") else "")
+    log.info("system table %s: opening %d of %d listed tables%s", kind, len(tables), len(request.tables),
+             f" ({', '.join(f'{ns}.{t}' for ns, t, _ in tables)})" if filters else "")
 
     def one(t: tuple) -> list[dict[str, Any]]:
         namespace, name, uri = t
@@ -86,18 +84,17 @@ def _each_table(raw: dict[str, Any], rows_of: Callable[[str, str, str], list[dic
         return [{"namespace": namespace, "table": name, "error": redact(why, storage)}]
 
     # I/O bound (object-store round trips, GIL released): not bounded by the cores.
-    threads = max(1, min(MAX_THREADS, int(raw.get("threads") or MAX_THREADS), len(tables) or 1))
+    threads = max(1, min(MAX_THREADS, int(request.extras.get("threads") or MAX_THREADS), len(tables) or 1))
     with ThreadPoolExecutor(threads, thread_name_prefix="lance-compact-system") as pool:
         results = list(pool.map(one, tables))
     return [tuple(r.get(c) for c, _ in columns) for rows in results for r in rows]
 
 
-def table_health_rows(request_json: str) -> tuple[str, list[tuple]]:
+def table_health_rows(request: Envelope) -> tuple[str, list[tuple]]:
     """``lance.system.table_health``: one row per table (parameters.json ``health_columns``)."""
-    raw = json.loads(request_json)
-    storage = raw.get("storage_options") or {}
-    settings = raw.get("maintain_settings") or {}
-    catalog = raw.get("catalog") or "<catalog>"
+    storage = dict(request.storage_options)
+    settings = dict(request.maintain_settings)
+    catalog = request.catalog_name
 
     def rows_of(namespace: str, name: str, uri: str) -> list[dict[str, Any]]:
         table = f"{namespace}.{name}"
@@ -111,7 +108,7 @@ def table_health_rows(request_json: str) -> tuple[str, list[tuple]]:
                  "reasons": dict(h.reasons), "enabled": policy.enabled, "priority": policy.priority}]
 
     columns = result_columns("health_columns")
-    return columns_ddl(columns), _each_table(raw, rows_of, columns, "table_health")
+    return columns_ddl(columns), _each_table(request, rows_of, columns, "table_health")
 
 
 def _kind(operation: str | None) -> tuple[str, bool]:
@@ -154,14 +151,13 @@ def _details(r: dict[str, Any], indexed: set[str]) -> str | None:
     return None
 
 
-def maintenance_history_rows(request_json: str) -> tuple[str, list[tuple]]:
+def maintenance_history_rows(request: Envelope) -> tuple[str, list[tuple]]:
     """``lance.system.maintenance_history``: a row per version of each table, from Lance's
     own transactions (parameters.json ``history_columns``); the same versions, operations and
     counts as each table's ``versions`` metadata table. Cleanup makes no version, so it does
     not appear."""
-    raw = json.loads(request_json)
-    storage = raw.get("storage_options") or {}
-    wanted = version_filter(raw)
+    storage = dict(request.storage_options)
+    wanted = version_filter(request.extras.get("filters") or {})
 
     def rows_of(namespace: str, name: str, uri: str) -> list[dict[str, Any]]:
         ds = open_dataset(f"{namespace}.{name}", uri, storage)
@@ -180,4 +176,4 @@ def maintenance_history_rows(request_json: str) -> tuple[str, list[tuple]]:
         return out
 
     columns = result_columns("history_columns")
-    return columns_ddl(columns), _each_table(raw, rows_of, columns, "maintenance_history")
+    return columns_ddl(columns), _each_table(request, rows_of, columns, "maintenance_history")

@@ -23,7 +23,6 @@ there can be removed. A refused change writes nothing (the version is unchanged)
 """
 from __future__ import annotations
 
-import json
 import re
 import tempfile
 from typing import Any
@@ -34,8 +33,8 @@ from ..errors import CompactionError
 from ..options import OptionSpec, convert_value, option_specs
 from ..runtime.failures import first_part
 from ..maintenance.policy import LANCE_COMPACTION_PREFIX, PROPERTY_PREFIX, check_policy_value, policy_specs
-from ..runtime.tables import open_dataset
 from ..compaction.clustering.table_clustering import CLUSTER_BY_PROPERTY, split_changes
+from ..runtime.envelope import Envelope, Result
 
 
 # Compaction options Lance does not read from the table's config.
@@ -151,12 +150,13 @@ def _scratch_plan_error(ds: lance.LanceDataset, option: str, value: Any) -> Exce
     return None
 
 
-def alter_properties(request_json: str) -> tuple[str, list[tuple]]:
+def alter_properties(request: Envelope) -> Result:
     """Serve ``{"table", "uri", "storage_options", "set": {key: text}, "unset": [key]}``: one
     commit of the table's config; answers the table's config after it, a row per key."""
-    raw = json.loads(request_json)
-    table = raw.get("table") or raw["uri"]
-    ds = open_dataset(table, raw["uri"], raw.get("storage_options"))
+    target = request.require_target()
+    table = target.table
+    ds = target.open()
+    raw = request.extras
     # The clustering's keys and CLUSTER BY (compaction/clustering/table_clustering.py)
     set_, unset, clustering = split_changes(table, ds.schema, dict(raw.get("set") or {}),
                                             list(raw.get("unset") or []), raw.get("cluster_by"))
@@ -166,6 +166,5 @@ def alter_properties(request_json: str) -> tuple[str, list[tuple]]:
     update = {k: v for k, v in update.items() if v is not None or k in config}
     check_with_lance(table, ds, update)
     if update:
-        ds.update_config(update)
-        ds = open_dataset(table, raw["uri"], raw.get("storage_options"))
-    return "`key` STRING, `value` STRING", sorted((ds.config() or {}).items())
+        ds.update_config(update)  # Lance's commit moves ds to the version it wrote
+    return Result("`key` STRING, `value` STRING", sorted((ds.config() or {}).items()))

@@ -3,49 +3,39 @@ types, live rows, version and config (``describe``), and its rows (``read``: for
 ``distributed_reads=false``, count(*), and checks). Answers are ``(schema DDL, rows)``."""
 from __future__ import annotations
 
-import json
-from typing import Any
-
 import pyarrow as pa
 
 from ..errors import CompactionError
+from ..runtime.envelope import Envelope, Result
 from ..runtime.json_rows import json_rows
 from ..runtime.spark_types import schema_ddl
-from ..runtime.tables import open_dataset
 from ..compaction.clustering.state import shown_config
 
 
-def open_request(raw: dict[str, Any]):
-    """The dataset a read request names (``table``, ``uri``, ``storage_options``, ``version``)."""
-    version = raw.get("version")
-    return open_dataset(raw.get("table") or raw["uri"], raw["uri"], raw.get("storage_options"),
-                        version=int(version) if version is not None else None)
-
-
-def describe(request_json: str) -> tuple[str, list[tuple]]:
+def describe(request: Envelope) -> Result:
     """The table's schema as Spark DDL, its live rows, its version and its config (what
     SHOW TBLPROPERTIES shows): one row."""
-    raw = json.loads(request_json)
-    ds = open_request(raw)
-    return ("`schema` STRING, `rows` BIGINT, `version` BIGINT, `config` MAP<STRING, STRING>",
-            [(schema_ddl(ds.schema), ds.count_rows(), ds.version, shown_config(dict(ds.config() or {})))])
+    ds = request.require_target().open()
+    return Result("`schema` STRING, `rows` BIGINT, `version` BIGINT, `config` MAP<STRING, STRING>",
+                  [(schema_ddl(ds.schema), ds.count_rows(), ds.version, shown_config(dict(ds.config() or {})))])
 
 
 DRIVER_READ_MAX_BYTES = 32 << 20
 
 
-def read(request_json: str) -> tuple[str, list[list]]:
+def read(request: Envelope) -> Result:
     """Rows of the table (``columns``, Lance ``filter``, ``version``) read on the driver; a
     read that would return more than ``max_rows`` rows or ``DRIVER_READ_MAX_BYTES`` of data
     is refused (``distributed_reads=false``, or no Python data source)."""
-    raw = json.loads(request_json)
-    ds = open_request(raw)
-    table_name = raw.get("table") or raw["uri"]
+    raw = request.extras
+    target = request.require_target()
+    ds = target.open()
+    table_name = target.table
     columns = raw.get("columns")
     filt = raw.get("filter") or None
     limit = int(raw.get("max_rows", 1_000_000))
     if raw.get("count_only"):
-        return "`count` BIGINT", [[ds.count_rows(filter=filt)]]
+        return Result("`count` BIGINT", [[ds.count_rows(filter=filt)]])
     n = ds.count_rows(filter=filt)
     if n > limit:
         raise CompactionError(
@@ -62,4 +52,4 @@ def read(request_json: str) -> tuple[str, list[list]]:
             f"data, more than the {DRIVER_READ_MAX_BYTES >> 20} MiB a driver read carries; leave "
             "spark.sql.catalog.<name>.distributed_reads on (the default) to read on the executors")
     schema = pa.schema([ds.schema.field(c) for c in names])
-    return schema_ddl(schema), json_rows(table)
+    return Result(schema_ddl(schema), json_rows(table))

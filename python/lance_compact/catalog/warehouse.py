@@ -7,23 +7,22 @@ namespace made by ``CREATE NAMESPACE`` holds one empty marker object, :data:`MAR
 """
 from __future__ import annotations
 
-import json
 import os
 import tempfile
-from typing import Any
 
 from lance.file import LanceFileSession
 
 from ..errors import CompactionError
+from ..runtime.envelope import Envelope, Result
 
 MARKER = ".lance-namespace"
 
 
-def _session(raw: dict[str, Any]) -> tuple[LanceFileSession, str]:
-    uri = raw.get("uri")
-    if not uri:
+def _session(request: Envelope) -> tuple[LanceFileSession, str]:
+    if request.target is None:
         raise CompactionError("warehouse request names no location")
-    return LanceFileSession(uri.rstrip("/"), raw.get("storage_options") or None), uri
+    uri = request.target.uri
+    return LanceFileSession(uri.rstrip("/"), dict(request.storage_options) or None), uri
 
 
 def _children(session: LanceFileSession) -> tuple[list[str], list[str]]:
@@ -32,20 +31,23 @@ def _children(session: LanceFileSession) -> tuple[list[str], list[str]]:
     return sorted(name(p) for p in listed.common_prefixes), sorted(name(o) for o in listed.objects)
 
 
-def warehouse_rows(request_json: str) -> list[tuple[str, str]]:
+def _rows(rows: list[tuple[str, str]]) -> Result:
+    return Result("`name` STRING, `kind` STRING", rows)
+
+
+def warehouse_rows(request: Envelope) -> Result:
     """Serve one warehouse request: ``{"op", "uri", "storage_options"}``, with op
 
     - ``list``: rows ``(name, "folder" | "object")`` of the location's immediate children;
     - ``create``: make the location exist as an (empty) namespace; one row ``(uri, "created")``;
     - ``drop``: remove an empty namespace's marker; fails if it holds anything else.
     """
-    raw = json.loads(request_json)
-    op = raw.get("op")
-    session, uri = _session(raw)
+    op = request.extras.get("op")
+    session, uri = _session(request)
     try:
         folders, objects = _children(session)
         if op == "list":
-            return [(n, "folder") for n in folders] + [(n, "object") for n in objects]
+            return _rows([(n, "folder") for n in folders] + [(n, "object") for n in objects])
         if op == "create":
             with tempfile.NamedTemporaryFile(delete=False) as empty:
                 pass
@@ -53,13 +55,13 @@ def warehouse_rows(request_json: str) -> list[tuple[str, str]]:
                 session.upload_file(empty.name, MARKER)
             finally:
                 os.unlink(empty.name)
-            return [(uri, "created")]
+            return _rows([(uri, "created")])
         if op == "drop":
             if folders or [o for o in objects if o != MARKER]:
                 raise CompactionError(f"namespace {uri} is not empty")
             if MARKER in objects:
                 session.delete_file(MARKER)
-            return [(uri, "dropped")]
+            return _rows([(uri, "dropped")])
     except (OSError, RuntimeError, ValueError) as e:
         raise CompactionError(f"cannot {op} {uri}: {str(e).splitlines()[0]}") from None
     raise CompactionError(f"warehouse: unknown operation {op!r}")

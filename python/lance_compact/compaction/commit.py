@@ -50,11 +50,24 @@ def remove_uncommitted(uri: str, latest: lance.LanceDataset, paths: Iterable[str
     return removed
 
 
+def checkout(dataset: lance.LanceDataset, request: CompactionRequest,
+             version: int | None = None) -> lance.LanceDataset:
+    """The table at ``version`` (None: the latest, read from the store now) through
+    ``dataset``'s session and caches (Lance's ``checkout_version``: no new object-store client
+    or cache, a no-op when ``dataset`` is at that version); where Lance cannot, a new open, for
+    its error that says what is wrong (runtime/tables.py)."""
+    try:
+        return dataset.checkout_version(version if version is not None else (None, None))
+    except Exception:  # Lance raises OSError or ValueError: open_dataset says which and why
+        return open_dataset(request.table, request.uri, request.storage_options, version=version)
+
+
 def remove_new_files(request: CompactionRequest, results: Iterable[RewriteResult]) -> int:
     """Delete the data files of results that were never committed (:func:`remove_uncommitted`)."""
     uri = request.uri
     if "://" in uri and not uri.startswith("file://"):
         return 0
+    # A fresh open, always: whether a file is referenced is asked of the latest version.
     latest = open_dataset(request.table, uri, request.storage_options)
     return remove_uncommitted(uri, latest, (d.path for r in results for f in r.new_fragments for d in f.files))
 
@@ -129,6 +142,7 @@ def _landed(request: CompactionRequest, results: list[RewriteResult]) -> tuple[s
     if not files:
         return "this commit did not land", None
     try:
+        # A fresh open: the question is what the store holds now, after a failed answer.
         latest = open_dataset(request.table, request.uri, request.storage_options)
         have = {d.path for f in latest.get_fragments() for d in f.metadata.files}
     except CompactionError:
@@ -143,15 +157,17 @@ def _landed(request: CompactionRequest, results: list[RewriteResult]) -> tuple[s
 CARRY_ATTEMPTS = 5
 
 
-def _carry(request: CompactionRequest, read_version: int, results: list[RewriteResult],
-           outcome: CommitOutcome) -> list[RewriteResult]:
-    """Commit ``results`` with the deletions made since ``read_version`` carried over onto
-    their new fragments; returns those that could not be (to plan again)."""
+def _carry(request: CompactionRequest, base: lance.LanceDataset, latest: lance.LanceDataset,
+           results: list[RewriteResult], outcome: CommitOutcome) -> list[RewriteResult]:
+    """Commit ``results`` with the deletions made since ``base`` (the plan's version) carried
+    over onto their new fragments; returns those that could not be (to plan again).
+    ``latest``: the table as the caller last read it; each further try reads it again, since
+    another change landed meanwhile."""
     pending = list(results)
     refused: list[RewriteResult] = []
-    base = open_dataset(request.table, request.uri, request.storage_options, version=read_version)
-    for _ in range(CARRY_ATTEMPTS):
-        latest = open_dataset(request.table, request.uri, request.storage_options)
+    for attempt in range(CARRY_ATTEMPTS):
+        if attempt:
+            latest = checkout(latest, request)
         carried = None
         try:
             carried = carry_over(request.uri, request.storage_options, pending, base, latest)
@@ -202,8 +218,10 @@ def commit_results(request: CompactionRequest, read_version: int, results: list[
         if not is_retryable_conflict(e):
             raise _incompatible(request, e, results) from None
         log.info("table %s: commit conflict: %s", request.table, str(e).split(",")[0])
-    latest = open_dataset(request.table, request.uri, request.storage_options)
-    base = open_dataset(request.table, request.uri, request.storage_options, version=read_version)
+    # Lance refused the commit because a newer version landed: read it now; the plan's version
+    # is ``dataset`` itself when it has not moved since (checkout is then a no-op).
+    latest = checkout(dataset, request)
+    base = checkout(dataset, request, read_version)
     changed = changed_fragments(base, latest)
     safe = [r for r in results if not {f.id for f in r.original_fragments} & changed]
     touched = [r for r in results if r not in safe]
@@ -215,6 +233,6 @@ def commit_results(request: CompactionRequest, read_version: int, results: list[
                 raise _incompatible(request, e, safe) from None
             touched = list(results)  # everything changed again: carry over what can be
     if touched and request.run.get("carry_over_deletes", True):
-        touched = _carry(request, read_version, touched, outcome)
+        touched = _carry(request, base, latest, touched, outcome)
     outcome.conflicted = touched
     return outcome

@@ -157,9 +157,9 @@ def _engine_context() -> Any:
     return SparkContext._active_spark_context
 
 
-def dry_run(request_json: str) -> list[tuple]:
+def dry_run(request: CompactionRequest) -> list[tuple]:
     """``plan_compaction``: a row per task, selected or left for later; writes nothing."""
-    request = table_clustering(CompactionRequest.from_json(request_json))
+    request = table_clustering(request)
     if request.run.get("sort_order") is not None:  # clustered compaction plans its own group
         from .clustering.run import dry_run as cluster_dry_run
         return cluster_dry_run(request)
@@ -376,10 +376,10 @@ def _replan(request: CompactionRequest, conflicted: list[RewriteResult]) -> Plan
     return shape(as_plan(Compaction.plan(dataset, options), dataset, request.options), request.run)
 
 
-def compact(request_json: str, runner: BatchRunner) -> tuple:
-    """``compact``: plan, run every batch, commit; the result row."""
+def compact(request: CompactionRequest, runner: BatchRunner) -> tuple:
+    """``compact``: plan, run every batch, commit; the result row (``result_columns``)."""
     started = time.time()
-    request = table_clustering(CompactionRequest.from_json(request_json))
+    request = table_clustering(request)
     if request.run.get("sort_order") is not None:  # clustered compaction: its own Spark jobs and commit
         from .clustering.run import cluster
         sc = getattr(runner, "sc", None) or _engine_context()

@@ -42,7 +42,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 import lance
 
@@ -51,7 +51,7 @@ from ..compaction.fragments import data_bytes, live_and_deleted
 from ..compaction.history import last_compaction_version
 from ..compaction.clustering.state import clustering_columns
 from ..compaction.fragments import index_state
-from ..options import effective
+from ..compaction import rules
 from .policy import Policy
 
 STEPS = ("compact", "optimize_indices", "cleanup")
@@ -73,27 +73,14 @@ class Health:
     reasons: Mapping[str, str] = field(default_factory=dict)
 
 
-def compaction_due(fragments: Iterable[Any], target: int, threshold: float,
-                   min_small: int) -> tuple[bool, int, int, str]:
-    """(due, small fragments, fragments over the deletion threshold, facts in words) of the
-    fragments' metadata -- maintain's rule."""
-    small = heavy = 0
-    for m in fragments:
-        live, deleted = live_and_deleted(m)
-        small += live < target
-        heavy += bool(m.physical_rows) and deleted / m.physical_rows > threshold
-    facts = f"{small} fragments under {target:,} rows, {heavy} over the deletion threshold {threshold:g}"
-    return (small >= min_small and small > 1) or heavy > 0, small, heavy, facts
+compaction_due = rules.compaction_due  # maintain's rule, one place: compaction/rules.py
 
 
 def reclaimable(versions: list[dict[str, Any]], older_than: str, retain: int | None,
                 now: datetime, table: str) -> list[int]:
     """Versions cleanup would remove: not the current one nor among the newest ``retain``,
     committed before ``now - older_than``."""
-    cutoff = now - parse_older_than(older_than, table)
-    ordered = sorted(versions, key=lambda v: v["version"])
-    keep = max(1, retain or 1)
-    return [v["version"] for v in ordered[:-keep] if v["timestamp"].astimezone(timezone.utc) < cutoff]
+    return rules.reclaimable(versions, now - parse_older_than(older_than, table), retain)
 
 
 def needs(parts: Mapping[str, Any]) -> dict[str, float]:
@@ -132,11 +119,12 @@ def table_health(ds: lance.LanceDataset, policy: Policy, now: datetime | None = 
     now = (now or datetime.now(timezone.utc)).astimezone(timezone.utc)
     table = policy.table
     config = ds.config() or {}
-    target = int(policy.get("target_rows_per_fragment"))
-    threshold = effective(config, {}, "materialize_deletions_threshold")
+    thresholds = rules.Thresholds.of_maintenance(config, policy)
+    target = thresholds.target
     min_small = int(policy.get("min_small_fragments"))
     metas = [f.metadata for f in ds.get_fragments()]
-    compact, small, heavy, facts = compaction_due(metas, target, threshold, min_small)
+    need = rules.compaction_need(metas, thresholds, min_small)
+    compact, small, heavy = need.due, need.small, need.heavy
     live = deleted = 0
     for m in metas:
         a, b = live_and_deleted(m)
@@ -144,7 +132,7 @@ def table_health(ds: lance.LanceDataset, policy: Policy, now: datetime | None = 
 
     state = index_state(ds)
     min_unindexed = int(policy.get("min_unindexed_fragments"))
-    lagging = {n: e["unindexed"] for n, e in sorted(state.items()) if e["unindexed"] >= min_unindexed}
+    lagging = rules.lagging_indices(state, min_unindexed)
 
     versions = ds.versions()
     older_than = str(policy.get("older_than"))
@@ -181,15 +169,7 @@ def table_health(ds: lance.LanceDataset, policy: Policy, now: datetime | None = 
         **clustering_columns(ds),  # compaction/clustering/state.py
     }
     due = [s for s, d in zip(STEPS, (compact, bool(lagging), bool(old))) if d]
-    kept = f"the newest {retain}" if retain else "the current one"
-    reasons = {
-        "compact": ("due: " if compact else
-                    f"not due (fewer than {min_small} small fragments and none over the deletion threshold): ")
-                   + facts,
-        "optimize_indices": (f"due: unindexed fragments {lagging}" if lagging else
-                             (f"not due: every index covers all but fewer than {min_unindexed} fragments"
-                              if state else "not due: the table has no indices")),
-        "cleanup": (f"due: {len(old)} versions older than {older_than} (keeping {kept})" if old
-                    else f"not due: no version older than {older_than} beyond {kept}"),
-    }
+    reasons = {"compact": need.reason,
+               "optimize_indices": rules.optimize_indices_reason(state, lagging, min_unindexed),
+               "cleanup": rules.cleanup_reason(old, older_than, retain)}
     return Health(score=_score(parts, due), parts=parts, due=due, reasons=reasons)

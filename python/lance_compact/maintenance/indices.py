@@ -5,21 +5,23 @@ searches stop scanning them. Runs on the driver, in the engine."""
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Mapping
+
+import lance
 
 from ..errors import CompactionError
-from ..options import result_columns
 from ..compaction.fragments import index_state
-from ..compaction.request import ProcedureRequest
+from ..runtime.envelope import Target
 
 
-def optimize_indices_row(request_json: str) -> tuple:
-    """Optimize (or with dry_run, report) the chosen indices; one row of parameters.json's
-    ``optimize_indices_columns``."""
+def optimize_indices(target: Target, args: Mapping[str, Any], ds: lance.LanceDataset | None = None) -> dict[str, Any]:
+    """Optimize (or with dry_run, report) the chosen indices of ``target`` with
+    ``optimize_indices``' checked parameters; its row (parameters.json's
+    ``optimize_indices_columns``) by column name. ``ds``: the table already open (maintain's),
+    else it is opened here."""
     started = time.monotonic()
-    request = ProcedureRequest.from_json(request_json, "optimize_indices")
-    table, args = request.table, request.args
-    ds = request.open()
+    table = target.table
+    ds = ds if ds is not None else target.open()
     before = index_state(ds)
     names = sorted(before)
     if "indices" in args:
@@ -35,8 +37,7 @@ def optimize_indices_row(request_json: str) -> tuple:
         kwargs: dict[str, Any] = {"index_names": due, "retrain": retrain}
         if "num_indices_to_merge" in args:
             kwargs["num_indices_to_merge"] = args["num_indices_to_merge"]
-        ds.optimize.optimize_indices(**kwargs)
-        ds = request.open()
+        ds.optimize.optimize_indices(**kwargs)  # Lance moves ds to the version it committed
     after = index_state(ds)
     per_index = [{"name": n, "type": before[n]["type"],
                   "unindexed_fragments_before": before[n]["unindexed"],
@@ -52,4 +53,4 @@ def optimize_indices_row(request_json: str) -> tuple:
                                        "unindexed_fragments_after", "segments_before",
                                        "segments_after")] for i in per_index],
            "elapsed_ms": int((time.monotonic() - started) * 1000)}
-    return tuple(row[name] for name, _ in result_columns("optimize_indices_columns"))
+    return row

@@ -28,6 +28,7 @@ from typing import Any, Mapping
 from .version_cleanup import parse_older_than
 from ..errors import CompactionError
 from ..options import OptionSpec, convert_value, option_specs, spec
+from ..runtime.envelope import DEFAULT_CATALOG
 
 PROPERTY_PREFIX = "lance_compact.maintain."
 LANCE_COMPACTION_PREFIX = "lance.compaction."
@@ -123,7 +124,7 @@ def _ours(mapping: Mapping[str, str] | None, prefix: str, table: str, where: str
 
 def resolve_policy(call_args: Mapping[str, Any] | None, table_config: Mapping[str, str] | None,
                    catalog_settings: Mapping[str, str] | None, table: str,
-                   catalog: str = "<catalog>") -> Policy:
+                   catalog: str = DEFAULT_CATALOG) -> Policy:
     """The policy of ``table``: call arguments, then its config keys
     ``lance_compact.maintain.<key>`` (and Lance's ``lance.compaction.target_rows_per_fragment``),
     then the catalog's ``maintain.<key>`` settings (``catalog_settings``: key -> text, the key

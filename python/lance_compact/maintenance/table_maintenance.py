@@ -13,75 +13,66 @@ PySpark function, which a submodule of that name would shadow once imported.)
 """
 from __future__ import annotations
 
-import json
 import time
-from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Callable
+
+import lance
 
 from ..runtime import cancellation
 
 from ..runtime import hooks
 
 from ..compaction import orchestrate
-from .version_cleanup import cleanup_row
+from ..compaction.request import CompactionRequest
+from ..compaction import rules
+from .version_cleanup import cleanup, parse_older_than
 from ..errors import CompactionError
-from .health import compaction_due, reclaimable
 from ..compaction.fragments import index_state
 from ..compaction.clustering.table_clustering import clustering_step
-from .indices import optimize_indices_row
-from ..options import effective, procedure_args, result_columns
+from .indices import optimize_indices
+from ..options import result_columns
 from .policy import resolve_policy
-from ..runtime.tables import open_dataset
+from ..runtime.envelope import Envelope, Target
+
+__all__ = ["STEPS", "Target", "maintain", "run_step"]
 
 
-@dataclass(frozen=True)
-class Target:
-    """One table to maintain: its name as the user knows it, where it is, how to reach it."""
-
-    table: str
-    uri: str
-    storage_options: dict[str, str] = field(default_factory=dict)
-
-    def base(self) -> dict[str, Any]:
-        """The fields every per-table engine request starts with."""
-        return {"table": self.table, "uri": self.uri, "storage_options": self.storage_options}
-
-    def open(self):
-        return open_dataset(self.table, self.uri, self.storage_options)
-
-
-def _args(raw: dict[str, Any], t: Target) -> dict[str, Any]:
+def _args(call: dict[str, Any], t: Target, ds: lance.LanceDataset) -> dict[str, Any]:
     """The thresholds from the table's policy: call arguments, then its table properties,
     then the catalog's maintain.* settings, then defaults (policy.py); and dry_run."""
-    call = procedure_args("maintain", "maintain_parameters", raw.get("params"), t.table)
-    policy = resolve_policy(call, t.open().config() or {}, raw.get("maintain_settings"), t.table,
-                            raw.get("catalog") or "<catalog>")
+    policy = resolve_policy(call, ds.config() or {}, t.maintain_settings, t.table, t.catalog)
     return {**policy.maintain_args(), "dry_run": bool(call.get("dry_run", False)),
             "sort_order": call.get("sort_order")}
 
 
-def compact_step(t: Target, args: dict[str, Any], runner: Any, dry: bool) -> dict[str, Any]:
-    """Compaction when due; ``runner`` runs its rewrite tasks (a BatchRunner)."""
-    ds = t.open()
-    config = ds.config() or {}
+def compact_step(t: Target, args: dict[str, Any], runner: Any, dry: bool,
+                 ds: lance.LanceDataset | None = None) -> dict[str, Any]:
+    """Compaction when due; ``runner`` runs its rewrite tasks (a BatchRunner). ``ds``: the
+    table as the caller just opened it (else opened here); the compaction plans on its own
+    fresh open."""
+    ds = ds if ds is not None else t.open()
     given = {"target_rows_per_fragment": args["target_rows_per_fragment"]} \
         if args.get("target_rows_per_fragment") is not None else {}
-    target = effective(config, given, "target_rows_per_fragment")
-    threshold = effective(config, {}, "materialize_deletions_threshold")
-    # health.py's rule, so that a table's health and its maintenance agree on what is due
-    due, _, _, facts = compaction_due([f.metadata for f in ds.get_fragments()], target, threshold,
-                                      args["min_small_fragments"])
+    # the one rule (compaction/rules.py), so that a table's health and its maintenance agree
+    need = rules.compaction_need([f.metadata for f in ds.get_fragments()],
+                                 rules.Thresholds.of_maintenance(ds.config() or {}, args),
+                                 args["min_small_fragments"])
     row = {"step": "compact", "ran": False, "version": ds.version, "outcome": None, "bytes_rewritten": 0,
-           "reason": ("due: " if due else f"not due (fewer than {args['min_small_fragments']} small fragments "
-                      "and none over the deletion threshold): ") + facts}
-    if due and not dry:
-        request = {**t.base(), "params": dict(given)}
-        clustered = clustering_step(request, args.get("sort_order"), config, args.get("max_bytes"))
+           "reason": need.reason}
+    if need.due and not dry:
+        params: dict[str, Any] = dict(given)
+        options: dict[str, Any] = {}
+        strategy = None
+        clustered = clustering_step(params, options, args.get("sort_order"), ds.config() or {},
+                                    args.get("max_bytes"))
         if args.get("max_bytes") is not None and not clustered:  # a budget: the best tasks first, committed as they finish
-            request.update(strategy="io_bounded", options={"max_bytes": str(args["max_bytes"])})
-            request["params"].update(partial_progress=True, max_commits=4)
-        r = dict(zip([c for c, _ in result_columns()], orchestrate.compact(json.dumps(request), runner)))
+            strategy = "io_bounded"
+            options["max_bytes"] = str(args["max_bytes"])
+            params.update(partial_progress=True, max_commits=4)
+        request = CompactionRequest.of(Envelope(action="compact", target=t, params=params, options=options,
+                                                strategy=strategy, catalog=t.catalog))
+        r = dict(zip([c for c, _ in result_columns()], orchestrate.compact(request, runner)))
         row.update(ran=True, version=r["new_version"], bytes_rewritten=r["bytes_read"] or 0,
                    outcome=f"{r['tasks']} tasks, {r['fragments_removed']} fragments -> {r['fragments_added']}, "
                            f"{r['deleted_rows_removed']} deleted rows removed"
@@ -93,40 +84,37 @@ def compact_step(t: Target, args: dict[str, Any], runner: Any, dry: bool) -> dic
     return row
 
 
-def optimize_indices_step(t: Target, args: dict[str, Any], runner: Any, dry: bool) -> dict[str, Any]:
+def optimize_indices_step(t: Target, args: dict[str, Any], runner: Any, dry: bool,
+                          ds: lance.LanceDataset | None = None) -> dict[str, Any]:
     """Lance's index optimization when an index leaves enough fragments unindexed."""
-    ds = t.open()
+    ds = ds if ds is not None else t.open()
     state = index_state(ds)
-    lagging = {n: e["unindexed"] for n, e in state.items() if e["unindexed"] >= args["min_unindexed_fragments"]}
+    lagging = rules.lagging_indices(state, args["min_unindexed_fragments"])
     row = {"step": "optimize_indices", "ran": False, "version": ds.version, "outcome": None,
-           "reason": (f"due: unindexed fragments {lagging}" if lagging else
-                      (f"not due: every index covers all but fewer than {args['min_unindexed_fragments']} fragments"
-                       if state else "not due: the table has no indices"))}
+           "reason": rules.optimize_indices_reason(state, lagging, args["min_unindexed_fragments"])}
     if lagging and not dry:
         names = ",".join(sorted(lagging))
-        r = dict(zip([c for c, _ in result_columns("optimize_indices_columns")],
-                     optimize_indices_row(json.dumps({**t.base(), "params": {"indices": names}}))))
+        r = optimize_indices(t, {"indices": names}, ds)
         row.update(ran=True, version=r["new_version"],
                    outcome=f"{r['indices_optimized']} indices: unindexed fragments "
                            f"{r['unindexed_fragments_before']} -> {r['unindexed_fragments_after']}")
     return row
 
 
-def cleanup_step(t: Target, args: dict[str, Any], runner: Any, dry: bool) -> dict[str, Any]:
+def cleanup_step(t: Target, args: dict[str, Any], runner: Any, dry: bool,
+                 ds: lance.LanceDataset | None = None) -> dict[str, Any]:
     """Lance's cleanup when versions are older than ``older_than``."""
-    ds = t.open()
+    ds = ds if ds is not None else t.open()
     retain = args.get("retain_versions")
-    old = reclaimable(ds.versions(), args["older_than"], retain, datetime.now(timezone.utc), t.table)
-    kept = f"the newest {retain}" if retain else "the current one"
+    cutoff = datetime.now(timezone.utc) - parse_older_than(args["older_than"], t.table)
+    old = rules.reclaimable(ds.versions(), cutoff, retain)
     row = {"step": "cleanup", "ran": False, "version": ds.version, "outcome": None,
-           "reason": (f"due: {len(old)} versions older than {args['older_than']} (keeping {kept})" if old
-                      else f"not due: no version older than {args['older_than']} beyond {kept}")}
+           "reason": rules.cleanup_reason(old, args["older_than"], retain)}
     if old and not dry:
         params = {"older_than": args["older_than"]}
         if args.get("retain_versions") is not None:
             params["retain_versions"] = args["retain_versions"]
-        r = dict(zip([c for c, _ in result_columns("cleanup_columns")],
-                     cleanup_row(json.dumps({**t.base(), "params": params}))))
+        r = cleanup(t, params)
         row.update(ran=True, version=r["version"],
                    outcome=f"{r['old_versions']} versions, {r['data_files_removed']} data files, "
                            f"{r['bytes_removed']:,} bytes removed")
@@ -135,28 +123,32 @@ def cleanup_step(t: Target, args: dict[str, Any], runner: Any, dry: bool) -> dic
 
 # The steps in the order they run: compaction first (it leaves fragments for the indices to
 # cover), cleanup last (it removes what the others replaced).
-STEPS: dict[str, Callable[[Target, dict[str, Any], Any, bool], dict[str, Any]]] = {
+STEPS: dict[str, Callable[..., dict[str, Any]]] = {
     "compact": compact_step, "optimize_indices": optimize_indices_step, "cleanup": cleanup_step}
 
 
-def run_step(step: str, t: Target, args: dict[str, Any], runner: Any, dry: bool) -> dict[str, Any]:
+def run_step(step: str, t: Target, args: dict[str, Any], runner: Any, dry: bool,
+             ds: lance.LanceDataset | None = None) -> dict[str, Any]:
     """One step of ``t``: its row (``step``, ``ran``, ``reason``, ``version``, ``outcome``,
-    ``elapsed_ms``, and step figures such as ``bytes_rewritten``)."""
+    ``elapsed_ms``, and step figures such as ``bytes_rewritten``). ``ds``: the table already
+    open at the version the step should look at (else the step opens it)."""
     # tests only: a moment with no Spark job running; a cancel that came during it stops here
     why = cancellation.reason() if hooks.driver_pause() else None
     if why:
         raise cancellation.Cancelled(f"table {t.table}: the {step} step was not started: the statement "
                                      f"was cancelled ({why})")
     clock = time.monotonic()
-    row = STEPS[step](t, args, runner, dry)
+    row = STEPS[step](t, args, runner, dry, ds)
     row["elapsed_ms"] = int((time.monotonic() - clock) * 1000)
     return row
 
 
-def maintain_rows(request_json: str, runner: Any) -> list[tuple]:
-    raw = json.loads(request_json)
-    t = Target(raw.get("table") or raw["uri"], raw["uri"], raw.get("storage_options") or {})
-    args = _args(raw, t)
+def maintain(request: Envelope, runner: Any) -> list[dict[str, Any]]:
+    """``CALL lance.maintain``: its rows (parameters.json's ``maintain_columns``) by column
+    name, a row per step."""
+    t = request.require_target()
+    ds = t.open()
+    args = _args(dict(request.args), t, ds)
     dry = bool(args.get("dry_run"))
     rows: list[dict[str, Any]] = []
     for step in STEPS:
@@ -165,13 +157,16 @@ def maintain_rows(request_json: str, runner: Any) -> list[tuple]:
             raise cancellation.Cancelled(f"table {t.table}: maintain was cancelled before its {step} step "
                                          f"({why}); {_progress(rows, step)}")
         try:
-            rows.append(run_step(step, t, args, runner, dry))
+            rows.append(run_step(step, t, args, runner, dry, ds))
+            # The next step looks at the table as this one left it: a fresh open after a
+            # step that committed; else the same open (nothing of ours changed it).
+            ds = None if rows[-1]["ran"] else ds
         except CompactionError as e:
             kind = cancellation.Cancelled if isinstance(e, cancellation.Cancelled) else CompactionError
             raise kind(f"{e.message}; maintain: the {step} step "
                        f"{'was cancelled' if kind is cancellation.Cancelled else 'failed'}; "
                        f"{_progress(rows, step)}") from None
-    return [tuple({**r, "table": t.table}[c] for c, _ in result_columns("maintain_columns")) for r in rows]
+    return [{**r, "table": t.table} for r in rows]
 
 
 def _progress(rows: list[dict[str, Any]], stopped: str) -> str:

@@ -36,15 +36,14 @@ import os
 import re
 import time
 from datetime import datetime, timedelta, timezone
-from typing import Callable
+from typing import Any, Callable, Mapping
 from urllib.parse import urlparse
 
 from lance.file import LanceFileSession
 
 from ..runtime import driver_conf
 from ..errors import CompactionError
-from ..options import result_columns
-from ..compaction.request import ProcedureRequest
+from ..runtime.envelope import Target
 
 _UNITS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 7 * 86400}
 
@@ -226,13 +225,14 @@ def _file_info(uri: str, storage_options: dict | None) -> Callable[[str], tuple[
     return lambda rel: None  # other stores: age unknown, so never removed here
 
 
-def cleanup_row(request_json: str) -> tuple:
-    """Run (or explain) Lance's cleanup; one row in parameters.json's ``cleanup_columns``."""
-    request = ProcedureRequest.from_json(request_json, "cleanup")
-    table, uri, storage, args = request.table, request.uri, request.storage_options, request.args
-    if request.raw.get("options"):
+def cleanup(target: Target, args: Mapping[str, Any], options: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Run (or explain) Lance's cleanup of ``target`` with ``cleanup``'s checked parameters;
+    its row (parameters.json's ``cleanup_columns``) by column name."""
+    table, uri, storage = target.table, target.uri, dict(target.storage_options)
+    if options:
         raise CompactionError(f"table {table}: cleanup takes no options map")
-    dry_run = args.pop("dry_run", False)
+    args = dict(args)
+    dry_run = bool(args.pop("dry_run", False))
     unverified = args.get("delete_unverified", False)
     min_age = _min_age(args, table)  # checked even without delete_unverified: bad input is refused
     # Lance's delete_unverified ignores age: only when the bound is zero (the floor allows it).
@@ -241,7 +241,7 @@ def cleanup_row(request_json: str) -> tuple:
         kwargs["older_than"] = parse_older_than(args["older_than"], table)
     if args.get("retain_versions") is not None:
         kwargs["retain_versions"] = args["retain_versions"]
-    ds = request.open()
+    ds = target.open()
     counted: set[str] = set()  # files Lance's own dry run already counts
     if dry_run:
         explained = ds.explain_cleanup_old_versions(**kwargs)
@@ -258,7 +258,7 @@ def cleanup_row(request_json: str) -> tuple:
         opened = []  # the latest version, opened after the listing (see unreferenced_files)
 
         def open_latest():
-            opened.append(request.open())
+            opened.append(target.open())
             return opened[-1]
 
         for name in unreferenced_files(uri, storage, open_latest):
@@ -280,4 +280,4 @@ def cleanup_row(request_json: str) -> tuple:
            "index_files_removed": stats.index_files_removed,
            "transaction_files_removed": stats.transaction_files_removed,
            "bytes_removed": stats.bytes_removed + bytes_removed}
-    return tuple(row[name] for name, _ in result_columns("cleanup_columns"))
+    return row

@@ -23,7 +23,6 @@ decisions (the same rules and words as the steps'), so nothing is opened or plan
 """
 from __future__ import annotations
 
-import json
 import re
 import logging
 import threading
@@ -31,16 +30,18 @@ import time
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from ..runtime import cancellation
 from ..errors import CompactionError
 from . import version_cleanup
-from ..compaction.fragments import data_bytes, live_and_deleted
+from ..compaction import rules
+from ..compaction.fragments import data_bytes
 from .health import METADATA_THREADS, STEPS as HEALTH_STEPS, table_health
 from .table_maintenance import STEPS, Target, run_step
-from ..options import effective, procedure_args, result_columns, spec
+from ..options import result_columns
 from .policy import resolve_policy
+from ..runtime.envelope import Envelope
 from ..runtime.secrets import redact
 from ..compaction.shared_jobs import SharedJobs
 
@@ -97,16 +98,8 @@ def _error_text(e: Exception, storage: dict[str, str]) -> str:
 def _compaction_bytes(ds, policy) -> int:
     """Bytes of the fragments compaction would take: under the target, or over the deletion
     threshold (the same candidates Lance's planner takes)."""
-    config = ds.config() or {}
-    target = policy.get("target_rows_per_fragment") or effective(config, {}, "target_rows_per_fragment")
-    threshold = effective(config, {}, "materialize_deletions_threshold")
-    picked = []
-    for f in ds.get_fragments():
-        m = f.metadata
-        live, deleted = live_and_deleted(m)
-        if live < target or (m.physical_rows and deleted / m.physical_rows > threshold):
-            picked.append(m)
-    return data_bytes(picked) or 0
+    thresholds = rules.Thresholds.of_maintenance(ds.config() or {}, policy)
+    return data_bytes([f.metadata for f in ds.get_fragments() if thresholds.is_candidate(f.metadata)]) or 0
 
 
 class Budget:
@@ -289,28 +282,25 @@ def plan_tables(tables: list[Table], args: dict[str, Any], excluded: set[str],
     return chosen
 
 
-def _call_start(raw: dict[str, Any], received: float) -> float:
+def _call_start(extras: Mapping[str, Any], received: float) -> float:
     """The call's start on this process's monotonic clock: the JVM's ``started_at_ms`` (epoch
     ms, when it sends one: binding and listing the tables took time before the request came)
     if it is earlier than the receipt and plausible (at most an hour before), else the receipt."""
-    at = raw.get("started_at_ms")
+    at = extras.get("started_at_ms")
     if not isinstance(at, (int, float)) or isinstance(at, bool):
         return received
     before = time.time() - at / 1000
     return received - before if 0 < before <= 3600 else received
 
 
-def maintain_warehouse(request_json: str, run_packed: Callable) -> list[Table]:
-    """Serve one ``maintain_warehouse`` request: ``{"tables": [{"table", "uri"}], "params",
-    "maintain_settings", "storage_options", "catalog"}``; the tables with their rows."""
+def maintain_warehouse(request: Envelope, run_packed: Callable) -> list[Table]:
+    """Serve one ``maintain_warehouse`` request (parsed by the engine: its tables, checked
+    parameters with defaults, catalog settings and storage options); the tables with their rows."""
     started = time.monotonic()  # max_duration counts from here (or the JVM's earlier start)
-    raw = json.loads(request_json)
-    where = f"namespace {raw['namespace']}" if raw.get("namespace") else "the warehouse"
-    args = procedure_args("maintain_warehouse", "maintain_warehouse_parameters", raw.get("params"), where)
-    args = {**{o["name"]: o["default"] for o in spec()["maintain_warehouse_parameters"]
-               if o.get("default") is not None}, **args}
+    where = request.where
+    args = dict(request.args)
     dry = bool(args["dry_run"])
-    budget = Budget(_call_start(raw, started), parse_duration(args["max_duration"]).total_seconds()
+    budget = Budget(_call_start(request.extras, started), parse_duration(args["max_duration"]).total_seconds()
                     if args.get("max_duration") else None)
     excluded = {x.strip() for x in (args.get("exclude") or "").split(",") if x.strip()}
     call_args = {k: v for k, v in args.items() if k not in RUN_KEYS}
@@ -319,11 +309,11 @@ def maintain_warehouse(request_json: str, run_packed: Callable) -> list[Table]:
             version_cleanup.parse_older_than(call_args["older_than"], where)
         except CompactionError as e:
             raise CompactionError("maintain_warehouse: older_than " + e.message.split("older_than ", 1)[1]) from None
-    storage = dict(raw.get("storage_options") or {})
-    settings = dict(raw.get("maintain_settings") or {})
-    catalog = raw.get("catalog") or "lance"
-    tables = [Table(Target(e["table"], e["uri"], storage), sort_order=args.get("sort_order"))
-              for e in raw.get("tables") or []]
+    storage = dict(request.storage_options)
+    settings = dict(request.maintain_settings)
+    catalog = request.catalog_name
+    base = Target("", "", storage, catalog, settings)
+    tables = [Table(base.other(e.qualified, e.uri), sort_order=args.get("sort_order")) for e in request.tables]
     workers = max(1, min(args["parallelism"], len(tables) or 1))
     evaluated = [t for t in tables if t.target.table not in excluded]
     # Metadata only, I/O bound: as many at once as the system tables read, each table opened
@@ -371,9 +361,9 @@ def maintain_warehouse(request_json: str, run_packed: Callable) -> list[Table]:
     return tables
 
 
-def maintain_warehouse_rows(request_json: str, run_packed: Callable) -> list[tuple]:
+def maintain_warehouse_rows(request: Envelope, run_packed: Callable) -> list[tuple]:
     """The result rows (parameters.json's ``maintain_warehouse_columns``), in the run's order."""
-    tables = maintain_warehouse(request_json, run_packed)
+    tables = maintain_warehouse(request, run_packed)
     ordered = sorted(tables, key=lambda t: (t.rank is None, t.rank or 0, t.target.table))
     out = []
     for t in ordered:
@@ -384,7 +374,7 @@ def maintain_warehouse_rows(request_json: str, run_packed: Callable) -> list[tup
     return out
 
 
-def maintain_warehouse_on_spark(request_json: str, sc: Any) -> list[tuple]:
+def maintain_warehouse_on_spark(request: Envelope, sc: Any) -> list[tuple]:
     """The engine's handler: rewrite tasks run as shared Spark jobs on ``sc``'s cluster."""
     from ..compaction.spark_job import run_packed
-    return maintain_warehouse_rows(request_json, lambda entries: run_packed(sc, entries))
+    return maintain_warehouse_rows(request, lambda entries: run_packed(sc, entries))

@@ -9,10 +9,10 @@ current one.
 """
 from __future__ import annotations
 
-import json
 import os
 import re
-from typing import Any
+from dataclasses import replace
+from typing import Any, Mapping
 
 from ..runtime import driver_conf
 from ..errors import CompactionError
@@ -22,16 +22,17 @@ from .histogram import FragmentHistogram
 from .histogram_picture import PlotUnavailable, load_matplotlib, picture_format
 from ..compaction.history import committed_at, last_compaction
 from ..compaction.fragments import index_state
-from ..options import columns_ddl, convert_value, effective, result_columns, specs_of
+from ..compaction import rules
+from ..options import convert_value, specs_of
 from ..maintenance.policy import resolve_policy
 from ..compaction.request import CompactionRequest
 from ..compaction.clustering.state import clustering_columns
-from ..runtime.tables import open_dataset
+from ..runtime.envelope import Envelope, Result, Target
 
 
-def _fragments(ds) -> tuple[list[int], list[int], list[int], list[float], int]:
-    """Ids, live rows, deleted rows and deleted fractions of each fragment; bytes of all."""
-    ids, live_rows, deleted_rows, fractions = [], [], [], []
+def _fragments(ds) -> tuple[list[int], list[int], list[int], list[int], int]:
+    """Ids, live rows, deleted rows and physical rows of each fragment; bytes of all."""
+    ids, live_rows, deleted_rows, physical = [], [], [], []
     size = 0
     for f in ds.get_fragments():
         m = f.metadata
@@ -39,9 +40,9 @@ def _fragments(ds) -> tuple[list[int], list[int], list[int], list[float], int]:
         ids.append(f.fragment_id)
         live_rows.append(live)
         deleted_rows.append(deleted)
-        fractions.append(deleted / m.physical_rows if m.physical_rows else 0.0)
+        physical.append(m.physical_rows)
         size += data_bytes([m]) or 0
-    return ids, live_rows, deleted_rows, fractions, size
+    return ids, live_rows, deleted_rows, physical, size
 
 
 def picture_path(value: str, table: str) -> str:
@@ -79,17 +80,16 @@ def picture_path(value: str, table: str) -> str:
     return path
 
 
-def _layout_args(raw: dict[str, Any], table: str) -> dict[str, Any]:
-    """Take describe_layout's own parameters (histogram, picture, compare_version) out of
-    the request's params and check them; the rest are compaction options."""
+def _layout_args(given: Mapping[str, Any], table: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """describe_layout's own parameters (histogram, picture, compare_version) taken out of
+    the request's params and checked; and the rest, which are compaction options."""
     specs = specs_of("layout_parameters")
-    params = dict(raw.get("params") or {})
+    params = dict(given)
     args = {}
     for name, spec in specs.items():
         value = params.pop(name, None)
         if value is not None:
             args[name] = convert_value(spec, value, table)
-    raw["params"] = params
     if "picture" in args:
         args["picture"] = picture_path(args["picture"], table)
         try:
@@ -99,21 +99,21 @@ def _layout_args(raw: dict[str, Any], table: str) -> dict[str, Any]:
     if "compare_version" in args and not (args.get("histogram") or "picture" in args):
         raise CompactionError(f"table {table}: describe_layout parameter compare_version draws an "
                               "earlier version in the histogram: give histogram => true or picture => ...")
-    return args
+    return args, params
 
 
-def layout_result(request_json: str) -> tuple[str, list[tuple]]:
-    """The engine's answer to describe_layout: (schema DDL, rows)."""
-    raw = json.loads(request_json)
-    table = raw.get("table") or raw.get("uri")
-    args = _layout_args(raw, table)
-    row, ds, live_rows, deleted_rows, target = _layout(json.dumps(raw))
+def layout_result(request: Envelope) -> Result:
+    """The engine's answer to describe_layout: the layout row, or the histogram's lines."""
+    t = request.require_target()
+    table = t.table
+    args, options = _layout_args(request.params, table)
+    compaction = CompactionRequest.of(replace(request, params=options))
+    row, ds, live_rows, deleted_rows, target = _layout(compaction, t)
     if not args.get("histogram") and "picture" not in args:
-        return columns_ddl(result_columns("layout_columns")), [row]
+        return Result.of("layout_columns", [row])
     series, versions = [], []
     if "compare_version" in args:
-        request = CompactionRequest.from_json(json.dumps(raw))
-        old = open_dataset(table, request.uri, request.storage_options, version=args["compare_version"])
+        old = t.open(version=args["compare_version"])
         _, old_live, old_deleted, _, _ = _fragments(old)
         series.append((f"version {old.version}", old_live, old_deleted))
         versions.append(old.version)
@@ -129,32 +129,30 @@ def layout_result(request_json: str) -> tuple[str, list[tuple]]:
                                   f"{args['picture']}: {e.strerror or e}") from None
         lines.append(f"picture: {args['picture']}")
     if not args.get("histogram"):
-        return columns_ddl(result_columns("layout_columns")), [row]
-    return columns_ddl(result_columns("histogram_columns")), [(line,) for line in lines]
+        return Result.of("layout_columns", [row])
+    return Result.of("histogram_columns", [{"histogram": line} for line in lines])
 
 
-def _layout(request_json: str) -> tuple[tuple, Any, list[int], list[int], int]:
-    """The layout row, with the dataset, live and deleted rows per fragment and the target.
+def _layout(request: CompactionRequest, t: Target) -> tuple[dict[str, Any], Any, list[int], list[int], int]:
+    """The layout row (by column name), with the dataset, live and deleted rows per fragment
+    and the target.
 
     The request's target_rows_per_fragment and materialize_deletions_threshold, if given,
     set what counts as small and as over the threshold; else the table's, else Lance's.
     """
-    request = CompactionRequest.from_json(request_json)
-    ds = open_dataset(request.table, request.uri, request.storage_options)
+    ds = t.open()
     config = ds.config() or {}
-    target = effective(config, request.options, "target_rows_per_fragment")
-    threshold = effective(config, request.options, "materialize_deletions_threshold")
+    thresholds = rules.Thresholds.of_compaction(config, request.options)
+    target, threshold = thresholds.target, thresholds.threshold
 
-    ids, live_rows, deleted_rows, fractions, size = _fragments(ds)
+    ids, live_rows, deleted_rows, physical, size = _fragments(ds)
 
     indices = [(name, e["type"], e["fields"], e["unindexed"]) for name, e in sorted(index_state(ds).items())]
 
     last = last_compaction(ds)
     # The score and due steps of lance.system.table_health: the table's policy, not the
     # target or threshold given to describe_layout.
-    raw = json.loads(request_json)
-    health = table_health(ds, resolve_policy(None, config, raw.get("maintain_settings"), request.table,
-                                             raw.get("catalog") or "<catalog>"))
+    health = table_health(ds, resolve_policy(None, config, t.maintain_settings, t.table, t.catalog))
     how = None  # also when the counts cannot be known (see history.rewrite_counts)
     if last and last.fragments_removed is not None:
         how = f"{last.fragments_removed} fragments -> {last.fragments_added}"
@@ -166,10 +164,11 @@ def _layout(request_json: str) -> tuple[tuple, Any, list[int], list[int], int]:
         "deleted_rows": sum(deleted_rows),
         "bytes": size,
         "target_rows_per_fragment": target,
-        "small_fragments": sum(1 for r in live_rows if r < target),
+        "small_fragments": sum(1 for r in live_rows if rules.is_small(r, target)),
         "fragments_with_deletions": sum(1 for d in deleted_rows if d),
-        "fragments_over_deletion_threshold": sum(1 for x in fractions if x > threshold),
-        "max_deleted_fraction": max(fractions, default=0.0),
+        "fragments_over_deletion_threshold": sum(1 for d, p in zip(deleted_rows, physical)
+                                                 if rules.over_deletion_threshold(d, p, threshold)),
+        "max_deleted_fraction": max(map(rules.deleted_fraction, deleted_rows, physical), default=0.0),
         "fragment_rows": live_rows,
         "indices": indices,
         "last_compacted_version": last.version if last else None,
@@ -180,5 +179,4 @@ def _layout(request_json: str) -> tuple[tuple, Any, list[int], list[int], int]:
         "due": list(health.due),
         **clustering_columns(ds),  # compaction/clustering/state.py
     }
-    return (tuple(row[name] for name, _ in result_columns("layout_columns")),
-            ds, live_rows, deleted_rows, target)
+    return row, ds, live_rows, deleted_rows, target

@@ -119,14 +119,15 @@ def with_table_clustering(request: Any, config: dict[str, str] | None) -> Any:
     return replace(request, run=run)
 
 
-def clustering_step(request: dict[str, Any], sort_order: str | None, config: dict[str, str] | None,
-                    max_bytes: int | None) -> bool:
-    """For maintain's compaction step: put the call's ``sort_order`` into the compact request
-    (its ``params``) and, when the step clusters (the call's order, else the table's), its
-    ``max_bytes`` budget as the incremental run's ``max_source_bytes``; True when it clusters."""
+def clustering_step(params: dict[str, Any], options: dict[str, Any], sort_order: str | None,
+                    config: dict[str, str] | None, max_bytes: int | None) -> bool:
+    """For maintain's compaction step: put the call's ``sort_order`` into the compaction's
+    ``params`` and, when the step clusters (the call's order, else the table's), its
+    ``max_bytes`` budget into ``options`` as the incremental run's ``max_source_bytes``; True
+    when it clusters."""
     if sort_order is not None:
-        request["params"]["sort_order"] = sort_order
+        params["sort_order"] = sort_order
     clustered = effective_sort_order(sort_order, config) is not None
     if clustered and max_bytes is not None:
-        request["options"] = {**(request.get("options") or {}), "max_source_bytes": str(max_bytes)}
+        options["max_source_bytes"] = str(max_bytes)
     return clustered

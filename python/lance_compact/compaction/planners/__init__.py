@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 
 from ...runtime import driver_conf
+from ...runtime.envelope import DEFAULT_CATALOG
 from ...errors import CompactionError
 from .base import Plan, PlannedTask, Planner, as_plan
 from .default import DefaultPlanner
@@ -34,7 +35,7 @@ def planner_class(strategy: str, table: str, catalog: str | None = None) -> type
     if target is None and strategy in registered.values():
         target = strategy
     if target is None:
-        hint = (f"spark.sql.catalog.{catalog or '<catalog>'}.strategies.<name> = module.Class")
+        hint = (f"spark.sql.catalog.{catalog or DEFAULT_CATALOG}.strategies.<name> = module.Class")
         raise CompactionError(
             f"table {table}: unknown strategy {strategy!r}; valid strategies are: "
             + ", ".join(sorted(STRATEGIES) + sorted(registered))

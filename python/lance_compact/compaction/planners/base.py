@@ -17,6 +17,7 @@ import lance
 from lance.optimize import Compaction, CompactionPlan, CompactionTask
 
 from ...options import OptionSpec, effective, setting_specs, spec
+from .. import rules
 
 
 @dataclass
@@ -53,9 +54,10 @@ def describe_all(tasks: list[CompactionTask], dataset: lance.LanceDataset,
                  options: dict[str, Any]) -> list[PlannedTask]:
     """:func:`describe` for every task, with the options Lance applied (read once)."""
     config = dataset.config() or {}
-    effective_options = {name: effective(config, options, name) for name in
-                         ("target_rows_per_fragment", "materialize_deletions_threshold",
-                          "materialize_deletions")}
+    thresholds = rules.Thresholds.of_compaction(config, options)
+    effective_options = {"target_rows_per_fragment": thresholds.target,
+                         "materialize_deletions_threshold": thresholds.threshold,
+                         "materialize_deletions": effective(config, options, "materialize_deletions")}
     return [describe(t, **effective_options) for t in tasks]
 
 
@@ -75,7 +77,7 @@ def describe(task: CompactionTask, target_rows_per_fragment: int,
         for d in f["files"]:
             size = None if size is None or d.get("file_size_bytes") is None else size + d["file_size_bytes"]
     heavy = [f for f, d in zip(frags, deletions)
-             if d and materialize and f["physical_rows"] and d / f["physical_rows"] > threshold]
+             if d and materialize and rules.over_deletion_threshold(d, f["physical_rows"], threshold)]
     parts = []
     if heavy:
         parts.append(f"materialize deletions in {len(heavy)} fragment(s) over "

@@ -89,8 +89,8 @@ class LanceCatalog extends TableCatalog with SupportsNamespaces with ProcedureCa
   def maintainSettings: Map[String, String] = maintain
 
   /** Every table under `namespace` (all of the warehouse when None), nested namespaces
-   * included: (namespace.table, location), as lance.system.table_health lists them. */
-  def tablesUnder(namespace: Option[String]): Seq[(String, String)] = {
+   * included: (namespace, table, location), as lance.system.table_health lists them. */
+  def tablesUnder(namespace: Option[String]): Seq[(String, String, String)] = {
     namespace.foreach(Names.checkText(catalogName, "namespace", _))
     val start: Array[String] = namespace.map { n =>
       val parts = try CatalystSqlParser.parseMultipartIdentifier(n.trim) catch {
@@ -102,8 +102,8 @@ class LanceCatalog extends TableCatalog with SupportsNamespaces with ProcedureCa
       local.toArray
     }.getOrElse(Array.empty)
     warehouseRef.allTables().collect {
-      case (ns, t, location) if ns.startsWith(start) => ((ns :+ t).mkString("."), location)
-    }.sortBy(_._1)
+      case (ns, t, location) if ns.startsWith(start) => (ns.mkString("."), t, location)
+    }.sortBy { case (ns, t, _) => s"$ns.$t" }
   }
 
   /** The location of a table argument: `namespace.table` of this catalog (optionally

@@ -4,9 +4,7 @@ import org.apache.spark.internal.Logging
 import org.apache.spark.sql.catalyst.analysis.{NamespaceAlreadyExistsException, NoSuchNamespaceException, NonEmptyNamespaceException}
 import org.apache.spark.sql.connector.catalog.Identifier
 
-import com.fasterxml.jackson.databind.ObjectMapper
-
-import io.github.lancecompact.spark.engine.{LanceCompactException, PythonEngine}
+import io.github.lancecompact.spark.engine.{EngineRequest, LanceCompactException, PythonEngine}
 
 /** A warehouse laid out by a Lance directory namespace, the layout lance-spark's
  * `impl=dir` catalog writes under its `root`, resolved by Lance itself
@@ -17,19 +15,17 @@ import io.github.lancecompact.spark.engine.{LanceCompactException, PythonEngine}
  */
 final class LanceDirectoryNamespace(catalogName: String, root: String, storage: Map[String, String],
                                     singleLevel: Boolean) extends TableDirectory with Logging {
-  private val mapper = new ObjectMapper()
   // Paths given as table arguments, and the locations Lance's manifest gives for tables, are
   // bounded by the root as in our own layout (one boundary: the Warehouse's).
   private val bounds = new Warehouse(catalogName, Some(root))
 
   private def ask(op: String, id: Seq[String]): Seq[(String, String)] = {
-    val r = mapper.createObjectNode()
-    r.put("op", op).put("root", root).put("single_level", singleLevel)
-    val ids = r.putArray("id")
-    id.foreach(ids.add)
-    val s = r.putObject("storage_options")
-    storage.foreach { case (k, v) => s.put(k, v) }
-    PythonEngine.query("namespace", mapper.writeValueAsString(r)).rows().toSeq.map { row =>
+    val request = EngineRequest(storage = storage) { r =>
+      r.put("op", op).put("root", root).put("single_level", singleLevel)
+      val ids = r.putArray("id")
+      id.foreach(ids.add)
+    }
+    PythonEngine.query("namespace", request).rows().toSeq.map { row =>
       (row.getUTF8String(1).toString, if (row.isNullAt(2)) null else row.getUTF8String(2).toString)
     }
   }

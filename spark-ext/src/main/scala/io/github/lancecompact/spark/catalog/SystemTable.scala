@@ -2,13 +2,12 @@ package io.github.lancecompact.spark.catalog
 
 import java.util
 
-import com.fasterxml.jackson.databind.ObjectMapper
 import org.apache.spark.sql.connector.catalog.{SupportsRead, Table, TableCapability}
 import org.apache.spark.sql.connector.read.ScanBuilder
 import org.apache.spark.sql.types.StructType
 import org.apache.spark.sql.util.CaseInsensitiveStringMap
 
-import io.github.lancecompact.spark.engine.PythonEngine
+import io.github.lancecompact.spark.engine.{EngineRequest, PythonEngine}
 import io.github.lancecompact.spark.procedures.OptionSpec
 
 /** `lance.system.table_health` and `lance.system.maintenance_history`: a row per table (per
@@ -21,20 +20,12 @@ import io.github.lancecompact.spark.procedures.OptionSpec
  */
 final class SystemTable(catalogName: String, kind: String, tables: () => Seq[(String, String, String)],
                         storage: Map[String, String], maintainSettings: Map[String, String]) extends Table with SupportsRead {
-  /** The engine's answer for these pushed filters (JSON, or null for none). */
-  private[catalog] def scan(filters: Option[com.fasterxml.jackson.databind.JsonNode]) = {
-    val mapper = new ObjectMapper()
-    val r = mapper.createObjectNode()
-    r.put("catalog", catalogName)
-    val list = r.putArray("tables")
-    tables().foreach { case (ns, name, location) => list.addArray().add(ns).add(name).add(location) }
-    val s = r.putObject("storage_options")
-    storage.foreach { case (k, v) => s.put(k, v) }
-    val m = r.putObject("maintain_settings")
-    maintainSettings.foreach { case (k, v) => m.put(k, v) }
-    filters.foreach(f => r.set[com.fasterxml.jackson.databind.JsonNode]("filters", f))
-    PythonEngine.query(kind, mapper.writeValueAsString(r))
-  }
+  /** The engine's answer for these pushed filters (none: every listed table). */
+  private[catalog] def scan(filters: Option[com.fasterxml.jackson.databind.JsonNode]) =
+    PythonEngine.query(kind, EngineRequest(storage = storage, catalog = Some(catalogName),
+      maintainSettings = maintainSettings, tables = tables()) { r =>
+      filters.foreach(f => r.set[com.fasterxml.jackson.databind.JsonNode]("filters", f))
+    })
   override def name(): String = s"$catalogName.${SystemTable.Namespace}.$kind"
   override def schema(): StructType = OptionSpec.columns(SystemTable.Columns(kind))
   override def capabilities(): util.Set[TableCapability] = util.EnumSet.of(TableCapability.BATCH_READ)

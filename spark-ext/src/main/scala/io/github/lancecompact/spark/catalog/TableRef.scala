@@ -1,23 +1,19 @@
 package io.github.lancecompact.spark.catalog
 
-import com.fasterxml.jackson.databind.ObjectMapper
 import com.fasterxml.jackson.databind.node.ObjectNode
+
+import io.github.lancecompact.spark.engine.EngineRequest
 
 /** Where a table is and how to reach it: what every engine request about it carries. */
 final case class TableRef(name: String, location: String, storage: Map[String, String],
                           version: Option[Long] = None, readMaxRows: Long = 1000000L,
                           distributedReads: Boolean = true) {
-  private val mapper = new ObjectMapper()
-
-  def request(fill: ObjectNode => Unit = _ => ()): String = {
-    val r = mapper.createObjectNode()
-    r.put("table", name).put("uri", location)
-    version.foreach(v => r.put("version", v))
-    val s = r.putObject("storage_options")
-    storage.foreach { case (k, v) => s.put(k, v) }
-    fill(r)
-    mapper.writeValueAsString(r)
-  }
+  /** An engine request about this table (EngineRequest's envelope), with what `fill` adds. */
+  def request(fill: ObjectNode => Unit = _ => ()): String =
+    EngineRequest(table = Some(name), uri = Some(location), storage = storage) { r =>
+      version.foreach(v => r.put("version", v))
+      fill(r)
+    }
 }
 
 /** Writes go to Lance or lance-spark: this catalog maintains tables, it does not write them. */

@@ -4,9 +4,7 @@ import java.nio.file.{Files, Path}
 
 import scala.jdk.CollectionConverters._
 
-import com.fasterxml.jackson.databind.ObjectMapper
-
-import io.github.lancecompact.spark.engine.PythonEngine
+import io.github.lancecompact.spark.engine.{EngineRequest, PythonEngine}
 
 /** What the warehouse asks of the store it lives in: folders, by location. */
 trait WarehouseStore {
@@ -56,15 +54,8 @@ object LocalStore extends WarehouseStore {
  * (python/lance_compact/warehouse.py), so every store Lance supports works alike.
  */
 final class ObjectStore(storageOptions: Map[String, String]) extends WarehouseStore {
-  private val mapper = new ObjectMapper()
-
-  private def call(op: String, location: String): Seq[(String, String)] = {
-    val request = mapper.createObjectNode()
-    request.put("op", op).put("uri", location)
-    val storage = request.putObject("storage_options")
-    storageOptions.foreach { case (k, v) => storage.put(k, v) }
-    PythonEngine.warehouse(mapper.writeValueAsString(request))
-  }
+  private def call(op: String, location: String): Seq[(String, String)] =
+    PythonEngine.warehouse(EngineRequest(uri = Some(location), storage = storageOptions)(_.put("op", op)))
 
   override def folders(location: String): Seq[String] =
     call("list", location).collect { case (name, "folder") => name }

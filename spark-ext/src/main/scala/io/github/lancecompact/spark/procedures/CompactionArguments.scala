@@ -2,13 +2,13 @@ package io.github.lancecompact.spark.procedures
 
 import scala.collection.mutable
 
-import com.fasterxml.jackson.databind.ObjectMapper
 import com.fasterxml.jackson.databind.node.ObjectNode
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.connector.catalog.procedures.ProcedureParameter
 import org.apache.spark.sql.types._
 
 import io.github.lancecompact.spark.catalog.LanceCatalog
+import io.github.lancecompact.spark.engine.EngineRequest
 
 /** The arguments the procedures share, and their binding into the engine's request.
  *
@@ -17,7 +17,6 @@ import io.github.lancecompact.spark.catalog.LanceCatalog
  * Python); here they are type-checked and carried as Spark bound them.
  */
 object CompactionArguments {
-  private val mapper = new ObjectMapper()
 
   private val table = ProcedureParameter.in("table", StringType)
     .comment("A table of the catalog (namespace.table) or the path/URI of a Lance dataset in its warehouse").build()
@@ -113,10 +112,7 @@ object CompactionArguments {
     val tableArg = row.getUTF8String(0).toString
     val uri = catalog.resolveTable(tableArg)
 
-    val request: ObjectNode = mapper.createObjectNode()
-    request.put("table", tableArg)
-    request.put("uri", uri)
-    Bound(tableArg, uri, bindRest(catalog, tableArg, params, row, request))
+    Bound(tableArg, uri, bindRest(catalog, tableArg, params, row, Some(tableArg), Some(uri), Nil)(_ => ()))
   }
 
   /** Bind maintain_warehouse's row: the namespace's tables (listed by the catalog, the way
@@ -124,17 +120,22 @@ object CompactionArguments {
    * settings. */
   def bindWarehouse(catalog: LanceCatalog, params: Array[ProcedureParameter], row: InternalRow): Bound = {
     val namespace = if (row.isNullAt(0)) None else Some(row.getUTF8String(0).toString)
-    val request: ObjectNode = mapper.createObjectNode()
-    request.put("started_at_ms", System.currentTimeMillis())  // max_duration counts from here, listing included
-    namespace.foreach(request.put("namespace", _))
-    val tables = request.putArray("tables")
-    catalog.tablesUnder(namespace).foreach { case (name, uri) => tables.addObject().put("table", name).put("uri", uri) }
+    val started = System.currentTimeMillis()  // max_duration counts from here, listing included
     val what = namespace.map(n => s"namespace $n").getOrElse("the warehouse")
-    Bound(what, "", bindRest(catalog, what, params, row, request))
+    Bound(what, "", bindRest(catalog, what, params, row, None, None, catalog.tablesUnder(namespace)) { r =>
+      namespace.foreach(r.put("namespace", _))
+      r.put("started_at_ms", started)
+    })
   }
 
+  /** The request (EngineRequest's envelope): the table or the warehouse's tables, the bound
+   * parameters and options map, the catalog's storage options and maintain.* settings. */
   private def bindRest(catalog: LanceCatalog, tableArg: String, params: Array[ProcedureParameter],
-                       row: InternalRow, request: ObjectNode): String = {
+                       row: InternalRow, table: Option[String], uri: Option[String],
+                       tables: Seq[(String, String, String)])(fill: ObjectNode => Unit): String =
+    EngineRequest(table = table, uri = uri, storage = catalog.storageOptions, catalog = Some(catalog.name()),
+                  maintainSettings = catalog.maintainSettings, tables = tables) { request =>
+    fill(request)
     val values = request.putObject("params")
     val optionMap = request.putObject("options")
     params.zipWithIndex.drop(1).filterNot { case (_, i) => row.isNullAt(i) }.foreach { case (p, i) =>
@@ -157,12 +158,5 @@ object CompactionArguments {
         }
       }
     }
-    val storage = request.putObject("storage_options")
-    catalog.storageOptions.foreach { case (k, v) => storage.put(k, v) }
-    // The catalog's maintenance policy defaults (spark.sql.catalog.<name>.maintain.<key>).
-    request.put("catalog", catalog.name())
-    val settings = request.putObject("maintain_settings")
-    catalog.maintainSettings.foreach { case (k, v) => settings.put(k, v) }
-    mapper.writeValueAsString(request)
   }
 }
