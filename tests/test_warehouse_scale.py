@@ -146,14 +146,15 @@ def test_max_duration_counts_from_the_jvm_start_when_it_sends_one(tables):
     import json
 
     from lance_compact.maintenance.warehouse_maintenance import maintain_warehouse
+    from lance_compact.runtime.envelope import Envelope
 
-    listed = [{"table": f"{ns}.{t}", "uri": str(p)} for (ns, t), p in sorted(tables.items())]
+    listed = [{"namespace": ns, "table": t, "uri": str(p)} for (ns, t), p in sorted(tables.items())]
     before = {k: lance.dataset(str(p)).version for k, p in tables.items()}
     request = {"tables": listed, "params": {"max_duration": "5 seconds", "dry_run": True,
                                             "target_rows_per_fragment": 300},
                "started_at_ms": int(time.time() * 1000) - 6_000}
     clock = time.monotonic()
-    out = maintain_warehouse(json.dumps(request), run_packed=None)
+    out = maintain_warehouse(Envelope.parse("maintain_warehouse", json.dumps(request)), run_packed=None)
     assert time.monotonic() - clock < 3
     assert len(out) == len(listed)
     for t in out:
@@ -161,7 +162,7 @@ def test_max_duration_counts_from_the_jvm_start_when_it_sends_one(tables):
         assert t.rows[0]["reason"] == ("left: the max_duration budget (5 s) was spent after 0 of "
                                        f"{len(listed)} tables were evaluated; not evaluated, not started")
     request["started_at_ms"] = int(time.time() * 1000) + 60_000  # a clock ahead: the receipt counts
-    out = maintain_warehouse(json.dumps(request), run_packed=None)
+    out = maintain_warehouse(Envelope.parse("maintain_warehouse", json.dumps(request)), run_packed=None)
     assert all(t.health is not None for t in out)
     assert any(r["step"] == "compact" and r["reason"].startswith("due") for t in out for r in t.rows)
     assert {k: lance.dataset(str(p)).version for k, p in tables.items()} == before
