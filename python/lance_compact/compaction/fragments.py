@@ -5,6 +5,8 @@ from typing import Any, Iterable
 
 import lance
 
+from ..errors import CompactionError
+
 
 def data_bytes(fragments: Iterable[Any]) -> int | None:
     """Bytes of the fragments' data files, as Lance recorded them when it wrote each file.
@@ -65,3 +67,22 @@ def index_state(ds) -> dict[str, dict[str, Any]]:
         e["unindexed_ids"] = sorted(fragments - e["covered"])
         e["unindexed"] = len(e["unindexed_ids"])
     return state
+
+
+def fragments_matching(dataset: lance.LanceDataset, where: str, table: str) -> set[int]:
+    """Ids of the fragments holding at least one live row matching the Lance predicate. The
+    matching row addresses are streamed batch by batch, keeping only their fragment ids, so the
+    driver holds one batch and the set of fragment ids, never every matching address."""
+    import pyarrow.compute as pc
+
+    fragments: set[int] = set()
+    try:
+        scanner = dataset.scanner(filter=where, columns=[], with_row_address=True, scan_in_order=False)
+        for batch in scanner.to_batches():
+            if batch.num_rows:
+                ids = pc.unique(pc.shift_right(batch.column("_rowaddr"), 32))
+                fragments.update(ids.to_pylist())
+    except (ValueError, OSError) as e:
+        raise CompactionError(f"table {table}: where {where!r} is not a predicate Lance can evaluate on "
+                              f"this table ({str(e).splitlines()[0][:200]})") from None
+    return fragments

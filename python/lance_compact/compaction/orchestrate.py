@@ -24,6 +24,7 @@ from lance.optimize import Compaction, RewriteResult
 from ..runtime import cancellation
 
 from ..runtime import hooks
+from .fragments import fragments_matching
 from .commit import CommitOutcome, commit_results, remove_new_files
 from ..errors import CompactionError
 from ..runtime.failures import committed_phrase, describe
@@ -87,25 +88,6 @@ def _batches(plan: Plan, groups: int, first_id: int = 0) -> list[Batch]:
     bounds = [round(i * len(tasks) / n) for i in range(n + 1)] if n else []
     return [Batch(plan.read_version, [r[0] for r in rows[a:b]], tasks[a:b], rows[a:b])
             for a, b in zip(bounds, bounds[1:])]
-
-
-def fragments_matching(dataset: lance.LanceDataset, where: str, table: str) -> set[int]:
-    """Ids of the fragments holding at least one live row matching the Lance predicate. The
-    matching row addresses are streamed batch by batch, keeping only their fragment ids, so the
-    driver holds one batch and the set of fragment ids, never every matching address."""
-    import pyarrow.compute as pc
-
-    fragments: set[int] = set()
-    try:
-        scanner = dataset.scanner(filter=where, columns=[], with_row_address=True, scan_in_order=False)
-        for batch in scanner.to_batches():
-            if batch.num_rows:
-                ids = pc.unique(pc.shift_right(batch.column("_rowaddr"), 32))
-                fragments.update(ids.to_pylist())
-    except (ValueError, OSError) as e:
-        raise CompactionError(f"table {table}: where {where!r} is not a predicate Lance can evaluate on "
-                              f"this table ({str(e).splitlines()[0][:200]})") from None
-    return fragments
 
 
 def shape(plan: Plan, run: dict[str, Any]) -> Plan:

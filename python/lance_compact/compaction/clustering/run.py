@@ -102,7 +102,7 @@ def _plan(sc: Any, request: CompactionRequest, order: SortOrder, dataset: lance.
     options = dict(request.options)
     where = request.run.get("where")
     if where:
-        from ..orchestrate import fragments_matching
+        from ..fragments import fragments_matching
         others = {f.fragment_id for f in dataset.get_fragments()} - fragments_matching(dataset, where, request.table)
         options["excluded_fragment_ids"] = sorted(others | set(options.get("excluded_fragment_ids") or []))
         if len(others) == len(dataset.get_fragments()):  # as a plain compaction: nothing to do
