@@ -1,8 +1,9 @@
 """A real standalone cluster whose executors share nothing but the object store: a master and
 two one-core workers from the pip-installed Spark, each with its own work directory, on
 127.0.0.1; the warehouse on the S3-compatible server; CALL from spark-sql in client mode.
-Tasks run on both executors; an executor killed mid-task is replaced and the CALL succeeds;
-no credential appears in any log of the driver, the engine, the executors or the event log."""
+Tasks run on both executors; an executor killed mid-task is replaced and the CALL succeeds; a
+clustered compaction (zorder) samples, shuffles and writes on the executors and commits exactly
+the same rows; no credential appears in any log of the driver, the engine, the executors or the event log."""
 import json
 import os
 import subprocess
@@ -87,7 +88,7 @@ def rewrite_executors(events: Path, job: str = "rewriting") -> set[str]:
 def test_spark_sql_on_a_cluster_over_the_object_store(cluster, s3, tmp_path):
     url, logs = cluster
     wh = s3.create_bucket(f"cluster-{os.getpid()}") + "/wh"
-    uris = {t: f"{wh}/db/{t}.lance" for t in ("spread", "killed")}
+    uris = {t: f"{wh}/db/{t}.lance" for t in ("spread", "killed", "clustered")}
     before = {t: degraded_table(u, fragments=60, rows_per_fragment=40, storage_options=s3.storage_options)
               for t, u in uris.items()}
     expected = {t: content(ds) for t, ds in before.items()}
@@ -106,6 +107,8 @@ def test_spark_sql_on_a_cluster_over_the_object_store(cluster, s3, tmp_path):
          "CALL lance.compact(table => 'db.spread', target_rows_per_fragment => 300); "
          "CALL lance.compact(table => 'db.killed', target_rows_per_fragment => 300, "
          "options => map('test_fail_task', '0:0:kill_executor')); "
+         "CALL lance.compact(table => 'db.clustered', sort_order => 'zorder(category, id)', "
+         "target_rows_per_fragment => 600); "
          "SET spark.sql.files.maxPartitionBytes=20000; "
          "SELECT count(*) AS n, sum(id) AS total FROM lance.db.spread WHERE id >= 0;"],
         capture_output=True, text=True, timeout=900, env=env)
@@ -113,7 +116,10 @@ def test_spark_sql_on_a_cluster_over_the_object_store(cluster, s3, tmp_path):
     header, *rows = [line.split("\t") for line in p.stdout.strip().splitlines() if line.strip()]
     results = [dict(zip(header, r)) for r in rows if r != header and len(r) == len(header)]
     counted = rows[rows.index(["n", "total"]) + 1]
-    assert len(results) == 2 and all(r["tasks_failed"] == "0" and r["commits"] == "1" for r in results)
+    assert len(results) == 3 and all(r["tasks_failed"] == "0" for r in results)
+    assert [r["commits"] for r in results[:2]] == ["1", "1"]
+    clustered = results[2]  # the Rewrite, then its clustering record
+    assert clustered["sort_order"] == "zorder(category, id)" and clustered["commits"] == "2", clustered
     for t, uri in uris.items():
         after = lance.dataset(uri, storage_options=s3.storage_options)
         assert content(after) == expected[t], t
@@ -122,6 +128,8 @@ def test_spark_sql_on_a_cluster_over_the_object_store(cluster, s3, tmp_path):
     spread = expected["spread"]["id"].to_pylist()
     assert counted == [str(len(spread)), str(sum(spread))]
     assert len(rewrite_executors(events, "FROM lance.db.spread")) >= 2
+    # the clustering's sample and sort-and-write jobs ran on both executors
+    assert len(rewrite_executors(events, "lance.compact db.clustered: clustering")) >= 2
     # tasks ran on both executors, and the killed one was replaced by a third
     assert len(rewrite_executors(events)) >= 2, rewrite_executors(events)
     executor_dirs = [d for w in ("work1", "work2") for app in (logs / w).iterdir() for d in app.iterdir()]
