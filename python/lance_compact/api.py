@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .options import option_specs
+from .runtime.envelope import DEFAULT_CATALOG
 from .runtime.private_conf import split, write_properties
 
 PICTURE_DIR = "spark.lance.compact.picture.dir"
@@ -45,7 +46,7 @@ def _merged(existing: str | None, value: str) -> str:
     return ",".join(items if value in items else items + [value])
 
 
-def spark_conf(warehouse: str | None = None, catalog: str = "lance",
+def spark_conf(warehouse: str | None = None, catalog: str = DEFAULT_CATALOG,
                storage_options: Mapping[str, str] | None = None, start_engine: bool = True,
                python: str | None = None, jars: str | None = None,
                plugins: str | None = None, picture_dir: str | None = None,
@@ -86,7 +87,7 @@ def spark_conf(warehouse: str | None = None, catalog: str = "lance",
 
 
 def configure_spark_with_lance_compact(builder: Any, warehouse: str | None = None,
-                                       catalog: str = "lance",
+                                       catalog: str = DEFAULT_CATALOG,
                                        storage_options: Mapping[str, str] | None = None,
                                        start_engine: bool = True,
                                        picture_dir: str | None = ".",
@@ -154,7 +155,7 @@ class LanceCompaction:
     ``table`` is ``namespace.table`` in the catalog's warehouse, or a dataset path/URI in it.
     """
 
-    def __init__(self, spark: Any, table: str, catalog: str = "lance") -> None:
+    def __init__(self, spark: Any, table: str, catalog: str = DEFAULT_CATALOG) -> None:
         self._spark = spark
         self._table = table
         self._catalog = catalog
@@ -207,7 +208,7 @@ class LanceCompaction:
         return call_procedure(self._spark, procedure, self._table, self._catalog, params)
 
 
-def call_procedure(spark: Any, procedure: str, table: str | None, catalog: str = "lance",
+def call_procedure(spark: Any, procedure: str, table: str | None, catalog: str = DEFAULT_CATALOG,
                    params: Mapping[str, Any] | None = None) -> Any:
     """``CALL <catalog>.<procedure>(table => ..., ...)`` with bound parameters (no quoting
     of values into SQL); a dict value becomes ``map(...)``; ``table=None`` passes no table
@@ -228,7 +229,7 @@ def call_procedure(spark: Any, procedure: str, table: str | None, catalog: str =
     return spark.sql(f"CALL {target}.{procedure}({', '.join(named)})", args=args)
 
 
-def describe_layout(spark: Any, table: str, catalog: str = "lance", **params: Any) -> Any:
+def describe_layout(spark: Any, table: str, catalog: str = DEFAULT_CATALOG, **params: Any) -> Any:
     """The layout report as a one-row DataFrame (``CALL lance.describe_layout``).
 
     ``histogram=True``: the fragment-size histogram as text instead, a row per line (column
@@ -242,19 +243,19 @@ def describe_layout(spark: Any, table: str, catalog: str = "lance", **params: An
     return call_procedure(spark, "describe_layout", table, catalog, params)
 
 
-def cleanup(spark: Any, table: str, catalog: str = "lance", **params: Any) -> Any:
+def cleanup(spark: Any, table: str, catalog: str = DEFAULT_CATALOG, **params: Any) -> Any:
     """Lance's cleanup of old versions and orphaned files (``CALL lance.cleanup``):
     ``older_than='7 days'``, ``retain_versions``, ``delete_unverified``, ``dry_run``."""
     return call_procedure(spark, "cleanup", table, catalog, params)
 
 
-def optimize_indices(spark: Any, table: str, catalog: str = "lance", **params: Any) -> Any:
+def optimize_indices(spark: Any, table: str, catalog: str = DEFAULT_CATALOG, **params: Any) -> Any:
     """Lance's index optimization (``CALL lance.optimize_indices``): ``indices='a,b'``,
     ``num_indices_to_merge``, ``retrain``, ``dry_run``; a one-row DataFrame."""
     return call_procedure(spark, "optimize_indices", table, catalog, params)
 
 
-def maintain(spark: Any, table: str, catalog: str = "lance", **params: Any) -> Any:
+def maintain(spark: Any, table: str, catalog: str = DEFAULT_CATALOG, **params: Any) -> Any:
     """Everyday maintenance (``CALL lance.maintain``): compaction, index optimization and
     cleanup, each when due (``min_small_fragments``, ``min_unindexed_fragments``,
     ``older_than``, ``retain_versions``, ``target_rows_per_fragment``, ``dry_run``);
@@ -265,7 +266,7 @@ def maintain(spark: Any, table: str, catalog: str = "lance", **params: Any) -> A
     return call_procedure(spark, "maintain", table, catalog, params)
 
 
-def maintain_warehouse(spark: Any, namespace: str | None = None, catalog: str = "lance",
+def maintain_warehouse(spark: Any, namespace: str | None = None, catalog: str = DEFAULT_CATALOG,
                        **params: Any) -> Any:
     """Maintain every table of the warehouse, or of ``namespace``, that needs it
     (``CALL lance.maintain_warehouse``): worst health first, then priority, within
@@ -287,13 +288,13 @@ def _compaction(spark: Any, table: str, catalog: str, strategy: str | None,
     return job.strategy(strategy) if strategy else job
 
 
-def plan_compaction(spark: Any, table: str, *, catalog: str = "lance", strategy: str | None = None,
+def plan_compaction(spark: Any, table: str, *, catalog: str = DEFAULT_CATALOG, strategy: str | None = None,
                     **options: Any) -> Any:
     """Dry run of :func:`compact`: a DataFrame with a row per task; writes nothing."""
     return _compaction(spark, table, catalog, strategy, options).plan()
 
 
-def compact(spark: Any, table: str, *, catalog: str = "lance", strategy: str | None = None,
+def compact(spark: Any, table: str, *, catalog: str = DEFAULT_CATALOG, strategy: str | None = None,
             **options: Any) -> Any:
     """Compact ``table``; returns a one-row DataFrame of measured metrics.
 

@@ -43,6 +43,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from .runtime.envelope import DEFAULT_CATALOG
+
 log = logging.getLogger("lance_compact.maintenance_service")
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -78,7 +80,7 @@ class Service:
     """The rounds, the per-table memory (minimum interval, back-off) and the stop flag."""
 
     def __init__(self, spark: Any, namespace: str | None, params: dict[str, Any], every: float,
-                 min_interval: float, backoff: float, max_backoff: float, catalog: str = "lance",
+                 min_interval: float, backoff: float, max_backoff: float, catalog: str = DEFAULT_CATALOG,
                  stop_timeout: float = 30.0) -> None:
         self.spark, self.namespace, self.params, self.catalog = spark, namespace, params, catalog
         self.every, self.min_interval = every, min_interval
@@ -166,7 +168,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                 description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--warehouse", help="the catalog's warehouse (path or URI); unset: the application's "
                                        "spark.sql.catalog.<catalog>.* settings")
-    p.add_argument("--catalog", default="lance")
+    p.add_argument("--catalog", default=DEFAULT_CATALOG)
     p.add_argument("--namespace", help="maintain only this namespace (and those under it)")
     p.add_argument("--every", type=seconds, default=seconds("10m"), help="time between rounds (default 10m)")
     p.add_argument("--min-interval", type=seconds, default=seconds("1h"),

@@ -25,12 +25,13 @@ import time
 from typing import Any, Callable
 
 from .api import maintain, maintain_warehouse
+from .runtime.envelope import DEFAULT_CATALOG
 
 log = logging.getLogger(__name__)
 
 
 def with_maintenance(spark: Any, table: str, write: Callable[[Any, int], None], every: int = 10,
-                     catalog: str = "lance", on_result: Callable[[int, list], None] | None = None,
+                     catalog: str = DEFAULT_CATALOG, on_result: Callable[[int, list], None] | None = None,
                      **params: Any) -> Callable[[Any, int], None]:
     """``write`` followed, every ``every`` micro-batches, by ``maintain(spark, table,
     **params)`` (``max_bytes`` bounds the compaction step; see ``CALL lance.maintain``)."""
@@ -38,7 +39,7 @@ def with_maintenance(spark: Any, table: str, write: Callable[[Any, int], None], 
 
 
 def with_warehouse_maintenance(spark: Any, write: Callable[[Any, int], None], every: int = 10,
-                               namespace: str | None = None, catalog: str = "lance",
+                               namespace: str | None = None, catalog: str = DEFAULT_CATALOG,
                                on_result: Callable[[int, list], None] | None = None,
                                **params: Any) -> Callable[[Any, int], None]:
     """``write`` followed, every ``every`` micro-batches, by ``maintain_warehouse(spark,
