@@ -202,3 +202,42 @@ def test_where_limits_the_candidates(spark, warehouse):
     version = lance.dataset(uri).version
     r = spark.sql("CALL lance.compact(table => 'inc.where', where => 'id < 0')").collect()[0]
     assert r.commits == 0 and lance.dataset(uri).version == version
+
+
+def test_maintenance_clusters_appends_of_full_size_fragments(spark, warehouse):
+    """A table kept clustered whose appends are full-size fragments (never small, so never due
+    by size): compaction is due once 10% of its rows are not yet clustered, in table_health and
+    in maintain alike; maintain's run clusters them (every row once, exact), and it is not due
+    again until more rows arrive."""
+    name, uri = "big_appends", str(warehouse / "inc" / "big_appends.lance")
+    expected = []
+    for i in range(4):
+        t = rows(i * 300, 300, 50 + i)
+        lance.write_dataset(t, uri, mode="append" if i else "create")
+        expected.append(t)
+    spark.sql(f"ALTER TABLE lance.inc.{name} CLUSTER BY (tenant, ts)")
+    maintain = (f"CALL lance.maintain(table => 'inc.{name}', target_rows_per_fragment => 300, "
+                "older_than => '7 days')")
+
+    def compact_row():
+        return next(r for r in spark.sql(maintain).collect() if r.step == "compact")
+
+    def due() -> list:
+        return spark.sql(f"SELECT due FROM lance.system.table_health WHERE namespace = 'inc' "
+                         f"AND `table` = '{name}'").collect()[0].due
+
+    assert "compact" in due()
+    r = compact_row()
+    assert r.ran and r.reason.startswith("due:") and "100% of rows not yet clustered" in r.reason, r
+    assert layout(spark, f"inc.{name}").unclustered_row_share == 0.0
+    assert_exact(uri, expected)
+    r = compact_row()
+    assert not r.ran and "under 10% of rows not yet clustered" in r.reason, r
+    assert "compact" not in due()
+
+    expected.append(append(uri, 5_000, 99))  # one full-size fragment: 20% of the rows
+    assert "compact" in due()
+    r = compact_row()
+    assert r.ran and "20% of rows not yet clustered" in r.reason, r
+    assert layout(spark, f"inc.{name}").unclustered_row_share == 0.0
+    assert_exact(uri, expected)

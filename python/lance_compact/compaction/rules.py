@@ -95,25 +95,45 @@ class CompactionNeed:
     heavy: int
     facts: str
     min_small: int
+    unclustered_share: float | None = None  # for a table kept clustered (CLUSTER BY)
 
     @property
     def reason(self) -> str:
         if self.due:
             return "due: " + self.facts
+        clustered = (f", and under {UNCLUSTERED_DUE:.0%} of rows not yet clustered"
+                     if self.unclustered_share is not None else "")
         return (f"not due (fewer than {self.min_small} small fragments and none over the deletion "
-                f"threshold): {self.facts}")
+                f"threshold{clustered}): {self.facts}")
 
 
-def compaction_need(fragments: Iterable[Any], thresholds: Thresholds, min_small: int) -> CompactionNeed:
-    """maintain's rule for compaction over the fragments' metadata."""
+# A table kept clustered (CLUSTER BY, lance_compact.cluster_by) is due for compaction -- an
+# incremental clustering run -- once this share of its rows sits in fragments no run has
+# clustered yet, however large those fragments are (appends of full-size fragments would never
+# make it due by size alone, and their rows would stay unclustered).
+UNCLUSTERED_DUE = 0.1
+
+
+def compaction_need(fragments: Iterable[Any], thresholds: Thresholds, min_small: int,
+                    unclustered_share: float | None = None,
+                    clustered_ids: frozenset[int] = frozenset()) -> CompactionNeed:
+    """maintain's rule for compaction over the fragments' metadata; ``unclustered_share``: the
+    share of rows not yet clustered by the table's own clustering (None when it has none or the
+    call does not apply it); ``clustered_ids``: its clustered fragments, which do not count as
+    small (a clustering run leaves each range's last fragment short of the target, and an
+    incremental run does not merge clustered fragments: a full re-cluster does)."""
     small = heavy = 0
     for m in fragments:
         live, deleted = live_and_deleted(m)
-        small += is_small(live, thresholds.target)
+        small += is_small(live, thresholds.target) and not (clustered_ids and m.id in clustered_ids)
         heavy += over_deletion_threshold(deleted, m.physical_rows, thresholds.threshold)
     facts = (f"{small} fragments under {thresholds.target:,} rows, {heavy} over the deletion threshold "
              f"{thresholds.threshold:g}")
-    return CompactionNeed((small >= min_small and small > 1) or heavy > 0, small, heavy, facts, min_small)
+    unclustered = unclustered_share is not None and unclustered_share >= UNCLUSTERED_DUE
+    if unclustered_share is not None:
+        facts += f", {unclustered_share:.0%} of rows not yet clustered by the table's clustering"
+    return CompactionNeed((small >= min_small and small > 1) or heavy > 0 or unclustered, small, heavy, facts,
+                          min_small, unclustered_share)
 
 
 def compaction_due(fragments: Iterable[Any], target: int, threshold: float,

@@ -49,7 +49,7 @@ import lance
 from .version_cleanup import parse_older_than
 from ..compaction.fragments import data_bytes, live_and_deleted
 from ..compaction.history import last_compaction_version
-from ..compaction.clustering.state import clustering_columns
+from ..compaction.clustering.state import clustering_columns, measure_table
 from ..compaction.fragments import index_state
 from ..compaction import rules
 from .policy import Policy
@@ -123,7 +123,9 @@ def table_health(ds: lance.LanceDataset, policy: Policy, now: datetime | None = 
     target = thresholds.target
     min_small = int(policy.get("min_small_fragments"))
     metas = [f.metadata for f in ds.get_fragments()]
-    need = rules.compaction_need(metas, thresholds, min_small)
+    clustering = measure_table(ds)  # the table's own clustering (CLUSTER BY), if it has one
+    need = rules.compaction_need(metas, thresholds, min_small, clustering.unclustered_share,
+                                 clustering.clustered_ids)
     compact, small, heavy = need.due, need.small, need.heavy
     live = deleted = 0
     for m in metas:

@@ -29,6 +29,7 @@ from ..compaction import rules
 from .version_cleanup import cleanup, parse_older_than
 from ..errors import CompactionError
 from ..compaction.fragments import index_state
+from ..compaction.clustering.state import measure_table
 from ..compaction.clustering.table_clustering import clustering_step
 from .indices import optimize_indices
 from ..options import result_columns
@@ -55,9 +56,13 @@ def compact_step(t: Target, args: dict[str, Any], runner: Any, dry: bool,
     given = {"target_rows_per_fragment": args["target_rows_per_fragment"]} \
         if args.get("target_rows_per_fragment") is not None else {}
     # the one rule (compaction/rules.py), so that a table's health and its maintenance agree
+    # the table's own clustering counts unless the call gives a sort_order of its own (or 'none')
+    clustering = measure_table(ds) if args.get("sort_order") is None else None
     need = rules.compaction_need([f.metadata for f in ds.get_fragments()],
                                  rules.Thresholds.of_maintenance(ds.config() or {}, args),
-                                 args["min_small_fragments"])
+                                 args["min_small_fragments"],
+                                 clustering.unclustered_share if clustering else None,
+                                 clustering.clustered_ids if clustering else frozenset())
     row = {"step": "compact", "ran": False, "version": ds.version, "outcome": None, "bytes_rewritten": 0,
            "reason": need.reason}
     if need.due and not dry:

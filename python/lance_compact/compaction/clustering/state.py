@@ -157,6 +157,7 @@ class Measure:
     unclustered_fragments: int
     unclustered_rows: int
     rows: int
+    clustered_ids: frozenset[int] = frozenset()  # fragments the record says are clustered
 
     @property
     def unclustered_share(self) -> float | None:
@@ -178,7 +179,7 @@ def measure(fragments: list[Any], config: dict[str, str] | None, order_text: str
     unclustered = [m for m in live if m.id not in known]
     d = depth([known[m.id] for m in clustered], len(unclustered)) if live else 0.0
     return Measure(order_text, round(d, 3), len(clustered), len(unclustered),
-                   sum(m.num_rows for m in unclustered), rows)
+                   sum(m.num_rows for m in unclustered), rows, frozenset(m.id for m in clustered))
 
 
 def measure_table(dataset: Any) -> Measure:
