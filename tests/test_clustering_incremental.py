@@ -13,17 +13,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from conftest import lance_session
 from lance_compact.compaction.clustering.state import STATE_KEY, ClusteringState, components, depth
 from test_clustering import rows
-
-
-@pytest.fixture(scope="module")
-def spark(warehouse):
-    session = lance_session("local[2]", "lance-compact-clustering-incremental", str(warehouse),
-                            {"spark.sql.shuffle.partitions": "2"})
-    yield session
-    session.stop()
 
 
 def test_depth_definition():

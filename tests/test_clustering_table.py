@@ -12,19 +12,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from conftest import lance_session, refused
+from conftest import refused
 from lance_compact import maintain
 from test_clustering import content, make_table, rows
 
 KEY = "lance_compact.cluster_by"
-
-
-@pytest.fixture(scope="module")
-def spark(warehouse):
-    session = lance_session("local[2]", "lance-compact-clustering-table", str(warehouse),
-                            {"spark.sql.shuffle.partitions": "2"})
-    yield session
-    session.stop()
 
 
 def props(spark, table: str) -> dict:
