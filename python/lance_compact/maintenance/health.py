@@ -168,7 +168,7 @@ def table_health(ds: lance.LanceDataset, policy: Policy, now: datetime | None = 
         "reclaimable_bytes": None,
         "hours_since_compaction": hours,
         "last_compacted_version": last,
-        **clustering_columns(ds),  # compaction/clustering/state.py
+        **clustering_columns(ds, clustering),  # compaction/clustering/state.py
     }
     due = [s for s, d in zip(STEPS, (compact, bool(lagging), bool(old))) if d]
     reasons = {"compact": need.reason,

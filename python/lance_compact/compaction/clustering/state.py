@@ -196,9 +196,10 @@ def measure_table(dataset: Any) -> Measure:
     return measure([f.metadata for f in dataset.get_fragments()], config, text)
 
 
-def clustering_columns(dataset: Any) -> dict[str, Any]:
-    """describe_layout's and table_health's clustering columns (parameters.json)."""
-    m = measure_table(dataset)
+def clustering_columns(dataset: Any, m: Measure | None = None) -> dict[str, Any]:
+    """describe_layout's and table_health's clustering columns (parameters.json), from the
+    measure ``m`` when the caller has it already."""
+    m = m if m is not None else measure_table(dataset)
     return {"cluster_by": m.order, "clustering_depth": m.depth,
             "unclustered_row_share": None if m.order is None else round(m.unclustered_share, 4)}
 
