@@ -265,3 +265,40 @@ def test_every_type_of_the_type_map_reads_on_the_driver_and_the_executors(spark,
         assert [f.dataType.simpleString() for f in df.schema] == [f.dataType.simpleString() for f in want]
     assert spark_rows(on_driver) == spark_rows(by_executors)
     assert sum(v is None for v in spark_rows(on_driver)[1]) == len(examples)  # the nulls arrive
+
+
+def test_column_names_with_back_quotes_and_spaces(spark, warehouse):
+    """Names Lance takes: a space, a back-quote in a nested field. A top-level column whose name
+    holds a back-quote Lance 14.0.2 can create but never read, filter or rewrite (the other
+    columns it still reads): DESCRIBE still shows it (the schema DDL doubles the back-quote), and
+    reads and compaction say what is wrong and how to rename it, with the version unchanged."""
+    import pyarrow as pa
+
+    path = warehouse / "db" / "quoted.lance"
+    shutil.rmtree(path, ignore_errors=True)
+    t = pa.table({"a b": pa.array(range(8), pa.int64()), "nest": pa.array([{"x`y": i} for i in range(8)])})
+    lance.write_dataset(t, str(path), max_rows_per_file=2)
+    types = {r.col_name: r.data_type for r in spark.sql("DESCRIBE TABLE lance.db.quoted").collect()
+             if r.col_name and not r.col_name.startswith("#")}
+    assert types == {"a b": "bigint", "nest": "struct<x`y:bigint>"}
+    got = spark.sql("SELECT `a b` AS s, nest.`x``y` AS n FROM lance.db.quoted WHERE `a b` >= 5").collect()
+    assert sorted((r.s, r.n) for r in got) == [(i, i) for i in range(5, 8)]
+    row = spark.sql("CALL lance.compact(table => 'db.quoted', sort_order => '`a b` DESC')").collect()[0]
+    assert row.new_version == 3 and row.fragments_removed == 4
+    assert lance.dataset(str(path)).to_table(columns=["a b"])["a b"].to_pylist() == list(range(7, -1, -1))
+
+    bad = warehouse / "db" / "backquoted.lance"
+    shutil.rmtree(bad, ignore_errors=True)
+    lance.write_dataset(pa.table({"we`ird": pa.array(range(4), pa.int64()), "ok": pa.array(range(4))}),
+                        str(bad), max_rows_per_file=1)
+    types = {r.col_name: r.data_type for r in spark.sql("DESCRIBE TABLE lance.db.backquoted").collect()
+             if r.col_name and not r.col_name.startswith("#")}
+    assert types == {"we`ird": "bigint", "ok": "bigint"}
+    fix = "rename the column with pylance: dataset.alter_columns({'path': '`we``ird`'"
+    assert sorted(r.ok for r in spark.sql("SELECT ok FROM lance.db.backquoted WHERE ok > 1").collect()) == [2, 3]
+    for statement in ("SELECT * FROM lance.db.backquoted", "SELECT `we``ird` FROM lance.db.backquoted",
+                      "CALL lance.compact(table => 'db.backquoted')"):
+        with pytest.raises(Exception) as e:
+            spark.sql(statement).collect()
+        assert "column named 'we`ird', with a back-quote" in str(e.value) and fix in str(e.value), statement
+    assert lance.dataset(str(bad)).version == 1

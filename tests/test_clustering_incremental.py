@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from lance_compact.compaction.clustering.plan import MAX_LAYERS, layers, tiered
 from lance_compact.compaction.clustering.state import STATE_KEY, ClusteringState, components, depth
 from test_clustering import rows
 
@@ -24,6 +25,23 @@ def test_depth_definition():
     assert depth([(0, 9), (5, 14)], 1) == pytest.approx(1 + (5 + 2 * 5 + 5) / 15)
     assert components({1: (0, 9), 2: (5, 14), 3: (20, 29), 4: (28, 30)}) == [[1, 2], [3, 4]]
     assert components({1: (0, 9), 2: (9, 14)}) == [[1], [2]]  # a shared end key only (a heavy key split)
+
+
+def test_size_tiered_choice():
+    """New rows form a layer of their own; an earlier layer is merged once it is no bigger than
+    what is being clustered; layers beyond MAX_LAYERS are merged smallest first."""
+    full = (0, 999)
+    ranges = {1: (0, 249), 2: (250, 499), 3: (500, 749), 4: (750, 999), 5: (0, 499), 6: (500, 999),
+              10: full, 11: full}
+    rows = {1: 500, 2: 500, 3: 500, 4: 500, 5: 150, 6: 150, 10: 100, 11: 100}
+    assert layers([1, 2, 3, 4, 5, 6], ranges) == [[1, 2, 3, 4], [5, 6]]
+    assert tiered([1, 2, 3, 4, 10, 11], {10, 11}, ranges, rows) == [10, 11]  # 2,000 rows stay
+    rows.update({5: 100, 6: 100})
+    assert tiered([1, 2, 3, 4, 5, 6, 10, 11], {10, 11}, ranges, rows) == [5, 6, 10, 11]
+    assert tiered([1, 2, 3, 4, 5, 6], set(), ranges, rows) == []  # nothing new: layers stay
+    many = {i: (0, 999) for i in range(20, 20 + MAX_LAYERS + 1)}
+    got = tiered(list(many), set(), many, {i: 10 * 4 ** (i - 20) for i in many})
+    assert got == [20, 21]  # one layer too many: the two smallest merged
 
 
 @pytest.mark.parametrize("text", ["{", '{"v":1}', '{"order":"a","domain":["!!"],"fragments":{}}',
@@ -76,6 +94,7 @@ def test_depth_converges_with_appends_between_runs(spark, warehouse, cluster_by,
         for j in range(3):  # appends between runs: 3 new fragments of random keys
             expected.append(append(uri, 10_000 * (round_ + 1) + j * 300, 100 * round_ + j))
         before = layout(spark, f"inc.{name}")
+        fragments = len(lance.dataset(uri).get_fragments())
         assert before.unclustered_row_share > 0 and before.clustering_depth >= 3
         r = spark.sql(f"CALL lance.compact(table => 'inc.{name}', target_rows_per_fragment => 600)").collect()[0]
         assert r.strategy == "clustering" and r.commits >= 2 and r.fragments_left == 0  # the Rewrite, the record
@@ -84,9 +103,14 @@ def test_depth_converges_with_appends_between_runs(spark, warehouse, cluster_by,
         assert after.unclustered_row_share == 0.0
         assert after.clustering_depth < before.clustering_depth, (round_, before.clustering_depth, after.clustering_depth)
         depths.append(after.clustering_depth)
+        # size-tiered: after the first run (no record yet: everything), the appends form a layer
+        # of their own, merged with the earlier layers no bigger than they are; the big first
+        # layer is not rewritten for a few more rows
+        assert round_ == 0 or r.fragments_removed < fragments, (round_, r.fragments_removed, fragments)
         h = health(spark, name)
         assert h.clustering_depth == after.clustering_depth and h.unclustered_row_share == 0.0
-    assert max(depths) <= 1.1, depths  # bounded: the overlapping groups were rewritten whole
+    # bounded by the layers: about log2(appended / first) + 1 (here [2, 2, 3, 2]-like)
+    assert max(depths) <= 3.1 and min(depths) <= 2.1, depths
 
 
 def test_a_run_rewrites_only_what_overlaps(spark, warehouse):
@@ -111,10 +135,18 @@ def test_a_run_rewrites_only_what_overlaps(spark, warehouse):
     plan = spark.sql("CALL lance.plan_compaction(table => 'inc.narrow', target_rows_per_fragment => 400)").collect()
     assert len(plan) == 1 and "incremental" in plan[0].reason
     r = spark.sql("CALL lance.compact(table => 'inc.narrow', target_rows_per_fragment => 400)").collect()[0]
-    assert r.fragments_removed == plan[0].fragments
-    assert 2 <= r.fragments_removed <= 3, r  # the new fragment and the one or two holding tenants 0-1 (or nulls)
+    # size-tiered: 100 new rows are a layer of their own (the clustered fragment holding
+    # tenants 0-1 has more rows than they do), so only the new fragment is rewritten
+    assert r.fragments_removed == plan[0].fragments == 1, r
     assert_exact(uri, expected)
     assert layout(spark, "inc.narrow").clustering_depth <= 1.6
+    # more rows of tenants 0-1 than the layers there hold: merged with the small layer and the
+    # clustered fragment(s) they overlap, and no others
+    expected.append(append(uri, 60_000, 8, n=600, tenants=2))
+    r = spark.sql("CALL lance.compact(table => 'inc.narrow', target_rows_per_fragment => 400)").collect()[0]
+    assert 3 <= r.fragments_removed <= 4, r
+    assert_exact(uri, expected)
+    assert layout(spark, "inc.narrow").clustering_depth <= 1.3
 
     # Nothing unclustered, nothing overlapping: a run does nothing.
     r = spark.sql("CALL lance.compact(table => 'inc.narrow', target_rows_per_fragment => 400)").collect()[0]

@@ -71,12 +71,15 @@ class LanceFragmentReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[Any]:
         # What fails here reaches Spark's task failure, its logs and event log: redacted, as
         # the compaction path's errors are.
+        from ..runtime.failures import BUG, classify
         from ..runtime.secrets import redact
 
         try:
             yield from self._read(partition)
         except Exception as e:
-            raise RuntimeError(redact(f"reading {self.request.where}: {type(e).__name__}: {e}",
+            failure = classify(e)
+            what = f"{type(e).__name__}: {e}" if failure.kind == BUG else f"{failure.phrase} ({failure.detail})"
+            raise RuntimeError(redact(f"reading {self.request.where}: {what}",
                                       dict(self.request.storage_options))) from None
 
     def _read(self, partition: InputPartition) -> Iterator[Any]:

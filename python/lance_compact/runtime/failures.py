@@ -28,6 +28,9 @@ CONFIG = "config"
 
 _BAD_PROPERTY = re.compile(r"invalid value for (lance\.compaction\.[\w.]+): ('[^']*'|\S+)", re.I)
 
+# Lance 14.0.2 parses a column name as a path, with back-quotes as quotes: a top-level column
+# whose name holds one can be created but never projected, filtered on or rewritten.
+_QUOTED_COLUMN = re.compile(r'(?:No field named "|Column "?)((?:[^"\s]|\s(?!does))*`[^"]*?)"?(?:\.| does not exist)')
 _VERSION_GONE = re.compile(r"_versions/[^/\s]+\.manifest was not found")
 _OPERATION = re.compile(r"concurrent transaction (\w+)", re.I)
 _HTTP = re.compile(r"status code: (\d{3})\s*([A-Za-z][A-Za-z ]*[A-Za-z])?")
@@ -115,6 +118,14 @@ def classify(error: BaseException | str) -> Failure:
         m = _OPERATION.search(text)
         op = m.group(1) if m else "change"
         return Failure(CONFLICT, f"a concurrent {op} by another writer conflicts with this change", op, detail)
+    m = _QUOTED_COLUMN.search(text)
+    if m:
+        name = m.group(1)
+        path = "`" + name.replace("`", "``") + "`"
+        return Failure(CONFIG, f"the table has a column named {name!r}, with a back-quote in its name, which "
+                               f"Lance cannot read, filter on or rewrite (it takes the back-quote for a quote); "
+                               f"rename the column with pylance: dataset.alter_columns({{'path': {path!r}, "
+                               f"'name': '<new name>'}})", None, detail)
     m = _BAD_PROPERTY.search(text)
     if m:
         key, value = m.group(1), m.group(2)

@@ -31,9 +31,14 @@ def _array(t: pa.DataType) -> tuple[str, pa.DataType]:
     return f"ARRAY<{name}>", pa.list_(pa.field("element", read))
 
 
+def quoted(name: str) -> str:
+    """A column name as a Spark SQL identifier: in back-quotes, a back-quote in it doubled."""
+    return "`" + name.replace("`", "``") + "`"
+
+
 def _struct(t: pa.DataType) -> tuple[str, pa.DataType]:
     parts = [(f.name, *spark_and_arrow(f.type)) for f in t]
-    return ("STRUCT<" + ", ".join(f"`{n}`: {s}" for n, s, _ in parts) + ">",
+    return ("STRUCT<" + ", ".join(f"{quoted(n)}: {s}" for n, s, _ in parts) + ">",
             pa.struct([pa.field(n, a) for n, _, a in parts]))
 
 
@@ -90,4 +95,4 @@ def arrow_type_for_spark(t: pa.DataType) -> pa.DataType:
 
 def schema_ddl(schema: pa.Schema) -> str:
     """A table's schema as Spark DDL."""
-    return ", ".join(f"`{f.name}` {spark_type(f.type)}" for f in schema)
+    return ", ".join(f"{quoted(f.name)} {spark_type(f.type)}" for f in schema)

@@ -63,18 +63,64 @@ def _fragment_bytes(meta: Any) -> int:
 
 BUDGETS = ("max_source_fragments", "max_source_rows", "max_source_bytes")
 
+# Size-tiered merging, as in an LSM tree: new rows are clustered into a layer of their own, and an
+# earlier layer is merged into them only once it holds no more rows than they do (so each row is
+# rewritten about log2(table / appends) times, not once per run), or while a component would
+# otherwise hold more than MAX_LAYERS layers.
+MERGE_RATIO = 1.0
+MAX_LAYERS = 8
+
+
+def layers(ids: list[int], ranges: dict[int, tuple[int, int]]) -> list[list[int]]:
+    """Clustered fragments as layers of ranges that do not overlap (first fit, by lowest code;
+    sharing an end code is no overlap, as in ``components``): a sorted run is one layer."""
+    out: list[list[int]] = []
+    ends: list[int] = []
+    for f in sorted(ids, key=lambda f: (ranges[f][0], ranges[f][1], f)):
+        lo, hi = ranges[f]
+        for i, end in enumerate(ends):
+            if lo >= end:
+                out[i].append(f)
+                ends[i] = hi
+                break
+        else:
+            out.append([f])
+            ends.append(hi)
+    return out
+
+
+def tiered(component: list[int], unclustered: set[int], ranges: dict[int, tuple[int, int]],
+           rows: dict[int, int]) -> list[int]:
+    """What to rewrite of one component of overlapping fragments: its unclustered fragments,
+    with the earlier layers that are no bigger than what is being clustered (smallest first),
+    and more while the component would keep over MAX_LAYERS layers. Empty when that changes
+    nothing (no unclustered fragment and at most one layer to merge)."""
+    fresh = [f for f in component if f in unclustered]
+    old = sorted(layers([f for f in component if f not in unclustered and f in ranges], ranges),
+                 key=lambda layer: (sum(rows[f] for f in layer), layer[0]))
+    picked, size, merged = list(fresh), sum(rows[f] for f in fresh), 0
+    while old and (sum(rows[f] for f in old[0]) <= MERGE_RATIO * size
+                   or len(old) + (1 if picked else 0) > MAX_LAYERS):
+        layer = old.pop(0)
+        picked += layer
+        size += sum(rows[f] for f in layer)
+        merged += 1
+    return sorted(picked) if fresh or merged > 1 else []
+
 
 def select_incremental(metas: list[Any], known: dict[int, tuple[int, int]],
                        unclustered_ranges: dict[int, tuple[int, int]],
                        options: dict[str, Any]) -> tuple[list[int], int]:
-    """What an incremental run rewrites: groups of fragments whose key ranges overlap (the
-    unclustered ones with their ranges read now), deepest group first, each whole while the
-    budgets allow, then as much of the next as fits; (fragment ids, fragments left)."""
+    """What an incremental run rewrites: in each group of fragments whose key ranges overlap
+    (the unclustered ones with their ranges read now), what :func:`tiered` picks; deepest group
+    first, each whole while the budgets allow, then as much of the next as fits; (fragment ids,
+    fragments left)."""
     by_id = {m.id: m for m in metas}
     unclustered = {m.id for m in metas if m.id not in known}
     ranges = {f: r for f, r in known.items() if f in by_id}
     ranges.update({f: unclustered_ranges[f] for f in unclustered if f in unclustered_ranges})
-    todo = [c for c in components(ranges) if len(c) > 1 or unclustered & set(c)]
+    rows = {m.id: m.num_rows for m in metas}
+    todo = [t for c in components(ranges) if (t := tiered(c, unclustered, ranges, rows))]
     # fragments with no range (no live rows read): rewrite them too
     todo += [[f] for f in sorted(unclustered - set(ranges))]
     todo.sort(key=lambda c: (-depth([ranges[f] for f in c if f in ranges], 0), -len(c), c[0]))
