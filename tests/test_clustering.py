@@ -133,15 +133,18 @@ def test_linear_sort_through_call(spark, warehouse):
     assert fragments_holding(after, "tenant", lambda c: pc.any(pc.equal(c, 7)).as_py()) <= 2
 
 
-def test_zorder_through_pyspark(spark, warehouse):
-    uri = make_table(warehouse, "zorder", indices=False)
+@pytest.mark.parametrize("curve", ["zorder", "hilbert"])
+def test_curves_through_pyspark(spark, warehouse, curve):
+    uri = make_table(warehouse, curve, indices=False)
     before = lance.dataset(uri)
     expected = content(before)
-    plan = plan_compaction(spark, "db.zorder", sort_order="zorder(tenant, ts)", target_rows_per_fragment=250).collect()
+    order = f"{curve}(tenant, ts)"
+    plan = plan_compaction(spark, f"db.{curve}", sort_order=order, target_rows_per_fragment=250).collect()
     assert len(plan) == 1 and plan[0].expected_output_fragments == math.ceil(before.count_rows() / (250 * FILL))
-    r = compact(spark, "db.zorder", sort_order="zorder(tenant, ts)", target_rows_per_fragment=250).collect()[0]
+    r = compact(spark, f"db.{curve}", sort_order=order.upper().replace("TENANT, TS", "tenant, ts"),
+                target_rows_per_fragment=250).collect()[0]
     after = lance.dataset(uri)
-    assert r.sort_order == "zorder(tenant, ts)" and r.index_coverage is None and r.commits == 2  # the Rewrite and the record (state.py)
+    assert r.sort_order == order and r.index_coverage is None and r.commits == 2  # the Rewrite and the record (state.py)
     assert content(after) == expected
     n = len(after.get_fragments())
     assert n >= 15
@@ -164,6 +167,26 @@ def odd_table(warehouse):
     return uri
 
 
+@pytest.mark.parametrize("columns, bits", [(2, 4), (3, 3), (4, 2)])
+def test_the_hilbert_curve_visits_every_cell_once_moving_to_a_neighbour(columns, bits):
+    """Positions on the curve are a bijection onto the grid, and consecutive positions are
+    neighbouring cells (one step along one axis): why it clusters better than a z-order,
+    whose jumps span the grid."""
+    import itertools
+
+    from lance_compact.compaction.clustering.keys import hilbert_transpose
+
+    cells = np.array(list(itertools.product(range(1 << bits), repeat=columns)), dtype=np.uint64)
+    t = hilbert_transpose([cells[:, i] for i in range(columns)], bits)
+    pos = np.zeros(len(cells), dtype=np.uint64)
+    for j, a in enumerate(t):
+        for bit in range(bits):
+            pos |= ((a >> np.uint64(bit)) & np.uint64(1)) << np.uint64(bit * columns + (columns - 1 - j))
+    assert sorted(pos.tolist()) == list(range(len(cells)))
+    path = cells[np.argsort(pos)].astype(np.int64)
+    assert (np.abs(np.diff(path, axis=0)).sum(axis=1) == 1).all()
+
+
 @pytest.mark.parametrize("order, match", [
     ("nope", "sort_order column 'nope' does not exist"),
     ("  ", "it is empty"),
@@ -177,6 +200,9 @@ def odd_table(warehouse):
     ("tenant, tenant", "appears twice"),
     ("zorder(tenant, vector)", "'vector' is a vector"),
     ("ts, zorder(tenant, name)", "must be the whole sort order"),
+    ("hilbert(tenant)", "hilbert needs at least two columns"),
+    ("hilbert(tenant, ts DESC)", "hilbert takes plain column names"),
+    ("hilbert(tenant, ts), name", "must be the whole sort order"),
 ])
 def test_bad_sort_orders_are_refused_before_anything_is_read(spark, odd_table, order, match):
     with refused(odd_table, match):

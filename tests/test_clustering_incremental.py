@@ -77,7 +77,7 @@ def assert_exact(uri: str, expected: list[pa.Table]) -> None:
     assert got.num_rows == want.num_rows and got.equals(want)
 
 
-@pytest.mark.parametrize("cluster_by, name", [("(tenant, ts)", "zorder"), ("(ts)", "linear")])
+@pytest.mark.parametrize("cluster_by, name", [("(tenant, ts)", "hilbert"), ("(ts)", "linear")])
 def test_depth_converges_with_appends_between_runs(spark, warehouse, cluster_by, name):
     uri = str(warehouse / "inc" / f"{name}.lance")
     expected = []

@@ -34,9 +34,9 @@ def in_order(uri: str, keys) -> bool:
 
 def test_cluster_by_sets_and_clears_the_property(spark, warehouse):
     uri = make_table(warehouse, "cb", fragments=3, indices=False)
-    spark.sql("ALTER TABLE lance.db.cb CLUSTER BY (tenant, ts)")
-    assert config(uri)[KEY] == "zorder(tenant, ts)"
-    assert props(spark, "db.cb")[KEY] == "zorder(tenant, ts)"
+    spark.sql("ALTER TABLE lance.db.cb CLUSTER BY (tenant, ts)")  # several columns: a Hilbert curve
+    assert config(uri)[KEY] == "hilbert(tenant, ts)"
+    assert props(spark, "db.cb")[KEY] == "hilbert(tenant, ts)"
     described = {r.col_name: r.data_type for r in spark.sql("DESCRIBE TABLE EXTENDED lance.db.cb").collect()}
     assert "# Clustering Information" in described, described
     assert described.get("tenant") and described.get("ts")
@@ -165,9 +165,9 @@ def test_quoted_column_names(spark, warehouse):
     uri = str(warehouse / "db" / "cbquoted.lance")
     lance.write_dataset(pa.table({"a b": [3, 1, 2], "x-y": ["x", "y", "z"], "c": [1.0, 2.0, 3.0]}), uri)
     spark.sql("ALTER TABLE lance.db.cbquoted CLUSTER BY (`a b`, `x-y`)")
-    assert config(uri)[KEY] == "zorder(`a b`, `x-y`)"
+    assert config(uri)[KEY] == "hilbert(`a b`, `x-y`)"
     described = [r.col_name for r in spark.sql("DESCRIBE TABLE EXTENDED lance.db.cbquoted").collect()]
     at = described.index("# Clustering Information")
     assert "`a b`" in described[at:] and "`x-y`" in described[at:], described[at:]
     r = spark.sql("CALL lance.compact(table => 'db.cbquoted')").collect()[0]
-    assert r.sort_order == "zorder(`a b`, `x-y`)" and lance.dataset(uri).count_rows() == 3
+    assert r.sort_order == "hilbert(`a b`, `x-y`)" and lance.dataset(uri).count_rows() == 3

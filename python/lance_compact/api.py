@@ -298,7 +298,7 @@ def compact(spark: Any, table: str, *, catalog: str = DEFAULT_CATALOG, strategy:
             **options: Any) -> Any:
     """Compact ``table``; returns a one-row DataFrame of measured metrics.
 
-    ``sort_order="tenant ASC NULLS LAST, ts DESC"`` or ``sort_order="zorder(tenant, ts)"``
+    ``sort_order="tenant ASC NULLS LAST, ts DESC"``, ``sort_order="hilbert(tenant, ts)"`` or ``"zorder(tenant, ts)"``
     clusters the rows while compacting (a sort on executors; see parameters.json's sort_order).
 
     >>> compact(spark, "db.events", target_rows_per_fragment=1_048_576).show()

@@ -96,22 +96,55 @@ def column_bounds(sample: pa.Table, order: SortOrder) -> list[pa.Table]:
 
 
 def zvalues(rows: pa.Table, order: SortOrder, bounds: list[pa.Table]) -> np.ndarray:
-    """Each row's z-value: the bits of its per-column range ids interleaved (column 0 in the
-    most significant bit of each group), as Delta's MultiDimClustering does, each column's ids
-    first stretched to the full ``bits`` width so every column weighs the same."""
+    """Each row's position on the order's curve: the bits of its per-column range ids
+    interleaved (column 0 in the most significant bit of each group), as Delta's
+    MultiDimClustering does for a z-order, each column's ids first stretched to the full
+    ``bits`` width so every column weighs the same; for a Hilbert curve the ids are first
+    turned into the curve's transposed index (:func:`hilbert_transpose`)."""
     bits = bits_per_column(len(order.keys))
     n = len(order.keys)
-    z = np.zeros(rows.num_rows, dtype=np.uint64)
-    for j, (key, b) in enumerate(zip(order.keys, bounds)):
+    ids = []
+    for key, b in zip(order.keys, bounds):
         one = (SortKey("k0", False, False),)
         col = pa.table({"k0": rows.column(key.column).combine_chunks()})
         rid = _ranks(col, b, one, ties_after=True).astype(np.uint64)
         # Stretch the ids over the full width: a column with few distinct values (40 tenants)
         # would otherwise use only the low bits and leave the order to the other columns.
-        rid = (rid << np.uint64(bits)) // np.uint64(b.num_rows + 1)
+        ids.append((rid << np.uint64(bits)) // np.uint64(b.num_rows + 1))
+    if order.curve == "hilbert":
+        ids = hilbert_transpose(ids, bits)
+    z = np.zeros(rows.num_rows, dtype=np.uint64)
+    for j, rid in enumerate(ids):
         for bit in range(bits):
             z |= ((rid >> np.uint64(bit)) & np.uint64(1)) << np.uint64(bit * n + (n - 1 - j))
     return z
+
+
+def hilbert_transpose(ids: list[np.ndarray], bits: int) -> list[np.ndarray]:
+    """Skilling's "axes to transpose" (Programming the Hilbert curve, 2004), on whole columns:
+    coordinates of ``bits`` bits each -> the Hilbert index in transposed form, whose bits,
+    interleaved as a z-order's are, give the position on the curve."""
+    x = [a.astype(np.uint64).copy() for a in ids]
+    n = len(x)
+    top = np.uint64(1 << (bits - 1))
+    q = top
+    while q > 1:  # inverse undo
+        p = q - np.uint64(1)
+        for i in range(n):
+            hit = (x[i] & q) != 0
+            x[0] = np.where(hit, x[0] ^ p, x[0])
+            t = np.where(hit, np.uint64(0), (x[0] ^ x[i]) & p)
+            x[0] ^= t
+            x[i] ^= t
+        q >>= np.uint64(1)
+    for i in range(1, n):  # Gray encode
+        x[i] ^= x[i - 1]
+    t = np.zeros_like(x[0])
+    q = top
+    while q > 1:
+        t = np.where((x[n - 1] & q) != 0, t ^ (q - np.uint64(1)), t)
+        q >>= np.uint64(1)
+    return [a ^ t for a in x]
 
 
 def z_bounds(z: np.ndarray, parts: int) -> np.ndarray:

@@ -4,8 +4,9 @@ Lance table's own config, so it travels with the table), set by ``ALTER TABLE t 
 ...)``, and applied by ``compact``, ``plan_compaction``, ``maintain`` and ``maintain_warehouse``
 when they are given no ``sort_order`` (``sort_order => 'none'``: a plain compaction).
 
-``CLUSTER BY (a)`` is a linear sort by ``a``; ``CLUSTER BY (a, b, ...)`` is ``zorder(a, b, ...)``
-(multi-column clustering, as Delta's liquid clustering: no column dominates). The value is
+``CLUSTER BY (a)`` is a linear sort by ``a``; ``CLUSTER BY (a, b, ...)`` is ``hilbert(a, b, ...)``
+(multi-column clustering on a Hilbert curve, as Delta's liquid clustering: no column dominates,
+and it clusters better than a z-order, measured in docs/clustering.md). The value is
 checked against the schema when set (the same checks as ``sort_order``) and stored normalized.
 """
 from __future__ import annotations
@@ -45,7 +46,7 @@ def from_columns(table: str, columns: list[list[str]], schema: pa.Schema) -> str
             raise CompactionError(f"table {table}: CLUSTER BY column {'.'.join(path)!r} is a nested field; "
                                   "only top-level columns can be clustered by; nothing was changed")
     names = [p[0] for p in columns]
-    order = SortOrder(tuple(SortKey(n, False, False) for n in names), zorder=len(names) > 1) \
+    order = SortOrder(tuple(SortKey(n, False, False) for n in names), zorder=len(names) > 1, curve="hilbert") \
         if len(set(names)) == len(names) else None
     if order is None:
         raise CompactionError(f"table {table}: CLUSTER BY names a column twice ({', '.join(names)}); "

@@ -58,10 +58,10 @@ final class LanceTable(ref: TableRef) extends Table with SupportsRead with Suppo
 object LanceTable {
   val ClusterByKey = "lance_compact.cluster_by"
 
-  /** The column names of a stored sort order (`zorder(a, b)` or `a DESC NULLS LAST, b`),
+  /** The column names of a stored sort order (`zorder(a, b)`, `hilbert(a, b)` or `a DESC NULLS LAST, b`),
    * back-quotes undone; the engine checked the text when it was set. */
   def clusterColumns(order: String): Seq[String] = {
-    val z = "(?is)^\\s*zorder\\s*\\((.*)\\)\\s*$".r
+    val z = "(?is)^\\s*(?:zorder|hilbert)\\s*\\((.*)\\)\\s*$".r
     val body = order match { case z(inner) => inner; case other => other }
     val parts = scala.collection.mutable.ArrayBuffer(new StringBuilder)
     var quoted = false
