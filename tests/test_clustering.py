@@ -212,7 +212,7 @@ def test_bad_sort_orders_are_refused_before_anything_is_read(spark, odd_table, o
 @pytest.mark.parametrize("args, match", [
     ("strategy => 'io_bounded'", "cannot be combined with strategy 'io_bounded'"),
     ("compaction_mode => 'try_binary_copy'", "option compaction_mode does not apply with sort_order"),
-    ("partial_progress => true", "partial_progress is not supported with sort_order"),
+    ("min_input_fragments => 3", "min_input_fragments is not supported with sort_order"),
 ])
 def test_options_a_clustering_cannot_honour_are_refused(spark, odd_table, args, match):
     with refused(odd_table, match):

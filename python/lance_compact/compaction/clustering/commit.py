@@ -1,4 +1,4 @@
-"""Committing a clustering: one Lance ``Rewrite`` of the group on the read version, and the
+"""Committing a clustering: one Lance ``Rewrite`` of its groups on the read version, and the
 indices it leaves.
 
 A concurrent Delete or Update of a source fragment makes Lance refuse the Rewrite (a
@@ -32,10 +32,11 @@ def new_fragments(fragment_json: list[str]) -> list[FragmentMetadata]:
 
 
 def commit_rewrite(uri: str, storage_options: dict[str, str], read_version: int,
-                   old: list[FragmentMetadata], new: list[FragmentMetadata]) -> CommitResult:
-    """Replace ``old`` by ``new`` in one transaction on ``read_version``."""
+                   groups: list[tuple[list[FragmentMetadata], list[FragmentMetadata]]]) -> CommitResult:
+    """Replace each group's old fragments by its new ones, all in one transaction (one
+    version) on ``read_version``."""
     operation = LanceOperation.Rewrite(
-        groups=[LanceOperation.RewriteGroup(old_fragments=old, new_fragments=new)],
+        groups=[LanceOperation.RewriteGroup(old_fragments=old, new_fragments=new) for old, new in groups],
         rewritten_indices=[])
     try:
         ds = lance.LanceDataset.commit(uri, operation, read_version=read_version,
@@ -45,6 +46,19 @@ def commit_rewrite(uri: str, storage_options: dict[str, str], read_version: int,
             return CommitResult(None, str(e).split(", /")[0][:300])
         raise
     return CommitResult(ds.version)
+
+
+def changed_fragments(read: lance.LanceDataset, latest: lance.LanceDataset, fragment_ids: list[int]) -> set[int]:
+    """Those of ``fragment_ids`` (as of ``read``) that ``latest`` removed or changed (a
+    deletion file, data files): the groups holding them conflict with that change."""
+    now = {f.fragment_id: f.metadata for f in latest.get_fragments()}
+    out = set()
+    for i in fragment_ids:
+        before = read.get_fragment(i).metadata
+        after = now.get(i)
+        if after is None or after.to_json() != before.to_json():
+            out.add(i)
+    return out
 
 
 def remove_files(uri: str, dataset: lance.LanceDataset, fragments: list[FragmentMetadata]) -> int:

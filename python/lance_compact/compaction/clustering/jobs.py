@@ -14,7 +14,9 @@ dataclass of plain values.
 """
 from __future__ import annotations
 
+import bisect
 import json
+import re
 import resource
 from dataclasses import dataclass
 from typing import Iterator
@@ -22,6 +24,9 @@ from typing import Iterator
 import lance
 import numpy as np
 import pyarrow as pa
+# _accumulatorRegistry: PySpark has no public way to drop an accumulator the driver no longer
+# needs (as in spark_job.py); the long-lived engine would otherwise keep every run's outcomes.
+from pyspark.accumulators import AccumulatorParam, _accumulatorRegistry
 
 from .keys import (column_bounds, from_ipc, linear_partitions, order_indices,
                    pick_bounds, to_ipc, z_bounds, z_partitions, zvalues)
@@ -62,25 +67,41 @@ class Bounds:
 class _Sampler:
     source: Source
     order: SortOrder
-    share: float  # fraction of each fragment's live rows to keep
+    shares: dict[int, float]  # per fragment: the fraction of its live rows to keep (its group's)
 
-    def __call__(self, fragment_ids: Iterator[int]) -> Iterator[bytes]:
+    def __call__(self, fragment_ids: Iterator[int]) -> Iterator[tuple[int, bytes]]:
         ds = self.source.open()
         for fid in fragment_ids:
             keys = ds.scanner(fragments=[ds.get_fragment(fid)], columns=self.order.columns).to_table()
-            n = min(keys.num_rows, max(1, int(round(keys.num_rows * self.share))))
+            n = min(keys.num_rows, max(1, int(round(keys.num_rows * self.shares[fid]))))
             pick = np.random.default_rng(fid).choice(keys.num_rows, size=n, replace=False) if n else []
-            yield to_ipc(keys.take(pa.array(np.sort(pick), pa.int64())))
+            yield fid, to_ipc(keys.take(pa.array(np.sort(pick), pa.int64())))
+
+
+def sample_share(rows: int, partitions: int) -> float:
+    """The fraction of a group's live rows its sample keeps."""
+    want = min(rows, max(MIN_SAMPLE, min(MAX_SAMPLE, partitions * SAMPLE_PER_PARTITION)))
+    return want / rows if rows else 1.0
+
+
+def sample_groups(sc, source: Source, order: SortOrder, groups: list[tuple[list[int], int, int]]) -> list[pa.Table]:
+    """A random sample of the key columns of each group (fragment ids, live rows,
+    partitions), all groups in ONE Spark job (job 1); the samples in the groups' order."""
+    shares = {f: sample_share(rows, parts) for ids, rows, parts in groups for f in ids}
+    fragment_ids = [f for ids, _, _ in groups for f in ids]
+    blobs = dict(sc.parallelize(fragment_ids, max(1, min(len(fragment_ids), sc.defaultParallelism)))
+                 .mapPartitions(_Sampler(source, order, shares)).collect()) if fragment_ids else {}
+    out = []
+    for ids, _, _ in groups:
+        parts = [from_ipc(blobs[f]) for f in ids if f in blobs]
+        out.append(pa.concat_tables(parts) if parts else pa.table({}))
+    return out
 
 
 def sample_keys(sc, source: Source, order: SortOrder, fragment_ids: list[int], rows: int,
                 partitions: int) -> pa.Table:
-    """A random sample of the key columns over the source fragments (job 1)."""
-    want = min(rows, max(MIN_SAMPLE, min(MAX_SAMPLE, partitions * SAMPLE_PER_PARTITION)))
-    sampler = _Sampler(source, order, want / rows)
-    blobs = sc.parallelize(fragment_ids, max(1, min(len(fragment_ids), sc.defaultParallelism))) \
-        .mapPartitions(sampler).collect()
-    return pa.concat_tables([from_ipc(b) for b in blobs]) if blobs else pa.table({})
+    """A random sample of the key columns over the source fragments of one group."""
+    return sample_groups(sc, source, order, [(fragment_ids, rows, partitions)])[0]
 
 
 def make_bounds(sample: pa.Table, order: SortOrder, partitions: int,
@@ -98,7 +119,8 @@ def make_bounds(sample: pa.Table, order: SortOrder, partitions: int,
 
 @dataclass(frozen=True)
 class Written:
-    """What one partition's task wrote: new fragments' metadata (JSON), rows and bytes."""
+    """What one partition's task wrote: new fragments' metadata (JSON), rows and bytes; or,
+    with partial progress, the error its group failed with on its last attempt."""
 
     partition: int
     fragments: tuple[str, ...]
@@ -106,37 +128,109 @@ class Written:
     bytes: int
     peak_rss: int = 0  # the Python worker's peak resident memory so far, bytes (Linux)
     ranges: tuple[tuple[int, int], ...] = ()  # per new fragment: its lowest and highest code (state.py)
+    group: int = 0  # the plan's group this partition belongs to
+    error: str | None = None  # the group failed (partial progress): nothing of it is committed
+
+
+# A map task that failed its last attempt under partial progress sends this, then its error,
+# to every partition of the fragment's group: that group then fails, the others go on.
+FAILED = b"\x00lance-compact-failed:"
+
+
+def _attempt() -> int:
+    from pyspark import TaskContext
+    context = TaskContext.get()
+    return context.attemptNumber() if context else 0
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The partitions of a rewrite over several groups: group g owns the partitions
+    ``offsets[g] .. offsets[g] + bounds[g].partitions - 1`` and routes by ``bounds[g]``."""
+
+    bounds: tuple[Bounds, ...]
+    group_of: dict[int, int]  # source fragment id -> group
+
+    @property
+    def offsets(self) -> tuple[int, ...]:
+        out, at = [], 0
+        for b in self.bounds:
+            out.append(at)
+            at += b.partitions
+        return tuple(out)
+
+    @property
+    def partitions(self) -> int:
+        return sum(b.partitions for b in self.bounds)
+
+    def group_at(self, partition: int) -> int:
+        return bisect.bisect_right(self.offsets, partition) - 1
+
+    def owned(self, group: int) -> range:
+        start = self.offsets[group]
+        return range(start, start + self.bounds[group].partitions)
+
+
+@dataclass(frozen=True)
+class Faults:
+    """How task failures are handled: with partial progress a task's error on its last
+    attempt fails its group only (reported, not raised); test hooks (runtime/hooks.py)."""
+
+    partial: bool = False
+    max_attempts: int = 1
+    hooks: dict = None  # type: ignore[assignment]
+    storage_options: dict = None  # type: ignore[assignment]
+
+    def last(self) -> bool:
+        return self.partial and _attempt() + 1 >= self.max_attempts
+
+    def text(self, e: Exception) -> str:
+        from ...runtime.secrets import redact
+        return redact(f"{type(e).__name__}: {e}", self.storage_options or {})
 
 
 @dataclass(frozen=True)
 class _Router:
-    """Map side: read a source fragment in chunks, route every row to its partition."""
+    """Map side: read a source fragment in chunks, route every row to its group's partitions."""
 
     source: Source
     order: SortOrder
-    bounds: Bounds
+    layout: Layout
     chunk_rows: int
+    faults: Faults = Faults()
 
     def __call__(self, fragment_ids: Iterator[int]) -> Iterator[tuple[int, bytes]]:
         ds = self.source.open()
-        linear = from_ipc(self.bounds.linear) if self.bounds.linear is not None else None
-        columns = [from_ipc(c) for c in self.bounds.columns]
-        zb = np.array(self.bounds.z, dtype=np.uint64)
+        offsets = self.layout.offsets
         for fid in fragment_ids:
-            rng = np.random.default_rng(fid)  # same routing if the task runs again
-            scanner = ds.scanner(fragments=[ds.get_fragment(fid)], batch_size=min(self.chunk_rows, 65_536))
-            pending: list[pa.RecordBatch] = []
-            held = 0
-            for batch in scanner.to_batches():
-                pending.append(batch)
-                held += batch.num_rows
-                if held >= self.chunk_rows:
-                    yield from self._route(pa.Table.from_batches(pending), linear, columns, zb, rng)
-                    pending, held = [], 0
-            if held:
-                yield from self._route(pa.Table.from_batches(pending), linear, columns, zb, rng)
+            g = self.layout.group_of[fid]
+            try:
+                yield from self._fragment(ds, fid, self.layout.bounds[g], offsets[g])
+            except Exception as e:
+                if not self.faults.last():
+                    raise
+                blob = FAILED + self.faults.text(e).encode()
+                for p in self.layout.owned(g):
+                    yield p, blob
 
-    def _route(self, chunk: pa.Table, linear, columns, zb, rng) -> Iterator[tuple[int, bytes]]:
+    def _fragment(self, ds, fid: int, bounds: Bounds, offset: int) -> Iterator[tuple[int, bytes]]:
+        linear = from_ipc(bounds.linear) if bounds.linear is not None else None
+        columns = [from_ipc(c) for c in bounds.columns]
+        zb = np.array(bounds.z, dtype=np.uint64)
+        rng = np.random.default_rng(fid)  # same routing if the task runs again
+        scanner = ds.scanner(fragments=[ds.get_fragment(fid)], batch_size=min(self.chunk_rows, 65_536))
+        pending: list[pa.RecordBatch] = []
+        held = 0
+        for batch in scanner.to_batches():
+            pending.append(batch)
+            held += batch.num_rows
+            if held >= self.chunk_rows:
+                yield from self._route(pa.Table.from_batches(pending), linear, columns, zb, rng, offset)
+                pending, held = [], 0
+        if held:
+            yield from self._route(pa.Table.from_batches(pending), linear, columns, zb, rng, offset)
+
+    def _route(self, chunk: pa.Table, linear, columns, zb, rng, offset: int) -> Iterator[tuple[int, bytes]]:
         if self.order.zorder:
             parts = z_partitions(zvalues(chunk, self.order, columns), zb, rng)
         else:
@@ -147,28 +241,49 @@ class _Router:
         ends = np.r_[starts[1:], len(ordered)]
         taken = chunk.take(pa.array(by_part, pa.int64()))
         for a, b in zip(starts, ends):
-            yield int(ordered[a]), to_ipc(taken.slice(int(a), int(b - a)))
+            yield offset + int(ordered[a]), to_ipc(taken.slice(int(a), int(b - a)))
 
 
 @dataclass(frozen=True)
 class _Writer:
-    """Reduce side: sort one partition and write it as new, uncommitted fragments."""
+    """Reduce side: sort one partition and write it as new, uncommitted fragments; report
+    what it wrote (or, on its last attempt under partial progress, its group's failure)
+    through the accumulator, so the driver knows it even when another task fails the job."""
 
     source: Source
     order: SortOrder
-    bounds: Bounds
+    layout: Layout
     target_rows: int
     max_bytes_per_file: int | None
     domain: tuple[bytes, ...] = ()  # the record's code bounds (state.py)
+    faults: Faults = Faults()
 
-    def __call__(self, index: int, items: Iterator[tuple[int, bytes]]) -> Iterator[Written]:
-        parts = [from_ipc(blob) for _, blob in items]
+    def __call__(self, outcomes, index: int, items: Iterator[tuple[int, bytes]]) -> Iterator[None]:
+        from ...runtime import hooks
+        g = self.layout.group_at(index)
+        try:
+            hooks.task_fault(self.faults.hooks or {}, g, _attempt())
+            written = self._write(index, g, items)
+        except Exception as e:
+            if not self.faults.last():
+                raise
+            written = Written(index, (), 0, 0, group=g, error=self.faults.text(e))
+        outcomes.add([written])
+        return iter(())
+
+    def _write(self, index: int, g: int, items: Iterator[tuple[int, bytes]]) -> Written:
+        parts = []
+        for _, blob in items:
+            if blob.startswith(FAILED):  # a source fragment of this group failed to be read
+                return Written(index, (), 0, 0, group=g, error=blob[len(FAILED):].decode(errors="replace"))
+            parts.append(from_ipc(blob))
         if not parts:
-            return iter(())
+            return Written(index, (), 0, 0, group=g)
         rows = pa.concat_tables(parts)
         del parts
+        bounds = self.layout.bounds[g]
         if self.order.zorder:
-            columns = [from_ipc(c) for c in self.bounds.columns]
+            columns = [from_ipc(c) for c in bounds.columns]
             order = np.argsort(zvalues(rows, self.order, columns), kind="stable")
             rows = rows.take(pa.array(order, pa.int64()))
         else:
@@ -189,8 +304,8 @@ class _Writer:
                 piece = code[at:at + m.physical_rows]
                 at += m.physical_rows
                 ranges.append((int(piece.min()), int(piece.max())) if len(piece) else (0, 0))
-        return iter([Written(index, tuple(json.dumps(m.to_json()) for m in new), rows.num_rows, written,
-                             resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, tuple(ranges))])
+        return Written(index, tuple(json.dumps(m.to_json()) for m in new), rows.num_rows, written,
+                       resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, tuple(ranges), g)
 
 
 @dataclass(frozen=True)
@@ -221,22 +336,93 @@ def code_ranges(sc, source: Source, order: SortOrder, domain: tuple[bytes, ...],
     return {fid: (lo, hi) for fid, lo, hi in out}
 
 
-def rewrite(sc, source: Source, order: SortOrder, bounds: Bounds, fragment_ids: list[int],
-            target_rows: int, max_bytes_per_file: int | None, domain: tuple[bytes, ...] = ()) -> list[Written]:
-    """Job 2: route, shuffle, sort and write; the partitions' outcomes in partition order."""
-    router = _Router(source, order, bounds, target_rows)
-    writer = _Writer(source, order, bounds, target_rows, max_bytes_per_file, domain)
-    n = bounds.partitions
+class _Outcomes(AccumulatorParam):
+    def zero(self, value: list) -> list:
+        return []
+
+    def addInPlace(self, a: list, b: list) -> list:
+        a.extend(b)
+        return a
+
+
+class RewriteFailed(Exception):
+    """The rewrite job failed (not only a group of it): ``error`` is Spark's, ``written`` what
+    the finished tasks wrote (uncommitted; the caller removes it)."""
+
+    def __init__(self, error: Exception, written: list[Written]) -> None:
+        super().__init__(str(error))
+        self.error, self.written = error, written
+
+
+_GAVE_UP = re.compile(r"Task (\d+) in stage (\d+)\.\d+ failed (\d+) times")
+
+
+def _failed_partition(sc, error: Exception) -> int | None:
+    """The reduce partition a failed job gave up on, or None (a map task, or not known):
+    stages of a PySpark shuffle are named after the call that made them, the map side's
+    ``partitionBy``."""
+    m = _GAVE_UP.search(str(error))
+    if not m:
+        return None
+    info = sc.statusTracker().getStageInfo(int(m.group(2)))
+    if info is None or "partitionBy" in (info.name or ""):
+        return None
+    return int(m.group(1))
+
+
+def rewrite(sc, source: Source, order: SortOrder, layout: Layout, fragment_ids: list[int],
+            target_rows: int, max_bytes_per_file: int | None, domain: tuple[bytes, ...] = (),
+            faults: Faults = Faults()) -> tuple[list[Written], dict[int, str]]:
+    """Job 2, all groups in ONE Spark job: route, shuffle, sort and write; (the partitions'
+    outcomes in partition order, the groups that failed -> why). Without partial progress a
+    failed task fails the job: :class:`RewriteFailed`. With it, a task that fails its last
+    attempt fails its group; when Spark gave up on a reduce task (its worker died on every
+    attempt), that group fails and the other groups' unfinished partitions run again
+    (their shuffle input is kept)."""
+    from ...runtime import cancellation
+    router = _Router(source, order, layout, target_rows, faults)
+    writer = _Writer(source, order, layout, target_rows, max_bytes_per_file, domain, faults)
+    n = layout.partitions
+    outcomes = sc.accumulator([], _Outcomes())
+    failed: dict[int, str] = {}
     # A map task reads its fragments one chunk at a time, so it may take several: as many
     # tasks as output partitions (at least one per core) is enough.
     slices = min(len(fragment_ids), max(sc.defaultParallelism, n))
-    out = sc.parallelize(fragment_ids, slices).mapPartitions(router) \
-        .partitionBy(n, _identity).mapPartitionsWithIndex(writer).collect()
-    return sorted(out, key=lambda w: w.partition)
+    rdd = sc.parallelize(fragment_ids, slices).mapPartitions(router).partitionBy(n, _identity) \
+        .mapPartitionsWithIndex(lambda i, items: writer(outcomes, i, items))
+    todo = list(range(n))
+    try:
+        while todo:
+            try:
+                sc.runJob(rdd, _drain, todo)
+                break
+            except Exception as e:
+                p = _failed_partition(sc, e) if faults.partial else None
+                if p is None or cancellation.job_cancelled(str(e)):
+                    raise RewriteFailed(e, sorted(outcomes.value, key=lambda w: w.partition)) from None
+                g = layout.group_at(p)
+                from ...runtime.failures import job_failure
+                failed[g] = f"task {p} failed all its attempts ({job_failure(e)})"
+                done = {w.partition for w in outcomes.value}
+                todo = [q for q in todo if q not in done and layout.group_at(q) not in failed]
+    finally:
+        _accumulatorRegistry.pop(outcomes.aid, None)
+    written = sorted(outcomes.value, key=lambda w: w.partition)
+    for w in written:
+        if w.error is not None:
+            failed.setdefault(w.group, w.error)
+    return written, failed
+
+
+def _drain(items: Iterator[None]) -> list[int]:
+    for _ in items:
+        pass
+    return [0]
 
 
 def _identity(partition: int) -> int:
     return partition
 
 
-__all__ = ["Bounds", "Source", "Written", "code_ranges", "make_bounds", "rewrite", "sample_keys"]
+__all__ = ["Bounds", "Faults", "Layout", "RewriteFailed", "Source", "Written", "code_ranges", "make_bounds",
+           "rewrite", "sample_groups", "sample_keys"]

@@ -1,6 +1,8 @@
-"""What a clustering run rewrites: the group of source fragments (today: every fragment of
-the table but the excluded ones, clustered together), and how many range partitions the sort
-uses so each Spark task holds about one target-size fragment of rows."""
+"""What a clustering run rewrites: its groups of source fragments (a full run: one group of
+every fragment but the excluded ones, since a global sort needs them all; an incremental run:
+one group per independent component of overlapping key ranges it picked), and how many range
+partitions each group's sort uses so each Spark task holds about one target-size fragment of
+rows. Each group is one Lance RewriteGroup: its old fragments -> its new ones."""
 from __future__ import annotations
 
 import math
@@ -29,32 +31,48 @@ class ClusterGroup:
     rows: int
     deleted_rows: int
     bytes: int
+    partitions: int = 1  # range partitions (Spark tasks) of its sort
+
+
+def _group(metas: list[Any], target: int) -> ClusterGroup:
+    rows = sum(m.num_rows for m in metas)  # live rows (num_deletions are not in it)
+    return ClusterGroup(tuple(m.id for m in metas), rows, sum(m.num_deletions for m in metas),
+                        sum(_fragment_bytes(m) for m in metas), max(1, math.ceil(rows / (target * FILL))))
 
 
 @dataclass(frozen=True)
 class ClusterPlan:
-    """The plan at ``read_version``: the group, the partitions, the target rows per fragment;
-    ``incremental``: the group is what an incremental run picked (``left``: fragments needing
-    clustering that the budgets left for a later run)."""
+    """The plan at ``read_version``: the groups (none: nothing to do), the target rows per
+    fragment; ``incremental``: the groups are what an incremental run picked (``left``:
+    fragments needing clustering that the budgets left for a later run)."""
 
     read_version: int
     order: SortOrder
-    group: ClusterGroup
-    partitions: int
+    groups: tuple[ClusterGroup, ...]
     target_rows: int
     max_bytes_per_file: int | None
     incremental: bool = False
     left: int = 0
 
-    def reason(self) -> str:
-        if not self.group.fragment_ids:
+    @property
+    def partitions(self) -> int:
+        return sum(g.partitions for g in self.groups)
+
+    @property
+    def fragment_ids(self) -> list[int]:
+        return [f for g in self.groups for f in g.fragment_ids]
+
+    def reason(self, group: ClusterGroup | None = None) -> str:
+        """Why ``group`` (or the plan when it has none) is rewritten, for plan_compaction."""
+        if group is None:
             return (f"cluster by {self.order.text()}: nothing to do (no fragment unclustered, overlapping, "
                     "or holding a row the where matches)")
-        how = (f"incremental: {len(self.group.fragment_ids)} unclustered or overlapping fragments"
-               + (f", {self.left} left for a later run by the budgets" if self.left else "")
+        how = (f"incremental: group of {len(group.fragment_ids)} unclustered or overlapping fragments, "
+               f"one of {len(self.groups)} independent groups"
+               + (f", {self.left} fragments left for a later run by the budgets" if self.left else "")
                if self.incremental else "full")
-        return (f"cluster by {self.order.text()} ({how}): {self.group.rows} live rows range-partitioned into "
-                f"{self.partitions} sorted partitions of about {self.target_rows} rows")
+        return (f"cluster by {self.order.text()} ({how}): {group.rows} live rows range-partitioned into "
+                f"{group.partitions} sorted partitions of about {self.target_rows} rows")
 
 
 def _fragment_bytes(meta: Any) -> int:
@@ -110,11 +128,12 @@ def tiered(component: list[int], unclustered: set[int], ranges: dict[int, tuple[
 
 def select_incremental(metas: list[Any], known: dict[int, tuple[int, int]],
                        unclustered_ranges: dict[int, tuple[int, int]],
-                       options: dict[str, Any]) -> tuple[list[int], int]:
+                       options: dict[str, Any]) -> tuple[list[list[int]], int]:
     """What an incremental run rewrites: in each group of fragments whose key ranges overlap
     (the unclustered ones with their ranges read now), what :func:`tiered` picks; deepest group
-    first, each whole while the budgets allow, then as much of the next as fits; (fragment ids,
-    fragments left)."""
+    first, each whole while the budgets allow, then as much of the next as fits; (the groups
+    picked, each sorted, deepest first: each becomes its own Rewrite group; fragments left).
+    Fragments with no live rows read (no range) join the first group."""
     by_id = {m.id: m for m in metas}
     unclustered = {m.id for m in metas if m.id not in known}
     ranges = {f: r for f, r in known.items() if f in by_id}
@@ -122,12 +141,12 @@ def select_incremental(metas: list[Any], known: dict[int, tuple[int, int]],
     rows = {m.id: m.num_rows for m in metas}
     todo = [t for c in components(ranges) if (t := tiered(c, unclustered, ranges, rows))]
     # fragments with no range (no live rows read): rewrite them too
-    todo += [[f] for f in sorted(unclustered - set(ranges))]
+    rangeless = sorted(unclustered - set(ranges))
     todo.sort(key=lambda c: (-depth([ranges[f] for f in c if f in ranges], 0), -len(c), c[0]))
     limits = {k: options.get(k) for k in BUDGETS if options.get(k) is not None}
     used = {"max_source_fragments": 0, "max_source_rows": 0, "max_source_bytes": 0}
-    picked: list[int] = []
-    wanted = sum(len(c) for c in todo)
+    picked: list[list[int]] = []
+    wanted = sum(len(c) for c in todo) + len(rangeless)
 
     def cost(f: int) -> dict[str, int]:
         m = by_id[f]
@@ -136,14 +155,28 @@ def select_incremental(metas: list[Any], known: dict[int, tuple[int, int]],
     def fits(extra: dict[str, int]) -> bool:
         return all(used[k] + extra[k] <= v for k, v in limits.items())
 
+    def take(members: list[int]) -> list[int]:
+        nonlocal used
+        got = []
+        for f in members:
+            if fits(cost(f)):
+                got.append(f)
+                used = {k: used[k] + cost(f)[k] for k in used}
+        return got
+
     for c in todo:
         whole = {k: sum(cost(f)[k] for f in c) for k in used}
         members = c if fits(whole) else sorted(c, key=lambda f: (f not in unclustered, ranges.get(f, (0, 0))))
-        for f in members:
-            if fits(cost(f)):
-                picked.append(f)
-                used = {k: used[k] + cost(f)[k] for k in used}
-    return sorted(picked), wanted - len(picked)
+        got = take(members)
+        if got:
+            picked.append(sorted(got))
+    extra = take(rangeless)
+    if extra:
+        if picked:
+            picked[0] = sorted(picked[0] + extra)
+        else:
+            picked.append(extra)
+    return picked, wanted - sum(len(g) for g in picked)
 
 
 def plan_clustering(dataset: lance.LanceDataset, order: SortOrder, options: dict[str, Any],
@@ -159,15 +192,11 @@ def plan_clustering(dataset: lance.LanceDataset, order: SortOrder, options: dict
         raise CompactionError(f"table {table}: no live rows to cluster at version {dataset.version} "
                               f"({len(metas)} fragments considered)")
     target = int(effective(dataset.config(), options, "target_rows_per_fragment"))
-    left = 0
-    if known is not None:
-        unclustered = [m.id for m in metas if m.id not in known]
-        ids, left = select_incremental(metas, known, ranges_of(unclustered) if ranges_of else {}, options)
-        chosen = set(ids)
-        metas = [m for m in metas if m.id in chosen]
-    rows = sum(m.num_rows for m in metas)
-    group = ClusterGroup(tuple(m.id for m in metas), rows, sum(m.num_deletions for m in metas),
-                         sum(_fragment_bytes(m) for m in metas))
-    partitions = max(1, math.ceil(rows / (target * FILL)))
-    return ClusterPlan(dataset.version, order, group, partitions, target,
-                       options.get("max_bytes_per_file"), known is not None, left)
+    if known is None:
+        return ClusterPlan(dataset.version, order, (_group(metas, target),), target,
+                           options.get("max_bytes_per_file"))
+    unclustered = [m.id for m in metas if m.id not in known]
+    picked, left = select_incremental(metas, known, ranges_of(unclustered) if ranges_of else {}, options)
+    by_id = {m.id: m for m in metas}
+    groups = tuple(_group([by_id[f] for f in ids], target) for ids in picked)
+    return ClusterPlan(dataset.version, order, groups, target, options.get("max_bytes_per_file"), True, left)

@@ -2,12 +2,19 @@
 the engine process:
 
 1. check the request and the sort order against the schema (nothing is read yet);
-2. plan the group at the latest version (:mod:`.plan`);
-3. Spark job 1 samples the keys, the driver picks bounds; job 2 routes, shuffles, sorts and
-   writes the partitions on executors (:mod:`.jobs`);
-4. cancellation check, the test hook, one Rewrite commit on the read version; on a conflict
-   with a concurrent delete/update the written files are removed (local tables) and the group
-   runs again at the new version, up to ``max_retries`` times, then it is reported;
+2. plan the groups at the latest version (:mod:`.plan`): one for a full run, one per
+   independent component of overlapping key ranges for an incremental one;
+3. Spark job 1 samples the keys of every group, the driver picks each group's bounds; job 2
+   routes, shuffles, sorts and writes every group's partitions on executors (:mod:`.jobs`):
+   two jobs however many groups;
+4. per commit (one; with ``partial_progress`` up to ``max_commits``, consecutive groups):
+   cancellation check, the test hook, one Rewrite of its groups on the read version, then
+   the record of exactly those groups. On a conflict with a concurrent delete/update the
+   groups it did not touch are committed alone, the touched groups' files removed (local
+   tables), and the run goes again at the new version (only what is still unclustered or
+   overlapping: the conflicted groups), up to ``max_retries`` times, then they are reported;
+   with partial progress a group whose task fails its last attempt is counted in
+   ``tasks_failed`` and the others land;
 5. indices that lost coverage are optimized (``restore_indices``, default true);
 6. the result row (parameters.json ``result_columns``).
 """
@@ -21,7 +28,7 @@ from typing import Any
 import lance
 
 from ...runtime import cancellation
-from ...runtime.failures import job_failure
+from ...runtime.failures import committed_phrase, job_failure
 
 from ...runtime import hooks
 from ...errors import CompactionError
@@ -29,8 +36,8 @@ from ...options import result_columns
 from ..request import CompactionRequest
 from ...runtime.tables import open_dataset
 from . import jobs
-from .commit import (IndexCoverage, commit_rewrite, indices_covering, new_fragments, remove_files,
-                     restore_indices)
+from .commit import (IndexCoverage, changed_fragments, commit_rewrite, indices_covering, new_fragments,
+                     remove_files, restore_indices)
 from .plan import ClusterGroup, ClusterPlan, plan_clustering
 from .sort_order import SortOrder, check_columns, parse_sort_order
 from .state import STATE_KEY, ClusteringState, make_domain, open_domain
@@ -43,7 +50,7 @@ log = logging.getLogger(__name__)
 ALLOWED_OPTIONS = {"target_rows_per_fragment", "max_bytes_per_file", "excluded_fragment_ids",
                    "max_source_fragments", "max_source_rows", "max_source_bytes"}
 # Run settings whose defaults a clustering run accepts but whose other values it cannot honour yet.
-UNSUPPORTED_RUN = {"partial_progress": False, "min_input_fragments": 1, "task_order": "plan"}
+UNSUPPORTED_RUN = {"min_input_fragments": 1, "task_order": "plan"}
 
 
 def _check_request(request: CompactionRequest) -> None:
@@ -106,7 +113,7 @@ def _plan(sc: Any, request: CompactionRequest, order: SortOrder, dataset: lance.
         others = {f.fragment_id for f in dataset.get_fragments()} - fragments_matching(dataset, where, request.table)
         options["excluded_fragment_ids"] = sorted(others | set(options.get("excluded_fragment_ids") or []))
         if len(others) == len(dataset.get_fragments()):  # as a plain compaction: nothing to do
-            return ClusterPlan(dataset.version, order, ClusterGroup((), 0, 0, 0), 0, 0, None, True)
+            return ClusterPlan(dataset.version, order, (), 0, None, True)
     if request.run.get("full"):
         return plan_clustering(dataset, order, options, request.table)
     if state is None:  # nothing clustered by this order yet: every fragment is unclustered
@@ -131,9 +138,10 @@ def dry_run(request: CompactionRequest) -> list[tuple]:
     """plan_compaction with sort_order: one row per group (parameters.json ``plan_columns``)."""
     order, dataset = prepare(request)
     plan = _plan(_context(), request, order, dataset, _record(request, order, dataset))
-    g = plan.group
-    return [(0, plan.read_version, True, list(g.fragment_ids), len(g.fragment_ids), g.rows,
-             g.deleted_rows, g.bytes, plan.reason(), plan.partitions)]
+    if not plan.groups:
+        return [(0, plan.read_version, True, [], 0, 0, 0, 0, plan.reason(), 0)]
+    return [(i, plan.read_version, True, list(g.fragment_ids), len(g.fragment_ids), g.rows,
+             g.deleted_rows, g.bytes, plan.reason(g), g.partitions) for i, g in enumerate(plan.groups)]
 
 
 @dataclass
@@ -151,86 +159,191 @@ class _Totals:
     bytes_written: int = 0
     commits: int = 0
     retries: int = 0
-    conflicted: int = 0
+    conflicted: int = 0  # groups given up on after max_retries re-plans
+    failed: int = 0  # groups whose task failed its last attempt (partial progress)
     conflicts: list[str] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    lost: set[str] = field(default_factory=set)  # indices that covered rewritten fragments
     coverage: IndexCoverage | None = None
     left: int = 0
+    versions: list[int] = field(default_factory=list)  # committed by this run, in order
+
+
+@dataclass
+class _Done:
+    """A group whose sort and write finished: the plan's group, what its partitions wrote."""
+
+    index: int
+    group: ClusterGroup
+    written: list[jobs.Written]
+
+    @property
+    def new(self) -> list:
+        return [m for w in self.written for m in new_fragments(list(w.fragments))]
+
+
+def _batches(done: list[_Done], request: CompactionRequest) -> list[list[_Done]]:
+    """One commit of every group; with partial progress up to ``max_commits`` commits of
+    consecutive groups (the plan's order: deepest first)."""
+    if not done:
+        return []
+    n = min(int(request.run.get("max_commits") or 1), len(done)) if request.run.get("partial_progress") else 1
+    cuts = [round(i * len(done) / n) for i in range(n + 1)]
+    return [done[a:b] for a, b in zip(cuts, cuts[1:])]
+
+
+def _remove(request: CompactionRequest, fragments: list) -> int:
+    if not fragments:
+        return 0
+    return remove_files(request.uri, open_dataset(request.table, request.uri, request.storage_options), fragments)
+
+
+def _job_error(request: CompactionRequest, totals: _Totals, e: Exception, removed: int) -> Exception:
+    why = cancellation.job_cancelled(str(e))
+    files = (f"the {removed} files finished tasks wrote were removed; any other is left for "
+             f"CALL lance.cleanup(table => '{request.table}', delete_unverified => true)")
+    done = committed_phrase(totals.versions, "the cancel" if why else "the failure")
+    if why:
+        return cancellation.Cancelled(f"table {request.table}: the clustering was cancelled ({why}); "
+                                      f"{done}; {files}")
+    return CompactionError(f"table {request.table}: the clustering job failed: {job_failure(e)}; {done}; {files}")
 
 
 def _attempt(sc: Any, request: CompactionRequest, order: SortOrder, dataset: lance.LanceDataset,
-             totals: _Totals) -> int | None:
-    """Plan, sample, rewrite and commit the group once; the new version, or None on a conflict."""
+             totals: _Totals) -> int:
+    """Plan, sample, rewrite and commit the groups once; how many groups conflicted with a
+    concurrent change (then the caller runs again at the new version: the committed groups
+    are clustered now, so an incremental run picks only the conflicted ones again)."""
     state = _record(request, order, dataset)
     plan: ClusterPlan = _plan(sc, request, order, dataset, state)
     source = jobs.Source(request.uri, request.storage_options, plan.read_version)
-    ids = list(plan.group.fragment_ids)
     totals.left = plan.left
-    if not ids:  # incremental and nothing to do
-        totals.read_version = totals.read_version or plan.read_version
-        return plan.read_version
-    sc.setJobDescription(f"lance.compact {request.table}: sampling {order.text()} at version {plan.read_version}")
+    totals.read_version = totals.read_version or plan.read_version
+    if not plan.groups:  # incremental and nothing to do
+        return 0
+    groups = plan.groups
+    ids = plan.fragment_ids
+    sc.setJobDescription(f"lance.compact {request.table}: sampling {order.text()} over {len(groups)} groups "
+                         f"at version {plan.read_version}")
+    from ..spark_job import max_task_attempts
+    faults = jobs.Faults(bool(request.run.get("partial_progress")), max_task_attempts(sc),
+                         hooks.with_slowdowns(request.hooks), request.storage_options)
     try:
-        sample = jobs.sample_keys(sc, source, order, ids, plan.group.rows, plan.partitions)
-        domain = state.domain if state is not None else make_domain(sample, order)
-        bounds = jobs.make_bounds(sample, order, plan.partitions, open_domain(domain) if order.zorder else None)
-        del sample
-        sc.setJobDescription(f"lance.compact {request.table}: clustering {len(ids)} fragments into "
-                             f"{plan.partitions} partitions by {order.text()}")
-        written = jobs.rewrite(sc, source, order, bounds, ids, plan.target_rows, plan.max_bytes_per_file, domain)
+        samples = jobs.sample_groups(sc, source, order, [(list(g.fragment_ids), g.rows, g.partitions) for g in groups])
+        domain = state.domain if state is not None else make_domain(samples[0], order)
+        columns = open_domain(domain) if order.zorder else None
+        layout = jobs.Layout(tuple(jobs.make_bounds(sm, order, g.partitions, columns) for sm, g in zip(samples, groups)),
+                             {f: i for i, g in enumerate(groups) for f in g.fragment_ids})
+        del samples
+        sc.setJobDescription(f"lance.compact {request.table}: clustering {len(ids)} fragments of {len(groups)} "
+                             f"groups into {plan.partitions} partitions by {order.text()}")
+        written, failed = jobs.rewrite(sc, source, order, layout, ids, plan.target_rows,
+                                       plan.max_bytes_per_file, domain, faults)
+    except jobs.RewriteFailed as e:
+        removed = _remove(request, [m for w in e.written for m in new_fragments(list(w.fragments))])
+        raise _job_error(request, totals, e.error, removed) from None
     except Exception as e:
-        why = cancellation.job_cancelled(str(e))
-        files = f"files written by finished tasks are left for CALL lance.cleanup(table => '{request.table}', delete_unverified => true)"
-        if why:
-            raise cancellation.Cancelled(f"table {request.table}: the clustering was cancelled ({why}); "
-                                         f"nothing was committed; {files}") from None
-        raise CompactionError(f"table {request.table}: the clustering job failed: {job_failure(e)}; "
-                              f"nothing was committed; {files}") from None
+        raise _job_error(request, totals, e, 0) from None
     finally:
         sc.setJobDescription(None)
     log.info("table %s: %d partitions written, %d rows; largest partition %d rows; peak worker memory %d MB",
              request.table, len(written), sum(w.rows for w in written), max((w.rows for w in written), default=0),
              max((w.peak_rss for w in written), default=0) >> 20)
-    new = [m for w in written for m in new_fragments(list(w.fragments))]
-    old = [dataset.get_fragment(i).metadata for i in ids]
+    by_group: dict[int, list[jobs.Written]] = {}
+    for w in written:
+        by_group.setdefault(w.group, []).append(w)
+    done = [_Done(i, g, by_group[i]) for i, g in enumerate(groups)
+            if i not in failed and len(by_group.get(i, [])) == g.partitions]
+    finished = {d.index for d in done}
+    # A group that failed (or did not report every partition): its files go, it stays as it was.
+    _remove(request, [m for i, ws in by_group.items() if i not in finished
+                      for w in ws for m in new_fragments(list(w.fragments))])
+    totals.failed += len(groups) - len(done)
+    for i, why in sorted(failed.items()):
+        log.warning("table %s: group %d (%d fragments) failed and stays as it was: %s", request.table, i,
+                    len(groups[i].fragment_ids), why)
+    totals.failures += [f"group {i}: {why}" for i, why in sorted(failed.items())]
+    conflicted = 0
+    batches = _batches(done, request)
+    for k, batch in enumerate(batches):
+        try:
+            conflicted += _commit(request, order, dataset, plan, state, domain, batch, totals)
+        except BaseException:
+            _remove(request, [m for b in batches[k + 1:] for d in b for m in d.new])
+            raise
+    return conflicted
+
+
+def _commit(request: CompactionRequest, order: SortOrder, dataset: lance.LanceDataset, plan: ClusterPlan,
+            state: ClusteringState | None, domain: tuple[bytes, ...], batch: list[_Done], totals: _Totals) -> int:
+    """Commit ``batch``'s groups in one Rewrite on the read version, then the record. On a
+    conflict, the groups whose source fragments the concurrent change left alone are
+    committed without the others (whose files are removed); how many groups conflicted."""
     hooks.before_commit(request)  # test-only moments before the commit: the cancel check comes after them
     why = cancellation.reason()
     if why:
-        removed = remove_files(request.uri, open_dataset(request.table, request.uri, request.storage_options), new)
-        raise cancellation.Cancelled(f"table {request.table}: the clustering was cancelled before its commit "
-                                     f"({why}); nothing was committed; {removed} new files removed")
-    lost = indices_covering(dataset, set(ids))
-    result = commit_rewrite(request.uri, request.storage_options, plan.read_version, old, new)
+        removed = _remove(request, [m for d in batch for m in d.new])
+        raise cancellation.Cancelled(f"table {request.table}: the clustering was cancelled before a commit "
+                                     f"({why}); {committed_phrase(totals.versions, 'the cancel')}; "
+                                     f"{removed} new files removed")
+    olds = {d.index: [dataset.get_fragment(i).metadata for i in d.group.fragment_ids] for d in batch}
+    result = commit_rewrite(request.uri, request.storage_options, plan.read_version,
+                            [(olds[d.index], d.new) for d in batch])
     if result.version is None:
-        latest = open_dataset(request.table, request.uri, request.storage_options)
-        remove_files(request.uri, latest, new)
         totals.conflicts.append(result.conflict or "conflict")
-        return None
-    totals.read_version = totals.read_version or plan.read_version
-    totals.new_version = result.version
-    totals.partitions = len(written)
-    totals.fragments_removed = len(old)
-    totals.fragments_added = len(new)
-    totals.files_removed = sum(len(m.data_files()) + (1 if m.deletion_file else 0) for m in old)
-    totals.files_added = sum(len(m.data_files()) for m in new)
-    totals.rows = sum(w.rows for w in written)
-    totals.deleted_rows = plan.group.deleted_rows
-    totals.bytes_read = plan.group.bytes
-    totals.bytes_written = sum(w.bytes for w in written)
+        latest = open_dataset(request.table, request.uri, request.storage_options)
+        touched = changed_fragments(dataset, latest, [f for d in batch for f in d.group.fragment_ids])
+        keep = [d for d in batch if not touched & set(d.group.fragment_ids)]
+        lose = [d for d in batch if d not in keep]
+        _remove(request, [m for d in lose for m in d.new])
+        if not keep or not lose:  # nothing to tell apart: the whole batch runs again
+            _remove(request, [m for d in keep for m in d.new])
+            return len(batch)
+        result = commit_rewrite(request.uri, request.storage_options, plan.read_version,
+                                [(olds[d.index], d.new) for d in keep])
+        if result.version is None:
+            totals.conflicts.append(result.conflict or "conflict")
+            _remove(request, [m for d in keep for m in d.new])
+            return len(batch)
+        batch = keep
+    _committed(request, order, dataset, plan, state, domain, batch, totals, result.version)
+    return len(olds) - len(batch)
+
+
+def _committed(request: CompactionRequest, order: SortOrder, dataset: lance.LanceDataset, plan: ClusterPlan,
+               state: ClusteringState | None, domain: tuple[bytes, ...], batch: list[_Done], totals: _Totals,
+               version: int) -> None:
+    """Count a committed Rewrite of ``batch`` and write the record for exactly its groups."""
+    old = [dataset.get_fragment(i).metadata for d in batch for i in d.group.fragment_ids]
+    new = [m for d in batch for m in d.new]
+    written = [w for d in batch for w in d.written]
+    totals.versions.append(version)
+    totals.new_version = version
+    totals.partitions += len(written)
+    totals.fragments_removed += len(old)
+    totals.fragments_added += len(new)
+    totals.files_removed += sum(len(m.data_files()) + (1 if m.deletion_file else 0) for m in old)
+    totals.files_added += sum(len(m.data_files()) for m in new)
+    totals.rows += sum(w.rows for w in written)
+    totals.deleted_rows += sum(d.group.deleted_rows for d in batch)
+    totals.bytes_read += sum(d.group.bytes for d in batch)
+    totals.bytes_written += sum(w.bytes for w in written)
     totals.commits += 1
-    totals.coverage = IndexCoverage(tuple(lost), False)
+    totals.lost |= set(indices_covering(dataset, {i for d in batch for i in d.group.fragment_ids}))
     recorded = record_clustering(request, order, domain, state, written)
     if recorded is not None:
         totals.commits += 1
         totals.new_version = recorded
-    return totals.new_version
+        totals.versions.append(recorded)
 
 
 def record_clustering(request: CompactionRequest, order: SortOrder, domain: tuple[bytes, ...],
                       state: ClusteringState | None, written: list[jobs.Written]) -> int | None:
-    """Write the record (state.py) after the Rewrite: the new fragments' ranges, the old
-    entries of fragments still in the table. Not for an order other than the table's own
-    clustering (the table's record stays). A failure here is logged, not raised: the new
-    fragments then count as unclustered, which is safe. The version written, or None."""
+    """Write the record (state.py) after a Rewrite: the new fragments' ranges, and the entries
+    of the latest record (an earlier commit of this run, or another run's) for the same order
+    and domain whose fragments are still in the table. Not for an order other than the
+    table's own clustering (the table's record stays). A failure here is logged, not raised:
+    the new fragments then count as unclustered, which is safe. The version written, or None."""
     try:
         latest = open_dataset(request.table, request.uri, request.storage_options)
         config = latest.config() or {}
@@ -240,7 +353,10 @@ def record_clustering(request: CompactionRequest, order: SortOrder, domain: tupl
         by_path = {f.metadata.data_files()[0].path: f.fragment_id for f in latest.get_fragments()
                    if f.metadata.data_files()}
         present = set(by_path.values())
-        ranges = {k: v for k, v in (state.ranges if state is not None else {}).items() if k in present}
+        current = ClusteringState.from_config(config)
+        base = current if current is not None and current.order == order.text() and current.domain == domain \
+            else (state if state is not None and state.domain == domain else None)
+        ranges = {k: v for k, v in (base.ranges if base is not None else {}).items() if k in present}
         for w in written:
             for text, r in zip(w.fragments, w.ranges):
                 meta = new_fragments([text])[0]
@@ -263,22 +379,26 @@ def cluster(request: CompactionRequest, sc: Any) -> tuple:
     first_read = dataset.version
     retries = int(request.run.get("max_retries", 3))
     while True:
-        version = _attempt(sc, request, order, dataset, totals)
-        if version is not None:
+        conflicted = _attempt(sc, request, order, dataset, totals)
+        if not conflicted:
             break
         if totals.retries >= retries:
-            totals.conflicted = 1
+            totals.conflicted = conflicted
             break
+        dataset = open_dataset(request.table, request.uri, request.storage_options)
         totals.retries += 1
         log.info("table %s: clustering conflicted (%s); running it again", request.table, totals.conflicts[-1])
-        dataset = open_dataset(request.table, request.uri, request.storage_options)
-    if totals.coverage is not None and totals.coverage.lost and request.run.get("restore_indices", True):
-        latest = open_dataset(request.table, request.uri, request.storage_options)
-        restored = restore_indices(latest, list(totals.coverage.lost))
-        restored = open_dataset(request.table, request.uri, request.storage_options).version
-        totals.coverage = IndexCoverage(totals.coverage.lost, True, restored)
-        totals.commits += 1
-        totals.new_version = restored
+    if totals.lost:
+        lost = tuple(sorted(totals.lost))
+        if request.run.get("restore_indices", True):
+            latest = open_dataset(request.table, request.uri, request.storage_options)
+            restore_indices(latest, list(lost))
+            restored = open_dataset(request.table, request.uri, request.storage_options).version
+            totals.coverage = IndexCoverage(lost, True, restored)
+            totals.commits += 1
+            totals.new_version = restored
+        else:
+            totals.coverage = IndexCoverage(lost, False)
     return _row(request, order, totals, first_read, started)
 
 
@@ -287,8 +407,8 @@ def _row(request: CompactionRequest, order: SortOrder, t: _Totals, first_read: i
     if t.conflicts:
         what = "; ".join(sorted(set(t.conflicts))[:3])
         conflicts = (f"a concurrent change conflicted {len(t.conflicts)} times ({what}); "
-                     + ("the group was run again at the new version" if not t.conflicted
-                        else f"gave up after {t.retries} re-runs: nothing committed"))
+                     + ("the conflicted groups were run again at the new version" if not t.conflicted
+                        else f"gave up after {t.retries} re-runs: {t.conflicted} groups not committed"))
     committed = t.commits > 0
     row = {
         "table": request.table,
@@ -301,7 +421,7 @@ def _row(request: CompactionRequest, order: SortOrder, t: _Totals, first_read: i
         "rows_rewritten": t.rows, "deleted_rows_removed": t.deleted_rows,
         "bytes_read": t.bytes_read, "bytes_written": t.bytes_written,
         "commits": t.commits, "retries": t.retries, "tasks_conflicted": t.conflicted,
-        "tasks_rebased": 0, "conflicts": conflicts, "tasks_failed": 0,
+        "tasks_rebased": 0, "conflicts": conflicts, "tasks_failed": t.failed,
         "elapsed_ms": int((time.time() - started) * 1000),
         "sort_order": order.text(),
         "index_coverage": t.coverage.text(request.table) if t.coverage else None,
