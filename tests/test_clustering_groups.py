@@ -193,3 +193,35 @@ def test_a_concurrent_delete_on_one_group_reruns_that_group_only(spark, warehous
         assert r.fragments_removed == sum(g.fragments for g in groups)
         assert set(state.ranges) == present
     assert plan(spark, name)[0].fragments == (len(touched.fragment_ids) if retries == 0 else 0)
+
+
+def test_two_clustering_runs_at_once_leave_an_exact_record(spark, warehouse):
+    """Two CALLs on one table at the same moment (both write, then wait 3 s before their
+    commit): one commits, the other's Rewrite is refused and it runs again at the new version
+    (or finds nothing left to do). Every row once with exact values; the record names every
+    fragment of the table and no other."""
+    import threading
+    uri = make_clustered(spark, warehouse, "twice")
+    before = content(uri)
+    sql = ("CALL lance.compact(table => 'grp.twice', target_rows_per_fragment => 400, "
+           "options => map('test_before_commit', 'writers.slow_commit'))")
+    results, errors = [], []
+
+    def run() -> None:
+        try:
+            results.append(spark.sql(sql).collect()[0])
+        except Exception as e:  # asserted below: there must be none
+            errors.append(e)
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    assert not errors, errors
+    assert len(results) == 2
+    assert sorted(r.retries for r in results)[1] >= 1 or min(r.fragments_removed for r in results) == 0, results
+    assert content(uri).equals(before)
+    present, state = layout_of(uri)
+    assert set(state.ranges) == present
+    assert plan(spark, "twice")[0].fragments == 0

@@ -33,6 +33,7 @@ from ...runtime.failures import committed_phrase, job_failure
 from ...runtime import hooks
 from ...errors import CompactionError
 from ...options import result_columns
+from ..commit import is_retryable_conflict
 from ..request import CompactionRequest
 from ...runtime.tables import open_dataset
 from . import jobs
@@ -337,38 +338,73 @@ def _committed(request: CompactionRequest, order: SortOrder, dataset: lance.Lanc
         totals.versions.append(recorded)
 
 
+# A concurrent run's record update makes ours incompatible (the same config key): read it again.
+RECORD_ATTEMPTS = 5
+
+
 def record_clustering(request: CompactionRequest, order: SortOrder, domain: tuple[bytes, ...],
                       state: ClusteringState | None, written: list[jobs.Written]) -> int | None:
     """Write the record (state.py) after a Rewrite: the new fragments' ranges, and the entries
     of the latest record (an earlier commit of this run, or another run's) for the same order
     and domain whose fragments are still in the table. Not for an order other than the
-    table's own clustering (the table's record stays). A failure here is logged, not raised:
-    the new fragments then count as unclustered, which is safe. The version written, or None."""
+    table's own clustering (the table's record stays). Another run's record update in between
+    (Lance refuses ours then) is read and merged, and a record that names a fragment a
+    concurrent commit removed meanwhile is written again without it. A failure here is
+    logged, not raised: the new fragments then count as unclustered, which is safe. The
+    version written, or None."""
     try:
-        latest = open_dataset(request.table, request.uri, request.storage_options)
-        config = latest.config() or {}
-        own = table_sort_order(config)
-        if own is not None and parse_sort_order(own, request.table).text() != order.text():
-            return None
-        by_path = {f.metadata.data_files()[0].path: f.fragment_id for f in latest.get_fragments()
-                   if f.metadata.data_files()}
-        present = set(by_path.values())
-        current = ClusteringState.from_config(config)
-        base = current if current is not None and current.order == order.text() and current.domain == domain \
-            else (state if state is not None and state.domain == domain else None)
-        ranges = {k: v for k, v in (base.ranges if base is not None else {}).items() if k in present}
-        for w in written:
-            for text, r in zip(w.fragments, w.ranges):
-                meta = new_fragments([text])[0]
-                fid = by_path.get(meta.data_files()[0].path)
-                if fid is not None:
-                    ranges[fid] = r
-        latest.update_config({STATE_KEY: ClusteringState(order.text(), domain, ranges).to_config()})
+        for attempt in range(RECORD_ATTEMPTS):
+            latest = open_dataset(request.table, request.uri, request.storage_options)
+            ranges = _merged_ranges(request, order, domain, state, written, latest)
+            if ranges is None:
+                return None
+            current = ClusteringState.from_config(latest.config())
+            if attempt and current is not None and current.ranges == ranges and current.domain == domain:
+                return latest.version  # a retry found the record exact already
+            try:
+                latest.update_config({STATE_KEY: ClusteringState(order.text(), domain, ranges).to_config()})
+            except OSError as e:
+                if "incompatible" not in str(e).lower() and not is_retryable_conflict(e):
+                    raise
+                continue  # another run's record (or config change) landed first: merge with it
+            after = open_dataset(request.table, request.uri, request.storage_options)
+            present = {f.fragment_id for f in after.get_fragments()}
+            if set(ranges) <= present:
+                return after.version
+            # a concurrent commit (a plain compaction, another clustering) removed a recorded fragment
+        log.warning("table %s: the clustering's record was not settled after %d attempts (concurrent "
+                    "changes); fragments it misses count as unclustered", request.table, RECORD_ATTEMPTS)
         return open_dataset(request.table, request.uri, request.storage_options).version
     except Exception as e:  # the clustering is committed; only its record is missing
         log.warning("table %s: the clustering's record was not written (%s); its new fragments count "
                     "as unclustered", request.table, e)
         return None
+
+
+def _merged_ranges(request: CompactionRequest, order: SortOrder, domain: tuple[bytes, ...],
+                   state: ClusteringState | None, written: list[jobs.Written],
+                   latest: lance.LanceDataset) -> dict[int, tuple[int, int]] | None:
+    """The record's ranges at ``latest``: its present fragments' entries of the latest record
+    (same order and domain, else this run's starting record), plus the fragments ``written``
+    (found by their data file); None when the table's own clustering is another order."""
+    config = latest.config() or {}
+    own = table_sort_order(config)
+    if own is not None and parse_sort_order(own, request.table).text() != order.text():
+        return None
+    by_path = {f.metadata.data_files()[0].path: f.fragment_id for f in latest.get_fragments()
+               if f.metadata.data_files()}
+    present = set(by_path.values())
+    current = ClusteringState.from_config(config)
+    base = current if current is not None and current.order == order.text() and current.domain == domain \
+        else (state if state is not None and state.domain == domain else None)
+    ranges = {k: v for k, v in (base.ranges if base is not None else {}).items() if k in present}
+    for w in written:
+        for text, r in zip(w.fragments, w.ranges):
+            meta = new_fragments([text])[0]
+            fid = by_path.get(meta.data_files()[0].path)
+            if fid is not None:
+                ranges[fid] = r
+    return ranges
 
 
 def cluster(request: CompactionRequest, sc: Any) -> tuple:
