@@ -251,7 +251,7 @@ def _attempt(sc: Any, request: CompactionRequest, order: SortOrder, dataset: lan
              request.table, len(written), sum(w.rows for w in written), max((w.rows for w in written), default=0),
              max((w.peak_rss for w in written), default=0) >> 20)
     by_group: dict[int, list[jobs.Written]] = {}
-    for w in written:
+    for w in sorted({w.partition: w for w in reversed(written)}.values(), key=lambda w: w.partition):  # one each
         by_group.setdefault(w.group, []).append(w)
     done = [_Done(i, g, by_group[i]) for i, g in enumerate(groups)
             if i not in failed and len(by_group.get(i, [])) == g.partitions]
@@ -295,7 +295,7 @@ def _commit(request: CompactionRequest, order: SortOrder, dataset: lance.LanceDa
         latest = open_dataset(request.table, request.uri, request.storage_options)
         touched = changed_fragments(dataset, latest, [f for d in batch for f in d.group.fragment_ids])
         keep = [d for d in batch if not touched & set(d.group.fragment_ids)]
-        lose = [d for d in batch if d not in keep]
+        lose = [d for d in batch if touched & set(d.group.fragment_ids)]
         _remove(request, [m for d in lose for m in d.new])
         if not keep or not lose:  # nothing to tell apart: the whole batch runs again
             _remove(request, [m for d in keep for m in d.new])
