@@ -1,12 +1,16 @@
-"""The clustering's Spark jobs, run from the engine process on the driver:
+"""The clustering's Spark jobs, run from the engine process on the driver; each covers every
+group of the run (a group: source fragments rewritten together, with bounds of their own):
 
-1. :func:`sample_keys`: each source fragment's key columns are read on an executor and a
-   random sample of them comes back (small: about 1,000 rows of the key columns per output partition);
+1. :func:`sample_groups`: each source fragment's key columns are read on an executor and a
+   random sample of them comes back (small: about 1,000 rows of the key columns per output
+   partition of its group);
 2. :func:`rewrite`: each source fragment is read on an executor, in chunks of at most the
-   target rows, every row gets its range partition (from the bounds, or the z-value's), the
-   rows are shuffled as Arrow IPC bytes (``partitionBy``), and each partition is sorted and
+   target rows, every row gets its range partition (from its group's bounds, or the
+   z-value's; group g owns a consecutive range of partition ids, :class:`Layout`), the rows
+   are shuffled as Arrow IPC bytes (``partitionBy``), and each partition is sorted and
    written with ``lance.fragment.write_fragments`` on its executor. Only the new fragments'
-   metadata comes back.
+   metadata comes back, through an accumulator (so the driver knows what finished tasks
+   wrote even when another task fails the job).
 
 A task holds one chunk (map side) or one partition (reduce side): about one target-size
 fragment of rows, times the sort's copy. Everything pickled into the jobs is a frozen
@@ -96,12 +100,6 @@ def sample_groups(sc, source: Source, order: SortOrder, groups: list[tuple[list[
         parts = [from_ipc(blobs[f]) for f in ids if f in blobs]
         out.append(pa.concat_tables(parts) if parts else pa.table({}))
     return out
-
-
-def sample_keys(sc, source: Source, order: SortOrder, fragment_ids: list[int], rows: int,
-                partitions: int) -> pa.Table:
-    """A random sample of the key columns over the source fragments of one group."""
-    return sample_groups(sc, source, order, [(fragment_ids, rows, partitions)])[0]
 
 
 def make_bounds(sample: pa.Table, order: SortOrder, partitions: int,
@@ -425,4 +423,4 @@ def _identity(partition: int) -> int:
 
 
 __all__ = ["Bounds", "Faults", "Layout", "RewriteFailed", "Source", "Written", "code_ranges", "make_bounds",
-           "rewrite", "sample_groups", "sample_keys"]
+           "rewrite", "sample_groups"]
