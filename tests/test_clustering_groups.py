@@ -31,14 +31,16 @@ def content(uri: str) -> pa.Table:
     return lance.dataset(uri).to_table().sort_by("id")
 
 
-def banded(start: int, band: int, seed: int, n: int = 60) -> pa.Table:
+def banded(start: int, band: int, seed: int, n: int = 800) -> pa.Table:
     t = rows(start, n, seed)
     return t.set_column(2, "ts", pa.array(band + np.random.default_rng(seed).integers(0, 500, n)))
 
 
 def make_clustered(spark, warehouse, name: str) -> str:
     """6 fragments clustered by ts (about 7 fragments of 360 rows), then three appended
-    fragments whose ts fall in three narrow, far-apart bands: three independent components."""
+    fragments whose ts fall in three narrow, far-apart bands: three independent components;
+    each appended fragment outweighs the clustered ones its band overlaps, so the size-tiered
+    choice (plan.tiered) merges them: each group is an appended fragment and 1-2 clustered ones."""
     uri = str(warehouse / "grp" / f"{name}.lance")
     for i in range(6):
         lance.write_dataset(rows(i * 400, 400, 300 + i), uri, mode="append" if i else "create")
