@@ -20,6 +20,39 @@ from test_clustering import rows
 BANDS = (100_000, 500_000, 900_000)  # ts of the appended fragments: one narrow band each
 
 
+class _Meta:
+    """The fragment metadata select_incremental reads: id, live rows, data files' sizes."""
+
+    def __init__(self, fid: int, rows: int) -> None:
+        self.id, self.num_rows = fid, rows
+
+    def data_files(self) -> list:
+        return []
+
+
+def test_each_component_is_its_own_group_and_budgets_cut_them():
+    from lance_compact.compaction.clustering.plan import select_incremental
+    metas = [_Meta(f, 250 if f == 6 else 100) for f in range(1, 8)]  # fresh rows outweigh the layers they overlap
+    known = {1: (0, 9), 2: (10, 19), 3: (20, 29), 4: (30, 39)}  # clustered, disjoint
+    fresh = {5: (2, 4), 6: (22, 31), 7: (50, 60)}  # 5 overlaps 1; 6 overlaps 3 and 4; 7 nothing
+    groups, left = select_incremental(metas, known, fresh, {})
+    assert sorted(groups) == [[1, 5], [3, 4, 6], [7]] and left == 0
+    assert groups[0] == [3, 4, 6]  # deepest first
+    groups, left = select_incremental(metas, known, fresh, {"max_source_fragments": 4})
+    assert groups == [[3, 4, 6], [5]] and left == 2  # the next group only in part: its fresh fragment first
+
+
+def test_partial_progress_splits_groups_into_at_most_max_commits_commits():
+    from lance_compact.compaction.clustering.run import _batches
+    from lance_compact.compaction.request import CompactionRequest
+    done = list(range(5))
+    run = lambda **kw: CompactionRequest("db.t", "/x", run={"partial_progress": False, "max_commits": 10, **kw})
+    assert _batches(done, run()) == [done]  # one Rewrite of every group
+    assert _batches(done, run(partial_progress=True, max_commits=2)) == [[0, 1], [2, 3, 4]]
+    assert _batches(done, run(partial_progress=True)) == [[0], [1], [2], [3], [4]]
+    assert _batches([], run(partial_progress=True)) == []
+
+
 def layout_of(uri: str) -> tuple[set[int], ClusteringState]:
     ds = lance.dataset(uri)
     state = ClusteringState.from_config(ds.config())
