@@ -7,7 +7,9 @@ One run, one data set: ``--rows`` rows of random ``tenant`` (0..999), ``ts`` and
 - ``arrival``: ``CALL lance.compact`` to ``--fragments`` fragments (rows keep arrival order);
 - ``linear``:  ``CALL lance.compact(sort_order => 'tenant, ts')``;
 - ``zorder``:  ``CALL lance.compact(sort_order => 'zorder(tenant, ts)')``;
-- ``pylance``: the same linear sort in this process (read all, sort, write_fragments, Rewrite).
+- ``hilbert``: ``CALL lance.compact(sort_order => 'hilbert(tenant, ts)')``;
+- ``pylance``, ``pyzorder``, ``pyhilbert``: the same sorts in this process (read all, sort,
+  write_fragments, Rewrite).
 
 Per layout and index kind (none, ZONEMAP, BTREE on tenant, ts and other), per filter: the
 median read time of 3, and Lance's own scan metrics from ``analyze_plan`` (iops, bytes_read,
@@ -89,8 +91,12 @@ def measure(ds: lance.LanceDataset, flt: str, use_index: bool) -> dict:
 
 
 def read_table(layouts: dict[str, str], filters: list[str]) -> list[str]:
-    lines = [f"{'layout':8} {'index':8} {'filter':28} {'ms':>8} {'iops':>6} {'bytes_read':>12} {'rows_scanned':>12}"]
+    """Per index kind, layout and filter: the read's figures, and its time and I/O requests as
+    ratios to the same filter on the ``arrival`` layout (plain compaction) with the same index."""
+    lines = [f"{'layout':9} {'index':8} {'filter':28} {'ms':>8} {'iops':>6} {'bytes_read':>12} {'rows_scanned':>12}"
+             f" {'ms/arrival':>10} {'iops/arrival':>12}"]
     for kind in ("none", "ZONEMAP", "BTREE"):
+        got: dict[tuple[str, str], dict] = {}
         for name, uri in layouts.items():
             ds = lance.dataset(uri)
             for ix in [i["name"] for i in ds.list_indices()]:
@@ -100,9 +106,12 @@ def read_table(layouts: dict[str, str], filters: list[str]) -> list[str]:
                     ds.create_scalar_index(col, kind)
             ds = lance.dataset(uri)
             for f in filters:
-                m = measure(ds, f, kind != "none")
-                lines.append(f"{name:8} {kind:8} {f:28} {m['ms']:8.2f} {m['iops']:6d} {m['bytes_read']:12d} "
-                             f"{m['rows_scanned']:12d}")
+                got[name, f] = measure(ds, f, kind != "none")
+        for (name, f), m in got.items():
+            base = got.get(("arrival", f))
+            ratio = (f" {m['ms'] / base['ms']:10.3f} {m['iops'] / max(1, base['iops']):12.3f}" if base else "")
+            lines.append(f"{name:9} {kind:8} {f:28} {m['ms']:8.2f} {m['iops']:6d} {m['bytes_read']:12d} "
+                         f"{m['rows_scanned']:12d}{ratio}")
     return lines
 
 
@@ -157,9 +166,11 @@ def main(argv: list[str] | None = None) -> None:
         layouts[name] = str(dst)
         return str(dst)
 
-    for name, order in (("pylance", "tenant, ts"), ("pyzorder", "zorder(tenant, ts)")):
-        seconds = in_process(copy(name), order, target)
-        costs.append(f"{name:8} in-process sort by {order}: {seconds:.2f} s")
+    seconds: dict[str, float] = {}
+    for name, order in (("pylance", "tenant, ts"), ("pyzorder", "zorder(tenant, ts)"),
+                        ("pyhilbert", "hilbert(tenant, ts)")):
+        seconds[name] = in_process(copy(name), order, target)
+        costs.append(f"{name:9} in-process sort by {order}: {seconds[name]:.2f} s")
     if not a.skip_spark:
         from lance_compact import configure_spark_with_lance_compact
         from pyspark.sql import SparkSession
@@ -168,16 +179,22 @@ def main(argv: list[str] | None = None) -> None:
             SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false"),
             warehouse=str(wh)).getOrCreate()
         spark.sparkContext.setLogLevel("ERROR")
-        spark.sql(f"CALL lance.describe_layout(table => 'db.base')").collect()  # warm the engine
+        spark.sql("CALL lance.describe_layout(table => 'db.base')").collect()  # warm the engine
+        same = {"linear": "pylance", "zorder": "pyzorder", "hilbert": "pyhilbert"}
         for name, extra in (("arrival", ""), ("linear", ", sort_order => 'tenant, ts'"),
-                            ("zorder", ", sort_order => 'zorder(tenant, ts)'")):
+                            ("zorder", ", sort_order => 'zorder(tenant, ts)'"),
+                            ("hilbert", ", sort_order => 'hilbert(tenant, ts)'")):
             copy(name)
             clock = time.perf_counter()
             r = spark.sql(f"CALL lance.compact(table => 'db.{name}', target_rows_per_fragment => {target}"
                           f"{extra})").collect()[0]
-            costs.append(f"{name:8} CALL lance.compact{(' ' + extra[2:]) if extra else ' (plain)'}: "
-                         f"{time.perf_counter() - clock:.2f} s (engine {r.elapsed_ms} ms, "
-                         f"{r.fragments_removed} -> {r.fragments_added} fragments)")
+            seconds[name] = time.perf_counter() - clock
+            ratios = (f"; {seconds[name] / seconds['arrival']:.2f}x the plain compaction, "
+                      f"{seconds[name] / seconds[same[name]]:.2f}x pylance's same sort in process"
+                      if name in same else "")
+            costs.append(f"{name:9} CALL lance.compact{(' ' + extra[2:]) if extra else ' (plain)'}: "
+                         f"{seconds[name]:.2f} s (engine {r.elapsed_ms} ms, "
+                         f"{r.fragments_removed} -> {r.fragments_added} fragments{ratios})")
         incremental = incremental_depth(spark, copy("incr"), a.rows, a.rounds, target)
         spark.stop()
     else:
@@ -190,7 +207,7 @@ def main(argv: list[str] | None = None) -> None:
     print("filtered reads (ms: median of 3; iops, bytes_read, rows_scanned: Lance's analyze_plan)")
     print("\n".join(read_table(layouts, filters)))
     if not a.skip_spark:
-        print("\nincremental clustering, CLUSTER BY (tenant, ts): appends of 3 fragments "
+        print("\nincremental clustering, CLUSTER BY (tenant, ts) (a Hilbert curve): appends of 3 fragments "
               "(5% of the rows) between runs")
         print("\n".join(incremental))
     if not a.dir:
