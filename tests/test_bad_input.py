@@ -45,6 +45,12 @@ CASES = [
      "unknown strategy 'greedy'; valid strategies are: default"),
     ("unknown parameter", f"table => '{T}', target => 5", "UNRECOGNIZED_PARAMETER_NAME"),
     ("missing table", "target_rows_per_fragment => 5", "parameter named `table` is required"),
+    # A CALL binds only the parameters it passes (CompactionArguments.given); arguments Spark
+    # refuses bind the whole list, so these are Spark's own errors, as they were.
+    ("named twice", f"table => '{T}', target_rows_per_fragment => 5, target_rows_per_fragment => 6",
+     "DUPLICATE_ROUTINE_PARAMETER_ASSIGNMENT"),
+    ("positional and named", f"'{T}', table => '{T}'", "DUPLICATE_ROUTINE_PARAMETER_ASSIGNMENT"),
+    ("positional after named", f"table => '{T}', 5", "UNEXPECTED_POSITIONAL_ARGUMENT"),
 ]
 
 

@@ -65,3 +65,19 @@ def test_a_conflicting_commit_reads_through_the_runs_dataset(tmp_path, opens):
     after = lance.dataset(uri)
     assert after.count_rows() == 390 and after.count_rows("x < 10") == 0  # the delete is kept
     assert len(after.get_fragments()) == 1
+
+
+def test_a_dry_run_opens_the_table_once(tmp_path, opens):
+    """plan_compaction (and compact, the same path) reads the clustering's record and plans
+    on one open of the table (was 2)."""
+    from lance_compact.compaction.orchestrate import dry_run
+    from lance_compact.compaction.request import CompactionRequest
+
+    uri = str(tmp_path / "p.lance")
+    lance.write_dataset(pa.table({"x": list(range(100))}), uri, max_rows_per_file=10)
+    request = CompactionRequest.of(Envelope.parse("plan", {"table": "db.p", "uri": uri,
+                                                           "params": {"target_rows_per_fragment": 50}}))
+    opens["n"] = 0
+    rows = dry_run(request)
+    assert opens["n"] == 1
+    assert [r[4] for r in rows] == [5, 5]  # two tasks of 5 fragments each

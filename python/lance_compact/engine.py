@@ -236,6 +236,43 @@ class _Serving:
             return f"{self._taken};{','.join(sorted(self._ids))}"
 
 
+class _Workers:
+    """The threads that serve requests, one request at a time each, kept for the next one: in
+    Py4J's pinned-thread mode each Python thread has a connection and a JVM thread of its own,
+    made on its first call (a few to tens of ms). A request never waits for a thread: with none
+    idle, a new one starts, so concurrent statements run side by side as before."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle: list[Any] = []  # the inboxes of idle workers
+        self._count = 0
+
+    def run(self, function: Callable[..., None], *args: Any) -> None:
+        """Run ``function(*args)`` on an idle worker, or on a new one."""
+        import queue
+
+        with self._lock:
+            inbox = self._idle.pop() if self._idle else None
+            if inbox is None:
+                self._count += 1
+                number = self._count
+        if inbox is None:
+            inbox = queue.SimpleQueue()
+            threading.Thread(target=self._work, args=(inbox,), daemon=True,
+                             name=f"request-worker-{number}").start()
+        inbox.put((function, args))
+
+    def _work(self, inbox: Any) -> None:
+        while True:
+            function, args = inbox.get()
+            try:
+                function(*args)
+            except BaseException as e:  # noqa: B036 - serve answers itself; keep the worker
+                log.warning("engine: a request's thread failed after answering: %s", e)
+            with self._lock:
+                self._idle.append(inbox)
+
+
 def _heartbeat(bridge: Any, serving: _Serving) -> None:
     """Tell the JVM this process is alive, every few seconds: a caller waiting for an answer
     takes a silent engine as hung (``spark.lance.compact.engine.heartbeatTimeout``), and a
@@ -285,6 +322,9 @@ def main() -> None:
     threading.Thread(target=_start_workers, args=(sc,), daemon=True).start()
     preload.join()
     handlers = _handlers(sc)
+    from .compaction import spark_job
+    spark_job.bind_bridge(bridge)  # its jobs hand the statement's cancel watch over (spark_job.run_job)
+    workers = _Workers()
     bridge.ready()
     serving = _Serving()
     threading.Thread(target=_heartbeat, args=(bridge, serving), daemon=True, name="heartbeat").start()
@@ -305,14 +345,14 @@ def main() -> None:
             text = json.dumps({"ok": False, "error": f"lance_compact engine: {action}: {type(e).__name__}: {e}"})
         finally:
             try:
-                bridge.adopt("")  # clear the caller's job group and tags from this thread
-            except BaseException as e:  # noqa: B036
-                log.warning("engine: clearing the caller's properties failed: %s", e)
-            try:
                 if text is not None:
-                    bridge.respond(request_id, text)
+                    bridge.respond(request_id, text)  # first: the caller waits for nothing else
             finally:
                 serving.done(request_id)  # the JVM fails it if it was not answered
+                try:
+                    bridge.adopt("")  # clear the caller's job group and tags from this thread
+                except BaseException as e:  # noqa: B036
+                    log.warning("engine: clearing the caller's properties failed: %s", e)
         log.info("served %s in %d ms", action, (time.monotonic() - started) * 1000)
 
     while True:
@@ -322,8 +362,7 @@ def main() -> None:
         message = json.loads(raw)
         serving.take(message["id"])
         try:
-            threading.Thread(target=serve, args=(message["id"], message["action"], message["request"]),
-                             daemon=True, name=f"request-{message['id']}").start()
+            workers.run(serve, message["id"], message["action"], message["request"])
         except BaseException as e:  # noqa: B036 - e.g. no thread can be started: answer here
             serving.done(message["id"])
             bridge.respond(message["id"], json.dumps(

@@ -105,11 +105,14 @@ def shape(plan: Plan, run: dict[str, Any]) -> Plan:
     return plan
 
 
-def make_plan(request: CompactionRequest) -> tuple[Plan, lance.LanceDataset]:
-    """The strategy's plan at the table's latest version, and the table it was made on:
-    ``where`` narrows the candidates for every strategy, then :func:`shape`."""
+def make_plan(request: CompactionRequest, dataset: lance.LanceDataset | None = None
+              ) -> tuple[Plan, lance.LanceDataset]:
+    """The strategy's plan at the table's latest version (``dataset``, just opened, or opened
+    here), and the table it was made on: ``where`` narrows the candidates for every strategy,
+    then :func:`shape`."""
     planner = get_planner(request.strategy, request.table, request.settings, request.catalog)
-    dataset = open_dataset(request.table, request.uri, request.storage_options)
+    if dataset is None:
+        dataset = open_dataset(request.table, request.uri, request.storage_options)
     if dataset.count_rows() == 0:
         # Most likely the wrong table (or one a job emptied): say so rather than succeed.
         raise CompactionError(
@@ -125,12 +128,15 @@ def make_plan(request: CompactionRequest) -> tuple[Plan, lance.LanceDataset]:
     return shape(plan, request.run), dataset
 
 
-def table_clustering(request: CompactionRequest) -> CompactionRequest:
-    """The request with the table's clustering (``lance_compact.cluster_by``) applied when it
-    gives no sort_order, and without one for ``sort_order => 'none'``."""
+def table_clustering(request: CompactionRequest, dataset: lance.LanceDataset | None = None
+                     ) -> CompactionRequest:
+    """The request with the table's clustering (``lance_compact.cluster_by``, read from
+    ``dataset`` or a new open) applied when it gives no sort_order, and without one for
+    ``sort_order => 'none'``."""
     from .clustering.table_clustering import with_table_clustering
-    config = open_dataset(request.table, request.uri, request.storage_options).config()
-    return with_table_clustering(request, config)
+    if dataset is None:
+        dataset = open_dataset(request.table, request.uri, request.storage_options)
+    return with_table_clustering(request, dataset.config())
 
 
 def _engine_context() -> Any:
@@ -141,11 +147,12 @@ def _engine_context() -> Any:
 
 def dry_run(request: CompactionRequest) -> list[tuple]:
     """``plan_compaction``: a row per task, selected or left for later; writes nothing."""
-    request = table_clustering(request)
+    dataset = open_dataset(request.table, request.uri, request.storage_options)  # once, for both
+    request = table_clustering(request, dataset)
     if request.run.get("sort_order") is not None:  # clustered compaction plans its own group
         from .clustering.run import dry_run as cluster_dry_run
         return cluster_dry_run(request)
-    return [tuple(r) for r in plan_rows(make_plan(request)[0])]
+    return [tuple(r) for r in plan_rows(make_plan(request, dataset)[0])]
 
 
 class Run:
@@ -361,7 +368,10 @@ def _replan(request: CompactionRequest, conflicted: list[RewriteResult]) -> Plan
 def compact(request: CompactionRequest, runner: BatchRunner) -> tuple:
     """``compact``: plan, run every batch, commit; the result row (``result_columns``)."""
     started = time.time()
-    request = table_clustering(request)
+    # One open for the clustering's record and the plan (each open reads the manifest: round
+    # trips on an object store).
+    dataset = open_dataset(request.table, request.uri, request.storage_options)
+    request = table_clustering(request, dataset)
     if request.run.get("sort_order") is not None:  # clustered compaction: its own Spark jobs and commit
         from .clustering.run import cluster
         sc = getattr(runner, "sc", None) or _engine_context()
@@ -369,7 +379,7 @@ def compact(request: CompactionRequest, runner: BatchRunner) -> tuple:
             raise CompactionError(f"table {request.table}: sort_order needs a Spark context of its own "
                                   "(not available in a shared maintenance run)")
         return cluster(request, sc)
-    run = Run(request, *make_plan(request), started)
+    run = Run(request, *make_plan(request, dataset), started)
     log.info("table %s: planned %d tasks in %d ms", request.table,
              sum(len(b.ids) for b in run.pending), (time.time() - started) * 1000)
     run.execute(runner)

@@ -170,6 +170,28 @@ def _request_tag(sc: SparkContext) -> str | None:
     return next((t for t in tags.split(",") if t.startswith("lance-compact-") and "-request-" in t), None)
 
 
+# The engine's EngineBridge (engine.main binds it); None elsewhere: jobs run as PySpark runs them.
+_bridge: Any = None
+
+
+def bind_bridge(bridge: Any) -> None:
+    """Run this process's Spark jobs through the engine's bridge (:func:`run_job`)."""
+    global _bridge
+    _bridge = bridge
+
+
+def run_job(rdd: Any) -> None:
+    """Run ``rdd`` to its end as one Spark job of the request served on this thread (its tasks
+    report through accumulators). In the engine through ``EngineBridge.runJob``, which hands
+    the statement's cancel watch over to the job as soon as it is queued: the watch's executor
+    slot is free before the job's tasks are scheduled, with no moment when a cancel finds
+    neither (CancelWatch.scala). Raises the job's failure, as an action does."""
+    if _bridge is None:
+        rdd.count()
+    else:
+        _bridge.runJob(rdd._jrdd)
+
+
 class SparkBatchRunner:
     """Runs batches on the Spark cluster behind ``sc``."""
 
@@ -191,8 +213,7 @@ class SparkBatchRunner:
             f"{batch.read_version} (batch {number})")
         failure = None
         try:
-            sc.parallelize(items, len(items)).mapPartitions(
-                lambda rows: executor(outcomes, rows)).count()
+            run_job(sc.parallelize(items, len(items)).mapPartitions(lambda rows: executor(outcomes, rows)))
         except Exception as e:  # a task failed all its attempts, or the job was cancelled
             failed = job_failure(e, request.table)
             # The partition Spark names is a place in the job's order, not the batch's.
@@ -283,7 +304,7 @@ def run_packed(sc: SparkContext, entries: list[tuple[CompactionRequest, Batch, i
     owner: int | None = None
     failed_task: int | None = None
     try:
-        sc.parallelize(parts, len(parts)).mapPartitions(rewrite).count()
+        run_job(sc.parallelize(parts, len(parts)).mapPartitions(rewrite))
     except Exception as e:  # a task failed all its attempts outside Lance (its worker died, say)
         failed = job_failure(e, "(shared job)")
         if failed.cancelled:  # the statement was cancelled: every table of it stops, none retries

@@ -1,7 +1,7 @@
 package io.github.lancecompact.spark.engine
 
 import java.util.Properties
-import java.util.concurrent.{ConcurrentHashMap, Executors, RejectedExecutionException, ScheduledExecutorService, TimeUnit}
+import java.util.concurrent.{ConcurrentHashMap, Executors, RejectedExecutionException, ScheduledExecutorService}
 import java.util.concurrent.atomic.AtomicLong
 
 import scala.util.Try
@@ -16,21 +16,24 @@ import org.apache.spark.scheduler.{JobFailed, SparkListener, SparkListenerJobEnd
  * only, and post no event at all when none is active (DAGScheduler.handleJobGroupCancelled
  * just logs "Failed to cancel job group ... Cannot find active jobs"). A statement spends
  * much of its time on the driver (planning, commits, index optimization, cleanup) with no
- * job running, so such a cancel was lost. While a watched request runs no job of its own, a
- * "cancel watch" is kept active in its job group, tags and pool: a JVM-only job of one task
- * that sleeps in short steps. A cancel of the statement in any form (group, tag, all jobs, the
- * UI's kill of the job or its stage) fails that job; this listener sees it and marks the
- * request cancelled (`onCancel`), and the engine stops at its next check.
+ * job running, so such a cancel was lost. So a watched request always has a "cancel watch"
+ * active in its job group, tags and pool: a JVM-only job of one task that waits until
+ * released. A cancel of the statement in any form (group, tag, all jobs, the UI's kill of
+ * the job or its stage) fails that job; this listener sees it and marks the request cancelled
+ * (`onCancel`), and the engine stops at its next check.
  *
- * The watch is released as soon as a real job of the request STARTS (a listener event: the
- * real job is already active in the DAGScheduler then, so no cancel falls in between), and
- * started again when the request's last running job ends. In local mode its task sees the
- * release through a flag in this JVM and ends normally (a succeeded job named "cancel watch"
- * in the UI); on a cluster, or if the flag is not seen within [[ReleaseGraceMs]], the watch
- * job is cancelled with the reason [[Released]]. Any real job of the request that fails as
+ * When a real job of the request starts, the watch submitted before it is released and a new
+ * one is submitted behind it. Spark's FIFO order puts the new watch's task after the real
+ * job's, so it takes an executor slot only once the real job has none left to fill (its
+ * tail, then the driver's work after it), and it is already active when the real job ends.
+ * The engine submits its own jobs through [[EngineBridge.runJob]], which hands over at once,
+ * on the submitting thread: the real job is queued in the DAGScheduler before the old watch
+ * ends, so no cancel finds neither, and the old watch's slot is free before the real job's
+ * tasks need it. Other jobs of the request are seen by this listener (`onJobStart`). In local
+ * mode a released watch's task sees the release in this JVM and ends at once, or as soon as it
+ * starts (a succeeded job named "cancel watch" in the UI); on a cluster the released watch job
+ * is cancelled with the reason [[ReleasedReason]]. Any real job of the request that fails as
  * cancelled cancels the whole request too.
- *
- * The task holds one executor slot only while the statement has no job of its own running.
  */
 final class CancelWatch(sc: SparkContext, onCancel: (String, String) => Unit)
   extends SparkListener with Logging {
@@ -40,8 +43,8 @@ final class CancelWatch(sc: SparkContext, onCancel: (String, String) => Unit)
     var active = true
     var cancelled = false
     val realJobs = new java.util.HashSet[Integer]()
-    var watchKey: String = _     // the running watch's key (null: none)
-    var watchJob: Int = -1       // its job id, once started
+    var watchKey: String = _     // the current watch's key (null: none)
+    var watchJob: Int = -1       // its job id, once submitted
   }
 
   private val states = new ConcurrentHashMap[String, State]()          // by request id
@@ -56,12 +59,12 @@ final class CancelWatch(sc: SparkContext, onCancel: (String, String) => Unit)
   }
 
   /** Start watching request `id` (its jobs carry `tag`; `properties` are its caller's job
-   * group, tags and pool). */
+   * group, tags and pool). The watch is submitted from a thread of its own. */
   def watch(id: String, tag: String, properties: Map[String, String]): Unit = {
     val s = new State(id, tag, properties)
     states.put(id, s)
     byTag.put(tag, s)
-    s.synchronized(maybeStart(s))
+    s.synchronized(startWatch(s, onThisThread = false))
   }
 
   /** The request ended: release its watch and forget it. */
@@ -75,15 +78,33 @@ final class CancelWatch(sc: SparkContext, onCancel: (String, String) => Unit)
     s.synchronized { s.cancelled = true; release(s) }
   }
 
-  private def maybeStart(s: State): Unit = {
-    if (!s.active || s.cancelled || s.watchKey != null || !s.realJobs.isEmpty || sc.isStopped) return
+  /** Job `jobId` of the request whose jobs carry one of `tags` was just submitted on this
+   * thread (queued in the DAGScheduler ahead of any cancel sent from now on): release the
+   * watch submitted before it, and submit the next one (behind it) on this thread. */
+  def handOver(tags: Iterable[String], jobId: Int): Unit =
+    tags.iterator.map(byTag.get).find(_ != null).foreach { s =>
+      s.synchronized(realJobStarted(s, jobId, onThisThread = true))
+    }
+
+  /** A real job of `s` started: the watch submitted before it (or not yet known) is released
+   * and a new one submitted (the caller holds `s`'s lock). */
+  private def realJobStarted(s: State, jobId: Int, onThisThread: Boolean): Unit =
+    if (s.watchKey == null || s.watchJob < 0 || s.watchJob < jobId) {
+      release(s)
+      startWatch(s, onThisThread)
+    }
+
+  private def startWatch(s: State, onThisThread: Boolean): Unit = {
+    if (!s.active || s.cancelled || s.watchKey != null || sc.isStopped) return
     val key = s"${s.id}-${keys.incrementAndGet()}"
     s.watchKey = key
     byWatch.put(key, s)
-    // Submitted from the timer thread with the request's properties (local properties are
-    // per thread; the listener's and the engine's threads keep theirs).
-    try timer.execute(() => submit(s, key))
-    catch { case _: RejectedExecutionException => byWatch.remove(key); s.watchKey = null } // stopped
+    if (onThisThread) submit(s, key)
+    else {
+      // Local properties are per thread: the timer thread takes the request's.
+      try timer.execute(() => submit(s, key))
+      catch { case _: RejectedExecutionException => byWatch.remove(key); s.watchKey = null } // stopped
+    }
   }
 
   private def submit(s: State, key: String): Unit = {
@@ -99,6 +120,7 @@ final class CancelWatch(sc: SparkContext, onCancel: (String, String) => Unit)
         "lance_compact: cancel watch (holds the statement's cancel while no job of it runs)")
       val rdd = sc.parallelize(Seq(0), 1)
       val job = sc.submitJob(rdd, (_: Iterator[Int]) => CancelWatch.hold(key), Seq(0), (_: Int, _: Unit) => (), ())
+      s.synchronized { if (s.watchKey == key) s.watchJob = job.jobIds.head }
       // A job of a group cancelled with its future jobs (cancelJobGroupAndFutureJobs) is failed
       // as it is submitted, with no listener event: its future says so.
       job.onComplete {
@@ -122,20 +144,18 @@ final class CancelWatch(sc: SparkContext, onCancel: (String, String) => Unit)
     }
   }
 
-  /** Release the running watch (the caller holds `s`'s lock). */
+  /** Release the current watch (the caller holds `s`'s lock). */
   private def release(s: State): Unit = {
     val key = s.watchKey
     if (key == null) return
     val job = s.watchJob
     s.watchKey = null
     s.watchJob = -1
-    Released.put(key, java.lang.Boolean.TRUE)
-    if (job < 0) return // not started yet: onJobStart cancels it (in local mode it ends on the flag)
-    // The task ends on the flag in local mode; elsewhere (or when it does not) cancel the job.
-    val grace = if (sc.isLocal) ReleaseGraceMs else 0L
-    Try(timer.schedule((() => {
-      if (watchJobs.containsKey(job)) Try(sc.cancelJob(job, ReleasedReason))
-    }): Runnable, grace, TimeUnit.MILLISECONDS))
+    CancelWatch.release(key)
+    // Local mode: its task, in this JVM, ends on the release. On a cluster, cancel the job
+    // (not yet started: onJobStart cancels it).
+    if (job < 0 || sc.isLocal) return
+    Try(timer.execute(() => if (watchJobs.containsKey(job)) Try(sc.cancelJob(job, ReleasedReason))))
   }
 
   private def tagsOf(p: Properties): Seq[String] =
@@ -147,14 +167,13 @@ final class CancelWatch(sc: SparkContext, onCancel: (String, String) => Unit)
       Option(byWatch.remove(key)).foreach { s =>
         watchJobs.put(e.jobId, (s, key))
         s.synchronized {
-          if (s.watchKey == key) s.watchJob = e.jobId
-          else if (!sc.isLocal) Try(sc.cancelJob(e.jobId, ReleasedReason)) // released before it started
+          if (s.watchKey != key && !sc.isLocal) Try(sc.cancelJob(e.jobId, ReleasedReason)) // released before it started
         }
       }
       return
     }
     tagsOf(e.properties).iterator.map(byTag.get).find(_ != null).foreach { s =>
-      s.synchronized { s.realJobs.add(e.jobId); release(s) }
+      s.synchronized { s.realJobs.add(e.jobId); realJobStarted(s, e.jobId, onThisThread = false) }
     }
   }
 
@@ -168,12 +187,13 @@ final class CancelWatch(sc: SparkContext, onCancel: (String, String) => Unit)
       val (s, key) = watch
       val released = Released.remove(key) != null
       s.synchronized {
-        if (s.watchKey == key) { s.watchKey = null; s.watchJob = -1 }
+        val current = s.watchKey == key
+        if (current) { s.watchKey = null; s.watchJob = -1 }
         cancel match {
           case Some(why) if !released && !why.contains(ReleasedReason) =>
             s.cancelled = true
             onCancel(s.id, why)
-          case _ => maybeStart(s) // it ended on its own (or failed otherwise): watch again if needed
+          case _ => if (current) startWatch(s, onThisThread = false) // it ended on its own: watch again
         }
       }
       return
@@ -181,11 +201,9 @@ final class CancelWatch(sc: SparkContext, onCancel: (String, String) => Unit)
     byTag.values().stream().filter(_.realJobs.contains(e.jobId)).findFirst().ifPresent { s =>
       s.synchronized {
         s.realJobs.remove(e.jobId)
-        cancel match {
-          case Some(why) =>
-            s.cancelled = true
-            onCancel(s.id, why)
-          case None => maybeStart(s)
+        cancel.foreach { why =>
+          s.cancelled = true
+          onCancel(s.id, why)
         }
       }
     }
@@ -205,23 +223,31 @@ object CancelWatch {
   val WatchTag = "lance-compact-cancel-watch"
   /** The reason a watch job is cancelled with when it is released on a cluster. */
   val ReleasedReason = "lance_compact: cancel watch released (the statement's own job started or it ended)"
-  val ReleaseGraceMs = 300L
   private val StepMs = 10L
   /** Longest a watch task runs; the listener starts another if the statement still needs one. */
   private val MaxHoldMs = 600000L
 
   /** Released watches (in local mode the task, in this JVM, sees its key here). */
   private val Released = new ConcurrentHashMap[String, java.lang.Boolean]()
+  /** Waited on by watch tasks of this JVM, notified on each release. */
+  private val ReleaseSignal = new Object
 
-  /** The watch's task: sleep in short steps until released, killed (its job cancelled) or
-   * [[MaxHoldMs]] passed. */
+  private def release(key: String): Unit = {
+    Released.put(key, java.lang.Boolean.TRUE)
+    ReleaseSignal.synchronized(ReleaseSignal.notifyAll())
+  }
+
+  /** The watch's task: wait until released (at once, in this JVM), killed (its job cancelled;
+   * looked at every [[StepMs]]) or [[MaxHoldMs]] passed. */
   def hold(key: String): Unit = {
     val context = TaskContext.get()
     val end = System.nanoTime() + MaxHoldMs * 1000000L
-    while (!Released.containsKey(key) && System.nanoTime() < end) {
-      if (context != null && context.isInterrupted())
-        throw new TaskKilledException("cancelled")
-      Thread.sleep(StepMs)
+    ReleaseSignal.synchronized {
+      while (!Released.containsKey(key) && System.nanoTime() < end) {
+        if (context != null && context.isInterrupted())
+          throw new TaskKilledException("cancelled")
+        ReleaseSignal.wait(StepMs)
+      }
     }
   }
 

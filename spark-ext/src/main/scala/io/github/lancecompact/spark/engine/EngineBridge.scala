@@ -3,8 +3,11 @@ package io.github.lancecompact.spark.engine
 import java.util.concurrent.{CompletableFuture, ConcurrentHashMap, CountDownLatch, LinkedBlockingQueue, TimeUnit}
 import java.util.concurrent.atomic.AtomicLong
 
+import scala.concurrent.Await
+import scala.concurrent.duration.Duration
+
 import org.apache.spark.SparkContext
-import org.apache.spark.api.java.JavaSparkContext
+import org.apache.spark.api.java.{JavaRDD, JavaSparkContext}
 
 /** What the engine process reaches over Py4J. Every call goes Python -> JVM: the engine
  * long-polls for requests and posts their responses, so no callback server is needed, and
@@ -107,6 +110,19 @@ final class EngineBridge(sc: SparkContext) {
     }
   }
 
+  /** Run the engine's `rdd` to its end as one Spark job, on the calling (engine-paired) thread,
+   * so under the request's adopted job group, tags and pool; throws the job's failure as
+   * `SparkContext.runJob` does. Its request's cancel watch is handed over to the job as soon as
+   * the job is queued in the DAGScheduler (CancelWatch.handOver): the watch's executor slot is
+   * free before the job's tasks are scheduled, and no cancel finds neither active. */
+  def runJob(rdd: JavaRDD[Array[Byte]]): Unit = {
+    val r = rdd.rdd
+    val job = sc.submitJob(r, Drain, 0 until r.partitions.length, (_: Int, _: Unit) => (), ())
+    watch.handOver(sc.getJobTags(), job.jobIds.head)
+    Await.ready(job, Duration.Inf)
+    job.value.foreach(_.get)
+  }
+
   /** The engine's response to request `id` (JSON). */
   def respond(id: String, json: String): Unit = {
     watch.unwatch(id)
@@ -173,6 +189,10 @@ object EngineBridge {
   /** Actions whose statements keep a cancel watch: those that run Spark jobs and commit. */
   val Watched: Set[String] = Set("compact", "maintain", "maintain_warehouse")
   val CancelWatchConf = "spark.lance.compact.cancelWatch"
+
+  /** What a job of [[EngineBridge.runJob]] does with each partition: compute it (the engine's
+   * tasks report through accumulators). */
+  private val Drain: Iterator[Array[Byte]] => Unit = it => while (it.hasNext) it.next()
 
   private val mapper = new com.fasterxml.jackson.databind.ObjectMapper()
   private val Instances = new AtomicLong()

@@ -53,6 +53,15 @@ object PythonEngine {
   /** Any engine action answering with rows (a procedure, describe, read, metadata tables). */
   def query(action: String, request: String): ResultScan = run(action, request)
 
+  /** Parsed result schemas by DDL: an action answers with the same few every time, and Spark's
+   * parser takes milliseconds for a wide one. */
+  private val schemas = new java.util.concurrent.ConcurrentHashMap[String, StructType]()
+
+  private def schemaOf(ddl: String): StructType = {
+    if (schemas.size > 256) schemas.clear() // only the actions' fixed schemas are expected
+    schemas.computeIfAbsent(ddl, d => StructType.fromDDL(d))
+  }
+
   private def run(action: String, request: String): ResultScan = {
     val engine = try EngineProcess.get(SparkSession.active) catch {
       case e: IllegalStateException => throw new LanceCompactException(e.getMessage, e)
@@ -64,7 +73,7 @@ object PythonEngine {
       val message = response.path("error").asText("the lance_compact engine failed")
       throw new LanceCompactException(message, null)
     }
-    val schema = StructType.fromDDL(response.get("schema").asText())
+    val schema = schemaOf(response.get("schema").asText())
     val rows = response.get("rows").elements().asScala.map(r => JsonRows.row(r, schema)).toArray
     new ResultScan(schema, rows)
   }

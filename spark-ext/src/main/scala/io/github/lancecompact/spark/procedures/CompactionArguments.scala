@@ -69,6 +69,28 @@ object CompactionArguments {
   def signature(params: Array[ProcedureParameter]): String =
     params.map(p => s"${p.name} ${p.dataType.sql}").mkString(", ")
 
+  /** The parameters a CALL binds: the first one (the table or namespace, which the binders
+   * read at position 0) and those the call passes, in positional order. Spark analyses the
+   * default of every parameter of a bound procedure on every CALL, each in a run of its own
+   * analyzer (ResolveDefaultColumns.analyze, a few ms each): for compact's ~40 parameters that
+   * was most of a warm no-op CALL's time. Parameters left out are the ones the engine would
+   * get as NULL anyway. Arguments Spark must refuse (an unknown or repeated name, a
+   * positional one after a named one, more positional ones than parameters, a name that
+   * differs from a parameter's in case only) bind the whole list, so Spark's own error (and
+   * its case rules) stay as they were. */
+  def given(params: Array[ProcedureParameter], input: StructType): Array[ProcedureParameter] = {
+    def byName(f: StructField) = f.metadata.contains(ProcedureParameter.BY_NAME_METADATA_KEY)
+    val positional = input.fields.takeWhile(f => !byName(f)).length
+    val names = input.fields.drop(positional).map(_.name)
+    val index = params.map(_.name).zipWithIndex.toMap
+    val wellFormed = positional <= params.length && names.length == input.fields.length - positional &&
+      input.fields.drop(positional).forall(byName) && names.distinct.length == names.length &&
+      names.forall(n => index.get(n).exists(_ >= positional))
+    if (!wellFormed) return params
+    val wanted = (0 until math.max(positional, 1)).toSet ++ names.map(index)
+    params.zipWithIndex.collect { case (p, i) if wanted(i) => p }
+  }
+
   /** Reject arguments Spark would silently cast into a parameter's type (1.5 into a BIGINT
    * becomes 1; 'abc' fails later without naming the parameter). `input` is what the CALL
    * passed: named arguments carry their name in metadata, positional ones come first.

@@ -31,16 +31,17 @@ final class EngineProcedure(catalog: LanceCatalog, spec: ProcedureSpec) extends 
   // A separate bound object: Spark may call an object that is both before filling defaults.
   override def bind(inputType: StructType): BoundProcedure = LanceCompactException.userErrors {
     CompactionArguments.checkTypes(s"procedure ${spec.name}", spec.parameters, inputType)
-    bound
+    new Bound(CompactionArguments.given(spec.parameters, inputType))
   }
 
-  private lazy val bound: BoundProcedure = new BoundProcedure {
+  /** The procedure bound to the parameters a CALL passes ([[CompactionArguments.given]]). */
+  private final class Bound(params: Array[ProcedureParameter]) extends BoundProcedure {
     override def name(): String = spec.name
     override def description(): String = EngineProcedure.this.description()
-    override def parameters(): Array[ProcedureParameter] = spec.parameters
+    override def parameters(): Array[ProcedureParameter] = params
     override def isDeterministic: Boolean = false
     override def call(input: InternalRow): util.Iterator[Scan] = LanceCompactException.userErrors {
-      val scan = PythonEngine.query(spec.action, spec.binder(catalog, spec.parameters, input).request)
+      val scan = PythonEngine.query(spec.action, spec.binder(catalog, params, input).request)
       spec.afterwards(scan)
       util.List.of[Scan](scan).iterator()
     }
