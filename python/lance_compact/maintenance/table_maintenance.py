@@ -107,19 +107,29 @@ def optimize_indices_step(t: Target, args: dict[str, Any], runner: Any, dry: boo
 
 
 def cleanup_step(t: Target, args: dict[str, Any], runner: Any, dry: bool,
-                 ds: lance.LanceDataset | None = None) -> dict[str, Any]:
-    """Lance's cleanup when versions are older than ``older_than``."""
-    ds = ds if ds is not None else t.open()
+                 ds: lance.LanceDataset | None = None, due: bool = False) -> dict[str, Any]:
+    """Lance's cleanup when versions are older than ``older_than``. ``due``: the caller's
+    health of this table (read during this call) found such versions: they still are (time
+    only ages them, and newer versions only push older ones out of ``retain_versions``), so
+    Lance's cleanup runs without every manifest being read for the decision first, and the
+    reason counts the versions it removed."""
     retain = args.get("retain_versions")
-    cutoff = datetime.now(timezone.utc) - parse_older_than(args["older_than"], t.table)
-    old = rules.reclaimable(ds.versions(), cutoff, retain)
-    row = {"step": "cleanup", "ran": False, "version": ds.version, "outcome": None,
-           "reason": rules.cleanup_reason(old, args["older_than"], retain)}
-    if old and not dry:
+    if due and not dry:
+        row = {"step": "cleanup", "ran": False, "version": None, "outcome": None}
+        old: list[int] | None = None
+    else:
+        ds = ds if ds is not None else t.open()
+        cutoff = datetime.now(timezone.utc) - parse_older_than(args["older_than"], t.table)
+        old = rules.reclaimable(ds.versions(), cutoff, retain)
+        row = {"step": "cleanup", "ran": False, "version": ds.version, "outcome": None,
+               "reason": rules.cleanup_reason(old, args["older_than"], retain)}
+    if (old or old is None) and not dry:
         params = {"older_than": args["older_than"]}
         if args.get("retain_versions") is not None:
             params["retain_versions"] = args["retain_versions"]
         r = cleanup(t, params)
+        if old is None:
+            row["reason"] = rules.cleanup_reason(list(range(r["old_versions"])), args["older_than"], retain)
         row.update(ran=True, version=r["version"],
                    outcome=f"{r['old_versions']} versions, {r['data_files_removed']} data files, "
                            f"{r['bytes_removed']:,} bytes removed")
@@ -133,17 +143,20 @@ STEPS: dict[str, Callable[..., dict[str, Any]]] = {
 
 
 def run_step(step: str, t: Target, args: dict[str, Any], runner: Any, dry: bool,
-             ds: lance.LanceDataset | None = None) -> dict[str, Any]:
+             ds: lance.LanceDataset | None = None, due: bool = False) -> dict[str, Any]:
     """One step of ``t``: its row (``step``, ``ran``, ``reason``, ``version``, ``outcome``,
     ``elapsed_ms``, and step figures such as ``bytes_rewritten``). ``ds``: the table already
-    open at the version the step should look at (else the step opens it)."""
+    open at the version the step should look at (else the step opens it). ``due``: the
+    caller's health (read during this call) found the cleanup step due (see
+    :func:`cleanup_step`); the other steps decide from ``ds`` as always."""
     # tests only: a moment with no Spark job running; a cancel that came during it stops here
     why = cancellation.reason() if hooks.driver_pause() else None
     if why:
         raise cancellation.Cancelled(f"table {t.table}: the {step} step was not started: the statement "
                                      f"was cancelled ({why})")
     clock = time.monotonic()
-    row = STEPS[step](t, args, runner, dry, ds)
+    row = STEPS[step](t, args, runner, dry, ds, due=True) if due and step == "cleanup" \
+        else STEPS[step](t, args, runner, dry, ds)
     row["elapsed_ms"] = int((time.monotonic() - clock) * 1000)
     return row
 

@@ -72,6 +72,7 @@ class Table:
     cancelled: str | None = None  # why a step of it was cancelled
     rows: list[dict[str, Any]] = field(default_factory=list)
     sort_order: str | None = None  # the call's sort_order (clustering/table_clustering.py)
+    ds: Any = None  # the evaluation's open of the table, for its first step (dropped once done)
 
     @property
     def score(self) -> int | None:
@@ -147,7 +148,8 @@ def _evaluate(t: Table, call_args: dict[str, Any], settings: dict[str, str], cat
     try:
         ds = t.target.open()
         policy = resolve_policy(call_args, ds.config() or {}, settings, t.target.table, catalog)
-        health = table_health(ds, policy)
+        # no history lookup: neither the score nor what is due depends on the last compaction
+        health = table_health(ds, policy, history=False)
         if "compact" in health.due:
             estimate = _compaction_bytes(ds, policy)
     except Exception as e:  # unreadable table, invalid policy: its row says so
@@ -158,6 +160,7 @@ def _evaluate(t: Table, call_args: dict[str, Any], settings: dict[str, str], cat
                 return
             budget.evaluated += 1
     t.policy, t.health, t.error, t.estimate = policy, health, error, estimate
+    t.ds = ds if error is None else None
     t.evaluated_ms = int((time.monotonic() - clock) * 1000)
 
 
@@ -179,7 +182,10 @@ def _maintain(t: Table, jobs: SharedJobs, dry: bool, budget: Budget, chosen: int
     cancel of the statement (``probe``, the request's) stops every table before its next step;
     a spent ``max_duration`` starts no further step."""
     with cancellation.serving(probe):
-        _maintain_steps(t, jobs, dry, budget, chosen)
+        try:
+            _maintain_steps(t, jobs, dry, budget, chosen)
+        finally:
+            t.ds = None  # the table is done: its open (its manifest) is not kept for the rest of the run
 
 
 def _maintain_steps(t: Table, jobs: SharedJobs, dry: bool, budget: Budget, chosen: int) -> None:
@@ -193,6 +199,10 @@ def _maintain_steps(t: Table, jobs: SharedJobs, dry: bool, budget: Budget, chose
     args = t.args()
     failed = None
     changed = False  # whether a step of this call changed the table (health no longer says)
+    # The open the next step looks at: the evaluation's, until a compaction commits (its run
+    # commits through an open of its own: the next step opens the table afresh); Lance moves
+    # an open to the version optimize_indices commits, and cleanup commits nothing.
+    ds = t.ds
     for step in STEPS:
         if failed is None and cancellation.reason():
             failed = "cancelled"
@@ -212,10 +222,16 @@ def _maintain_steps(t: Table, jobs: SharedJobs, dry: bool, budget: Budget, chose
         if step == "compact":
             jobs.expect()
         try:
-            row = run_step(step, t.target, args, jobs, dry)
+            if ds is None and not (step == "cleanup" and step in t.health.due):
+                ds = t.target.open()
+            # cleanup found due by health stays due (only time and newer versions came since)
+            row = run_step(step, t.target, args, jobs, dry, ds, due=step in t.health.due)
             row["error"] = None
+            if step == "compact" and row["ran"]:
+                ds = None
         except Exception as e:
             failed = step
+            ds = None  # what the failed step left is read afresh
             if isinstance(e, cancellation.Cancelled):
                 t.cancelled, failed = "a Spark job of its maintenance was cancelled", "cancelled"
                 cancellation.cancel(t.cancelled)  # every other table stops at its next check too
@@ -230,7 +246,10 @@ def _maintain_steps(t: Table, jobs: SharedJobs, dry: bool, budget: Budget, chose
         t.rows.append(row)
     if not dry:
         try:
-            t.health_after = table_health(t.target.open(), t.policy).score
+            # the last step's open: at the table's version (cleanup commits nothing); its
+            # versions and indices are read afresh
+            t.health_after = table_health(ds if ds is not None else t.target.open(), t.policy,
+                                          history=False).score
         except Exception as e:
             log.warning("maintain_warehouse: table %s: health after: %s", t.target.table,
                         _error_text(e, t.target.storage_options))
