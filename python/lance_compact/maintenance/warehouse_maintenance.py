@@ -301,6 +301,14 @@ def plan_tables(tables: list[Table], args: dict[str, Any], excluded: set[str],
     return chosen
 
 
+def listed_namespaces(request: Envelope) -> str:
+    """How many namespaces the catalog listed to find the request's tables (a namespace
+    argument or a pushed namespace filter lists only those), as the log lines say it; empty
+    when the JVM did not say."""
+    n = request.extras.get("listed_namespaces")
+    return f"; the catalog listed {n} namespaces" if isinstance(n, int) and not isinstance(n, bool) else ""
+
+
 def _call_start(extras: Mapping[str, Any], received: float) -> float:
     """The call's start on this process's monotonic clock: the JVM's ``started_at_ms`` (epoch
     ms, when it sends one: binding and listing the tables took time before the request came)
@@ -350,7 +358,8 @@ def maintain_warehouse(request: Envelope, run_packed: Callable) -> list[Table]:
                 t.error = _error_text(f.exception(), storage)
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
-    log.info("maintain_warehouse: %d tables evaluated in %d ms", budget.evaluated, (time.monotonic() - started) * 1000)
+    log.info("maintain_warehouse: %d tables evaluated in %d ms%s", budget.evaluated,
+             (time.monotonic() - started) * 1000, listed_namespaces(request))
     with ThreadPoolExecutor(workers, thread_name_prefix="maintain-warehouse") as pool:
         chosen = plan_tables(tables, args, excluded, budget)
         log.info("maintain_warehouse: %d tables, %d due and chosen, %d threads", len(tables), len(chosen), workers)
