@@ -127,7 +127,7 @@ def table_health(ds: lance.LanceDataset, policy: Policy, now: datetime | None = 
     target = thresholds.target
     min_small = int(policy.get("min_small_fragments"))
     metas = [f.metadata for f in ds.get_fragments()]
-    clustering = measure_table(ds)  # the table's own clustering (CLUSTER BY), if it has one
+    clustering = measure_table(ds, metas)  # the table's own clustering (CLUSTER BY), if it has one
     need = rules.compaction_need(metas, thresholds, min_small, clustering.unclustered_share,
                                  clustering.clustered_ids)
     compact, small, heavy = need.due, need.small, need.heavy

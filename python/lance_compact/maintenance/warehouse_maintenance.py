@@ -139,7 +139,7 @@ class Budget:
 
 
 def _evaluate(t: Table, call_args: dict[str, Any], settings: dict[str, str], catalog: str,
-              budget: Budget | None = None) -> None:
+              budget: Budget | None = None, estimate_bytes: bool = True) -> None:
     if budget is not None and budget.spent():
         return  # t.health stays None: plan_tables leaves it, saying why
     clock = time.monotonic()
@@ -150,7 +150,7 @@ def _evaluate(t: Table, call_args: dict[str, Any], settings: dict[str, str], cat
         policy = resolve_policy(call_args, ds.config() or {}, settings, t.target.table, catalog)
         # no history lookup: neither the score nor what is due depends on the last compaction
         health = table_health(ds, policy, history=False)
-        if "compact" in health.due:
+        if "compact" in health.due and estimate_bytes:  # only max_bytes asks (reads every fragment's metadata)
             estimate = _compaction_bytes(ds, policy)
     except Exception as e:  # unreadable table, invalid policy: its row says so
         error = _error_text(e, t.target.storage_options)
@@ -222,10 +222,13 @@ def _maintain_steps(t: Table, jobs: SharedJobs, dry: bool, budget: Budget, chose
         if step == "compact":
             jobs.expect()
         try:
-            if ds is None and not (step == "cleanup" and step in t.health.due):
+            # What health decided stands for compaction on the evaluation's own open (nothing
+            # of this call changed the table before it) and for cleanup (old versions stay old).
+            decided = t.health.reasons[step] if step in t.health.due and (
+                step == "cleanup" or (step == "compact" and ds is not None and ds is t.ds)) else None
+            if ds is None and not (step == "cleanup" and decided):
                 ds = t.target.open()
-            # cleanup found due by health stays due (only time and newer versions came since)
-            row = run_step(step, t.target, args, jobs, dry, ds, due=step in t.health.due)
+            row = run_step(step, t.target, args, jobs, dry, ds, decided=decided)
             row["error"] = None
             if step == "compact" and row["ran"]:
                 ds = None
@@ -349,7 +352,8 @@ def maintain_warehouse(request: Envelope, run_packed: Callable) -> list[Table]:
     pool = ThreadPoolExecutor(max(1, min(METADATA_THREADS, len(evaluated))),
                               thread_name_prefix="maintain-warehouse-evaluate")
     try:
-        reads = [pool.submit(_evaluate, t, call_args, settings, catalog, budget) for t in evaluated]
+        reads = [pool.submit(_evaluate, t, call_args, settings, catalog, budget, args.get("max_bytes") is not None)
+                 for t in evaluated]
         wait(reads, timeout=budget.remaining())
         with budget.lock:
             budget.closed = True
