@@ -312,6 +312,13 @@ def listed_namespaces(request: Envelope) -> str:
     return f"; the catalog listed {n} namespaces" if isinstance(n, int) and not isinstance(n, bool) else ""
 
 
+# The lanes' threads, kept between requests: py4j gives each thread that calls the JVM (the
+# cancel checks) a connection of its own -- a socket, a handshake and a JVM thread -- so
+# fresh threads per request would open up to ``parallelism`` new ones each time. Bounded by
+# the largest parallelism; lanes of concurrent requests beyond it wait their turn.
+_LANES = ThreadPoolExecutor(256, thread_name_prefix="maintain-warehouse")
+
+
 def _call_start(extras: Mapping[str, Any], received: float) -> float:
     """The call's start on this process's monotonic clock: the JVM's ``started_at_ms`` (epoch
     ms, when it sends one: binding and listing the tables took time before the request came)
@@ -364,19 +371,30 @@ def maintain_warehouse(request: Envelope, run_packed: Callable) -> list[Table]:
         pool.shutdown(wait=False, cancel_futures=True)
     log.info("maintain_warehouse: %d tables evaluated in %d ms%s", budget.evaluated,
              (time.monotonic() - started) * 1000, listed_namespaces(request))
-    with ThreadPoolExecutor(workers, thread_name_prefix="maintain-warehouse") as pool:
-        chosen = plan_tables(tables, args, excluded, budget)
-        log.info("maintain_warehouse: %d tables, %d due and chosen, %d threads", len(tables), len(chosen), workers)
-        jobs = SharedJobs(run_packed)
-        finished = threading.Event()
-        probe = cancellation.current_probe()
-        futures = [pool.submit(_maintain, t, jobs, dry, budget, len(chosen), probe) for t in chosen]
-        waiter = threading.Thread(target=lambda: ([f.exception() for f in futures], finished.set()), daemon=True)
-        waiter.start()
-        jobs.serve(finished)  # on this thread: the Spark jobs run under the caller's job group
-        for t, f in zip(chosen, futures):
-            if f.exception() is not None:  # our bug: the table's row says so
-                t.skip("failed", _error_text(f.exception(), storage))
+    chosen = plan_tables(tables, args, excluded, budget)
+    log.info("maintain_warehouse: %d tables, %d due and chosen, %d threads", len(tables), len(chosen), workers)
+    jobs = SharedJobs(run_packed)
+    finished = threading.Event()
+    probe = cancellation.current_probe()
+    waiting = list(reversed(chosen))  # popped from the end: the run's order
+    lock = threading.Lock()
+
+    def lane() -> None:
+        """One of ``parallelism`` lanes: the next table in order, until none is left."""
+        while True:
+            with lock:
+                if not waiting:
+                    return
+                t = waiting.pop()
+            try:
+                _maintain(t, jobs, dry, budget, len(chosen), probe)
+            except Exception as e:  # our bug: the table's row says so
+                t.skip("failed", _error_text(e, storage))
+
+    lanes = [_LANES.submit(lane) for _ in range(min(workers, len(chosen)))]
+    waiter = threading.Thread(target=lambda: ([f.exception() for f in lanes], finished.set()), daemon=True)
+    waiter.start()
+    jobs.serve(finished)  # on this thread: the Spark jobs run under the caller's job group
     log.info("maintain_warehouse: %d shared rewrite jobs, %d tasks", jobs.jobs, jobs.tasks)
     why = cancellation.reason() or next((t.cancelled for t in chosen if t.cancelled), None)
     if why:
