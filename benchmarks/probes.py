@@ -308,8 +308,8 @@ def probe_warehouse_session(work: Path, repeat: int) -> dict:
             f"CALL lance.maintain(table => '{ns}.{n}', older_than => '0 seconds')").collect()]
 
     def together(ns: str) -> list:
-        return spark.sql(f"CALL lance.maintain_warehouse(namespace => '{ns}', older_than => '0 seconds', "
-                         f"parallelism => 16)").collect()
+        # what a user runs: the defaults (parallelism included)
+        return spark.sql(f"CALL lance.maintain_warehouse(namespace => '{ns}', older_than => '0 seconds')").collect()
 
     fresh("warm1"), fresh("warm2")  # warm: engine, workers, both code paths
     loop("warm1"), together("warm2")

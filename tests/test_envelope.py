@@ -30,7 +30,7 @@ def test_a_warehouse_request_lists_its_tables_in_one_shape():
         {"namespace": "db", "table": "a", "uri": "/wh/db/a.lance"}]})
     assert e.target is None and e.where == "namespace db"
     assert e.tables == (TableEntry("db", "a", "/wh/db/a.lance"),) and e.tables[0].qualified == "db.a"
-    assert e.args["parallelism"] == 16 and e.args["dry_run"] is False
+    assert e.args["parallelism"] == 64 and e.args["dry_run"] is False
     assert e.catalog is None and e.catalog_name == DEFAULT_CATALOG
     with pytest.raises(CompactionError, match="tables must be objects with table and uri"):
         Envelope.parse("table_health", {"tables": [["db", "a", "/wh/db/a.lance"]]})  # the old array shape

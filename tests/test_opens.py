@@ -81,3 +81,46 @@ def test_a_dry_run_opens_the_table_once(tmp_path, opens):
     rows = dry_run(request)
     assert opens["n"] == 1
     assert [r[4] for r in rows] == [5, 5]  # two tasks of 5 fragments each
+
+
+def _in_this_process(tasks: list):
+    """maintain_warehouse's packed rewrite jobs, run here: each task by the code a Spark
+    executor runs (execute_task, one open each, counted in ``tasks``), so the driver's opens
+    are counted without Spark."""
+    from lance_compact.compaction.execute import execute_task
+
+    def run_packed(entries):
+        out = [([execute_task(r.table, r.uri, dict(r.storage_options), tid, tj)
+                 for tid, tj in zip(b.ids, b.tasks)], None, False) for r, b, _ in entries]
+        tasks.extend(o for done, _, _ in out for o in done)
+        return out
+    return run_packed
+
+
+def test_maintain_warehouse_opens_each_table_once_per_change(tmp_path, opens):
+    from oracle import batch, degraded_table
+    from lance_compact.maintenance.warehouse_maintenance import maintain_warehouse_rows
+
+    tables = []
+    for i in range(3):
+        uri = str(tmp_path / "ns" / f"t{i}.lance")
+        ds = degraded_table(uri, fragments=12, rows_per_fragment=20, seed=i)
+        if i == 0:
+            ds.create_scalar_index("id", "BTREE")
+            lance.write_dataset(batch(10_000, 20), uri, mode="append")
+        tables.append({"namespace": "ns", "table": f"t{i}", "uri": uri})
+    before = {f"ns.{t['table']}": lance.dataset(t["uri"]).to_table().sort_by("id") for t in tables}
+    request = Envelope.parse("maintain_warehouse", {"tables": tables, "params": {"older_than": "0 seconds"}})
+    opens["n"] = 0
+    tasks: list = []
+    rows = maintain_warehouse_rows(request, _in_this_process(tasks))
+    ran = {(r[0], r[1]) for r in rows if r[2]}
+    assert {t for t, _ in ran} == set(before) and ("ns.t0", "optimize_indices") in ran
+    # the driver's, per table: the evaluation's (reused by compaction's decision), one in
+    # compaction's run (orchestrate.py: the table's clustering and its plan), the open after its
+    # commit (reused by optimize_indices, cleanup's decision and the health after), cleanup's
+    assert tasks and opens["n"] - len(tasks) == 4 * len(tables), opens["n"]  # was 8 per table
+    for t in tables:
+        after = lance.dataset(t["uri"])
+        assert after.to_table().sort_by("id").equals(before[f"ns.{t['table']}"])  # no row lost or made
+        assert len(after.versions()) == 1 and len(after.get_fragments()) <= 2  # compacted, cleaned up

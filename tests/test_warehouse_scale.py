@@ -45,6 +45,15 @@ def _opened(kind: str, since: int) -> list[str]:
     return sorted(x for x in lines[-1][2].split(", ") if x)
 
 
+def _listed(what: str, since: int) -> int:
+    """How many namespaces the catalog listed for the last ``what`` ('system table
+    table_health' or 'maintain_warehouse') after byte ``since`` of the engine's log."""
+    text = ENGINE_LOG.read_text()[since:]
+    counts = re.findall(rf"{what}: [^\n]*; the catalog listed (\d+) namespaces", text)
+    assert counts, text[-2000:]
+    return int(counts[-1])
+
+
 def _log_size() -> int:
     return ENGINE_LOG.stat().st_size if ENGINE_LOG.exists() else 0
 
@@ -120,6 +129,29 @@ def test_max_duration_counts_from_the_call_and_leaves_tables_unstarted(spark, ta
     for t in set(by) - ran:
         ns, name = t.split(".")
         assert lance.dataset(str(tables[(ns, name)])).version == before[(ns, name)]
+
+
+def test_a_namespace_filter_lists_only_that_namespace(spark, tables):
+    """table_health WHERE namespace = 'ns0' and maintain_warehouse(namespace => 'ns0') list
+    the warehouse's root and ns0 (or ns0 alone), not every namespace: the catalog says how many
+    it listed in the request and the engine's log shows it."""
+    since = _log_size()
+    everything = spark.sql(f"SELECT {STABLE} FROM lance.system.table_health").collect()
+    namespaces = {r.namespace for r in everything}
+    assert {"ns0", "ns1"} <= namespaces
+    assert _listed("system table table_health", since) >= 3  # the root, ns0, ns1 (and db, ...)
+    since = _log_size()
+    got = spark.sql(f"SELECT {STABLE} FROM lance.system.table_health WHERE namespace = 'ns0'").collect()
+    assert sorted(got) == sorted(r for r in everything if r.namespace == "ns0") and len(got) == 6
+    assert _listed("system table table_health", since) == 2  # the root and ns0 (was every namespace)
+    assert len(_opened("table_health", since)) == 6
+    since = _log_size()
+    rows = spark.sql("CALL lance.maintain_warehouse(namespace => 'ns0', dry_run => true)").collect()
+    assert {r.table.split(".")[0] for r in rows} == {"ns0"}
+    assert _listed("maintain_warehouse", since) == 1  # ns0 only (was every namespace)
+    since = _log_size()
+    assert spark.sql("SELECT * FROM lance.system.table_health WHERE namespace = 'nope'").collect() == []
+    assert _listed("system table table_health", since) == 1  # the root only
 
 
 def test_dry_run_reports_the_health_decisions(spark, tables):
@@ -199,6 +231,11 @@ def test_on_s3_health_agrees_and_filters_read_only_what_is_asked(spark, s3):
                     "WHERE namespace = 'b' AND `table` IN ('t1', 'zz')").collect()
     assert got == [r for r in everything if r.namespace == "b" and r.table == "t1"]
     assert _opened("table_health", since) == ["b.t1"]
+    assert _listed("system table table_health", since) == 2  # the root and b, not a
+    since = _log_size()
+    rows = spark.sql("CALL scales3.maintain_warehouse(namespace => 'b', dry_run => true)").collect()
+    assert {r.table for r in rows} == {"b.t0", "b.t1"} and not [r for r in rows if r.ran]
+    assert _listed("maintain_warehouse", since) == 1
     history = spark.sql("SELECT * FROM scales3.system.maintenance_history").collect()
     since = _log_size()
     got = spark.sql("SELECT * FROM scales3.system.maintenance_history "

@@ -23,6 +23,7 @@ from typing import Any, Callable, Sequence
 
 from ..errors import CompactionError
 from ..maintenance.health import METADATA_THREADS, table_health
+from ..maintenance.warehouse_maintenance import listed_namespaces
 from .metadata_tables import micros, version_records
 from ..options import columns_ddl, result_columns
 from ..maintenance.policy import resolve_policy
@@ -70,8 +71,9 @@ def _each_table(request: Envelope, rows_of: Callable[[str, str, str], list[dict[
     storage = dict(request.storage_options)
     # The tables opened, by name: with a filter pushed down, the test reads this line to see
     # that only the tables asked for were read.
-    log.info("system table %s: opening %d of %d listed tables%s", kind, len(tables), len(request.tables),
-             f" ({', '.join(f'{ns}.{t}' for ns, t, _ in tables)})" if filters else "")
+    log.info("system table %s: opening %d of %d listed tables%s%s", kind, len(tables), len(request.tables),
+             f" ({', '.join(f'{ns}.{t}' for ns, t, _ in tables)})" if filters else "",
+             listed_namespaces(request))
 
     def one(t: tuple) -> list[dict[str, Any]]:
         namespace, name, uri = t

@@ -111,11 +111,15 @@ def _score(parts: Mapping[str, Any], due: list[str]) -> int:
     return max(0, min(100, round(100 - penalty)))
 
 
-def table_health(ds: lance.LanceDataset, policy: Policy, now: datetime | None = None) -> Health:
+def table_health(ds: lance.LanceDataset, policy: Policy, now: datetime | None = None,
+                 history: bool = True) -> Health:
     """The health of ``ds`` under ``policy`` (see the module's doc for the rules and the
     score). Pure: reads metadata only, writes nothing. ``parts['reclaimable_bytes']`` is
     always None: the bytes only old versions hold are not in the current manifest, and
-    finding them means reading every old manifest."""
+    finding them means reading every old manifest. ``history=False``: the last compaction
+    is not looked up (``last_compacted_version`` and ``hours_since_compaction`` are None):
+    neither the score nor what is due depends on it, and finding it reads transactions
+    (maintain_warehouse's evaluation skips it)."""
     now = (now or datetime.now(timezone.utc)).astimezone(timezone.utc)
     table = policy.table
     config = ds.config() or {}
@@ -123,7 +127,7 @@ def table_health(ds: lance.LanceDataset, policy: Policy, now: datetime | None = 
     target = thresholds.target
     min_small = int(policy.get("min_small_fragments"))
     metas = [f.metadata for f in ds.get_fragments()]
-    clustering = measure_table(ds)  # the table's own clustering (CLUSTER BY), if it has one
+    clustering = measure_table(ds, metas)  # the table's own clustering (CLUSTER BY), if it has one
     need = rules.compaction_need(metas, thresholds, min_small, clustering.unclustered_share,
                                  clustering.clustered_ids)
     compact, small, heavy = need.due, need.small, need.heavy
@@ -142,7 +146,7 @@ def table_health(ds: lance.LanceDataset, policy: Policy, now: datetime | None = 
     old = reclaimable(versions, older_than, retain, now, table)
 
     # its version only (its counts would open two more manifests), from the versions read above
-    last = last_compaction_version(ds, versions)
+    last = last_compaction_version(ds, versions) if history else None
     hours = None
     if last is not None:
         when = next((v["timestamp"] for v in versions if v["version"] == last), None)

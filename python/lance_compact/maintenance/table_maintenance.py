@@ -48,24 +48,30 @@ def _args(call: dict[str, Any], t: Target, ds: lance.LanceDataset) -> dict[str, 
 
 
 def compact_step(t: Target, args: dict[str, Any], runner: Any, dry: bool,
-                 ds: lance.LanceDataset | None = None) -> dict[str, Any]:
+                 ds: lance.LanceDataset | None = None, decided: str | None = None) -> dict[str, Any]:
     """Compaction when due; ``runner`` runs its rewrite tasks (a BatchRunner). ``ds``: the
     table as the caller just opened it (else opened here); the compaction plans on its own
-    fresh open."""
+    fresh open. ``decided``: the caller's health found it due reading this same ``ds`` with
+    the same policy (health.py decides by the same rule), and said so in these words: not
+    decided again (unless the call gives a sort_order, which health does not know)."""
     ds = ds if ds is not None else t.open()
     given = {"target_rows_per_fragment": args["target_rows_per_fragment"]} \
         if args.get("target_rows_per_fragment") is not None else {}
-    # the one rule (compaction/rules.py), so that a table's health and its maintenance agree
-    # the table's own clustering counts unless the call gives a sort_order of its own (or 'none')
-    clustering = measure_table(ds) if args.get("sort_order") is None else None
-    need = rules.compaction_need([f.metadata for f in ds.get_fragments()],
-                                 rules.Thresholds.of_maintenance(ds.config() or {}, args),
-                                 args["min_small_fragments"],
-                                 clustering.unclustered_share if clustering else None,
-                                 clustering.clustered_ids if clustering else frozenset())
+    if decided is not None and args.get("sort_order") is None:
+        due, reason = True, decided
+    else:
+        # the one rule (compaction/rules.py), so that a table's health and its maintenance agree
+        # the table's own clustering counts unless the call gives a sort_order of its own (or 'none')
+        metas = [f.metadata for f in ds.get_fragments()]
+        clustering = measure_table(ds, metas) if args.get("sort_order") is None else None
+        need = rules.compaction_need(metas, rules.Thresholds.of_maintenance(ds.config() or {}, args),
+                                     args["min_small_fragments"],
+                                     clustering.unclustered_share if clustering else None,
+                                     clustering.clustered_ids if clustering else frozenset())
+        due, reason = need.due, need.reason
     row = {"step": "compact", "ran": False, "version": ds.version, "outcome": None, "bytes_rewritten": 0,
-           "reason": need.reason}
-    if need.due and not dry:
+           "reason": reason}
+    if due and not dry:
         params: dict[str, Any] = dict(given)
         options: dict[str, Any] = {}
         strategy = None
@@ -90,7 +96,7 @@ def compact_step(t: Target, args: dict[str, Any], runner: Any, dry: bool,
 
 
 def optimize_indices_step(t: Target, args: dict[str, Any], runner: Any, dry: bool,
-                          ds: lance.LanceDataset | None = None) -> dict[str, Any]:
+                          ds: lance.LanceDataset | None = None, decided: str | None = None) -> dict[str, Any]:
     """Lance's index optimization when an index leaves enough fragments unindexed."""
     ds = ds if ds is not None else t.open()
     state = index_state(ds)
@@ -107,19 +113,29 @@ def optimize_indices_step(t: Target, args: dict[str, Any], runner: Any, dry: boo
 
 
 def cleanup_step(t: Target, args: dict[str, Any], runner: Any, dry: bool,
-                 ds: lance.LanceDataset | None = None) -> dict[str, Any]:
-    """Lance's cleanup when versions are older than ``older_than``."""
-    ds = ds if ds is not None else t.open()
+                 ds: lance.LanceDataset | None = None, decided: str | None = None) -> dict[str, Any]:
+    """Lance's cleanup when versions are older than ``older_than``. ``decided``: the caller's
+    health of this table (read during this call) found such versions: they still are (time
+    only ages them, and newer versions only push older ones out of ``retain_versions``), so
+    Lance's cleanup runs without every manifest being read for the decision first, and the
+    reason counts the versions it removed."""
     retain = args.get("retain_versions")
-    cutoff = datetime.now(timezone.utc) - parse_older_than(args["older_than"], t.table)
-    old = rules.reclaimable(ds.versions(), cutoff, retain)
-    row = {"step": "cleanup", "ran": False, "version": ds.version, "outcome": None,
-           "reason": rules.cleanup_reason(old, args["older_than"], retain)}
-    if old and not dry:
+    if decided is not None and not dry:
+        row = {"step": "cleanup", "ran": False, "version": None, "outcome": None}
+        old: list[int] | None = None
+    else:
+        ds = ds if ds is not None else t.open()
+        cutoff = datetime.now(timezone.utc) - parse_older_than(args["older_than"], t.table)
+        old = rules.reclaimable(ds.versions(), cutoff, retain)
+        row = {"step": "cleanup", "ran": False, "version": ds.version, "outcome": None,
+               "reason": rules.cleanup_reason(old, args["older_than"], retain)}
+    if (old or old is None) and not dry:
         params = {"older_than": args["older_than"]}
         if args.get("retain_versions") is not None:
             params["retain_versions"] = args["retain_versions"]
         r = cleanup(t, params)
+        if old is None:
+            row["reason"] = rules.cleanup_reason(list(range(r["old_versions"])), args["older_than"], retain)
         row.update(ran=True, version=r["version"],
                    outcome=f"{r['old_versions']} versions, {r['data_files_removed']} data files, "
                            f"{r['bytes_removed']:,} bytes removed")
@@ -133,17 +149,19 @@ STEPS: dict[str, Callable[..., dict[str, Any]]] = {
 
 
 def run_step(step: str, t: Target, args: dict[str, Any], runner: Any, dry: bool,
-             ds: lance.LanceDataset | None = None) -> dict[str, Any]:
+             ds: lance.LanceDataset | None = None, decided: str | None = None) -> dict[str, Any]:
     """One step of ``t``: its row (``step``, ``ran``, ``reason``, ``version``, ``outcome``,
     ``elapsed_ms``, and step figures such as ``bytes_rewritten``). ``ds``: the table already
-    open at the version the step should look at (else the step opens it)."""
+    open at the version the step should look at (else the step opens it). ``decided``: the
+    caller's health found the step due, and why (see :func:`compact_step` and
+    :func:`cleanup_step` for when that stands; optimize_indices decides again)."""
     # tests only: a moment with no Spark job running; a cancel that came during it stops here
     why = cancellation.reason() if hooks.driver_pause() else None
     if why:
         raise cancellation.Cancelled(f"table {t.table}: the {step} step was not started: the statement "
                                      f"was cancelled ({why})")
     clock = time.monotonic()
-    row = STEPS[step](t, args, runner, dry, ds)
+    row = STEPS[step](t, args, runner, dry, ds, decided=decided)
     row["elapsed_ms"] = int((time.monotonic() - clock) * 1000)
     return row
 

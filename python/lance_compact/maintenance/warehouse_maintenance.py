@@ -72,6 +72,7 @@ class Table:
     cancelled: str | None = None  # why a step of it was cancelled
     rows: list[dict[str, Any]] = field(default_factory=list)
     sort_order: str | None = None  # the call's sort_order (clustering/table_clustering.py)
+    ds: Any = None  # the evaluation's open of the table, for its first step (dropped once done)
 
     @property
     def score(self) -> int | None:
@@ -138,7 +139,7 @@ class Budget:
 
 
 def _evaluate(t: Table, call_args: dict[str, Any], settings: dict[str, str], catalog: str,
-              budget: Budget | None = None) -> None:
+              budget: Budget | None = None, estimate_bytes: bool = True) -> None:
     if budget is not None and budget.spent():
         return  # t.health stays None: plan_tables leaves it, saying why
     clock = time.monotonic()
@@ -147,8 +148,9 @@ def _evaluate(t: Table, call_args: dict[str, Any], settings: dict[str, str], cat
     try:
         ds = t.target.open()
         policy = resolve_policy(call_args, ds.config() or {}, settings, t.target.table, catalog)
-        health = table_health(ds, policy)
-        if "compact" in health.due:
+        # no history lookup: neither the score nor what is due depends on the last compaction
+        health = table_health(ds, policy, history=False)
+        if "compact" in health.due and estimate_bytes:  # only max_bytes asks (reads every fragment's metadata)
             estimate = _compaction_bytes(ds, policy)
     except Exception as e:  # unreadable table, invalid policy: its row says so
         error = _error_text(e, t.target.storage_options)
@@ -158,6 +160,7 @@ def _evaluate(t: Table, call_args: dict[str, Any], settings: dict[str, str], cat
                 return
             budget.evaluated += 1
     t.policy, t.health, t.error, t.estimate = policy, health, error, estimate
+    t.ds = ds if error is None else None
     t.evaluated_ms = int((time.monotonic() - clock) * 1000)
 
 
@@ -179,7 +182,10 @@ def _maintain(t: Table, jobs: SharedJobs, dry: bool, budget: Budget, chosen: int
     cancel of the statement (``probe``, the request's) stops every table before its next step;
     a spent ``max_duration`` starts no further step."""
     with cancellation.serving(probe):
-        _maintain_steps(t, jobs, dry, budget, chosen)
+        try:
+            _maintain_steps(t, jobs, dry, budget, chosen)
+        finally:
+            t.ds = None  # the table is done: its open (its manifest) is not kept for the rest of the run
 
 
 def _maintain_steps(t: Table, jobs: SharedJobs, dry: bool, budget: Budget, chosen: int) -> None:
@@ -193,6 +199,10 @@ def _maintain_steps(t: Table, jobs: SharedJobs, dry: bool, budget: Budget, chose
     args = t.args()
     failed = None
     changed = False  # whether a step of this call changed the table (health no longer says)
+    # The open the next step looks at: the evaluation's, until a compaction commits (its run
+    # commits through an open of its own: the next step opens the table afresh); Lance moves
+    # an open to the version optimize_indices commits, and cleanup commits nothing.
+    ds = t.ds
     for step in STEPS:
         if failed is None and cancellation.reason():
             failed = "cancelled"
@@ -212,10 +222,19 @@ def _maintain_steps(t: Table, jobs: SharedJobs, dry: bool, budget: Budget, chose
         if step == "compact":
             jobs.expect()
         try:
-            row = run_step(step, t.target, args, jobs, dry)
+            # What health decided stands for compaction on the evaluation's own open (nothing
+            # of this call changed the table before it) and for cleanup (old versions stay old).
+            decided = t.health.reasons[step] if step in t.health.due and (
+                step == "cleanup" or (step == "compact" and ds is not None and ds is t.ds)) else None
+            if ds is None and not (step == "cleanup" and decided):
+                ds = t.target.open()
+            row = run_step(step, t.target, args, jobs, dry, ds, decided=decided)
             row["error"] = None
+            if step == "compact" and row["ran"]:
+                ds = None
         except Exception as e:
             failed = step
+            ds = None  # what the failed step left is read afresh
             if isinstance(e, cancellation.Cancelled):
                 t.cancelled, failed = "a Spark job of its maintenance was cancelled", "cancelled"
                 cancellation.cancel(t.cancelled)  # every other table stops at its next check too
@@ -230,7 +249,10 @@ def _maintain_steps(t: Table, jobs: SharedJobs, dry: bool, budget: Budget, chose
         t.rows.append(row)
     if not dry:
         try:
-            t.health_after = table_health(t.target.open(), t.policy).score
+            # the last step's open: at the table's version (cleanup commits nothing); its
+            # versions and indices are read afresh
+            t.health_after = table_health(ds if ds is not None else t.target.open(), t.policy,
+                                          history=False).score
         except Exception as e:
             log.warning("maintain_warehouse: table %s: health after: %s", t.target.table,
                         _error_text(e, t.target.storage_options))
@@ -282,6 +304,21 @@ def plan_tables(tables: list[Table], args: dict[str, Any], excluded: set[str],
     return chosen
 
 
+def listed_namespaces(request: Envelope) -> str:
+    """How many namespaces the catalog listed to find the request's tables (a namespace
+    argument or a pushed namespace filter lists only those), as the log lines say it; empty
+    when the JVM did not say."""
+    n = request.extras.get("listed_namespaces")
+    return f"; the catalog listed {n} namespaces" if isinstance(n, int) and not isinstance(n, bool) else ""
+
+
+# The lanes' threads, kept between requests: py4j gives each thread that calls the JVM (the
+# cancel checks) a connection of its own -- a socket, a handshake and a JVM thread -- so
+# fresh threads per request would open up to ``parallelism`` new ones each time. Bounded by
+# the largest parallelism; lanes of concurrent requests beyond it wait their turn.
+_LANES = ThreadPoolExecutor(256, thread_name_prefix="maintain-warehouse")
+
+
 def _call_start(extras: Mapping[str, Any], received: float) -> float:
     """The call's start on this process's monotonic clock: the JVM's ``started_at_ms`` (epoch
     ms, when it sends one: binding and listing the tables took time before the request came)
@@ -322,7 +359,8 @@ def maintain_warehouse(request: Envelope, run_packed: Callable) -> list[Table]:
     pool = ThreadPoolExecutor(max(1, min(METADATA_THREADS, len(evaluated))),
                               thread_name_prefix="maintain-warehouse-evaluate")
     try:
-        reads = [pool.submit(_evaluate, t, call_args, settings, catalog, budget) for t in evaluated]
+        reads = [pool.submit(_evaluate, t, call_args, settings, catalog, budget, args.get("max_bytes") is not None)
+                 for t in evaluated]
         wait(reads, timeout=budget.remaining())
         with budget.lock:
             budget.closed = True
@@ -331,20 +369,32 @@ def maintain_warehouse(request: Envelope, run_packed: Callable) -> list[Table]:
                 t.error = _error_text(f.exception(), storage)
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
-    log.info("maintain_warehouse: %d tables evaluated in %d ms", budget.evaluated, (time.monotonic() - started) * 1000)
-    with ThreadPoolExecutor(workers, thread_name_prefix="maintain-warehouse") as pool:
-        chosen = plan_tables(tables, args, excluded, budget)
-        log.info("maintain_warehouse: %d tables, %d due and chosen, %d threads", len(tables), len(chosen), workers)
-        jobs = SharedJobs(run_packed)
-        finished = threading.Event()
-        probe = cancellation.current_probe()
-        futures = [pool.submit(_maintain, t, jobs, dry, budget, len(chosen), probe) for t in chosen]
-        waiter = threading.Thread(target=lambda: ([f.exception() for f in futures], finished.set()), daemon=True)
-        waiter.start()
-        jobs.serve(finished)  # on this thread: the Spark jobs run under the caller's job group
-        for t, f in zip(chosen, futures):
-            if f.exception() is not None:  # our bug: the table's row says so
-                t.skip("failed", _error_text(f.exception(), storage))
+    log.info("maintain_warehouse: %d tables evaluated in %d ms%s", budget.evaluated,
+             (time.monotonic() - started) * 1000, listed_namespaces(request))
+    chosen = plan_tables(tables, args, excluded, budget)
+    log.info("maintain_warehouse: %d tables, %d due and chosen, %d threads", len(tables), len(chosen), workers)
+    jobs = SharedJobs(run_packed)
+    finished = threading.Event()
+    probe = cancellation.current_probe()
+    waiting = list(reversed(chosen))  # popped from the end: the run's order
+    lock = threading.Lock()
+
+    def lane() -> None:
+        """One of ``parallelism`` lanes: the next table in order, until none is left."""
+        while True:
+            with lock:
+                if not waiting:
+                    return
+                t = waiting.pop()
+            try:
+                _maintain(t, jobs, dry, budget, len(chosen), probe)
+            except Exception as e:  # our bug: the table's row says so
+                t.skip("failed", _error_text(e, storage))
+
+    lanes = [_LANES.submit(lane) for _ in range(min(workers, len(chosen)))]
+    waiter = threading.Thread(target=lambda: ([f.exception() for f in lanes], finished.set()), daemon=True)
+    waiter.start()
+    jobs.serve(finished)  # on this thread: the Spark jobs run under the caller's job group
     log.info("maintain_warehouse: %d shared rewrite jobs, %d tasks", jobs.jobs, jobs.tasks)
     why = cancellation.reason() or next((t.cancelled for t in chosen if t.cancelled), None)
     if why:

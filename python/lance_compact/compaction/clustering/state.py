@@ -182,8 +182,9 @@ def measure(fragments: list[Any], config: dict[str, str] | None, order_text: str
                    sum(m.num_rows for m in unclustered), rows, frozenset(m.id for m in clustered))
 
 
-def measure_table(dataset: Any) -> Measure:
-    """The measure of ``dataset`` at its version, for the table's own clustering."""
+def measure_table(dataset: Any, metas: list | None = None) -> Measure:
+    """The measure of ``dataset`` at its version, for the table's own clustering; ``metas``:
+    its fragments' metadata when the caller read them already."""
     from .sort_order import parse_sort_order
     from .table_clustering import table_sort_order
     config = dataset.config() or {}
@@ -193,7 +194,7 @@ def measure_table(dataset: Any) -> Measure:
             text = parse_sort_order(text, "").text()
         except Exception:
             text = None
-    return measure([f.metadata for f in dataset.get_fragments()], config, text)
+    return measure(metas if metas is not None else [f.metadata for f in dataset.get_fragments()], config, text)
 
 
 def clustering_columns(dataset: Any, m: Measure | None = None) -> dict[str, Any]:

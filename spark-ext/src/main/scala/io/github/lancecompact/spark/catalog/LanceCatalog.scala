@@ -90,7 +90,10 @@ class LanceCatalog extends TableCatalog with SupportsNamespaces with ProcedureCa
 
   /** Every table under `namespace` (all of the warehouse when None), nested namespaces
    * included: (namespace, table, location), as lance.system.table_health lists them. */
-  def tablesUnder(namespace: Option[String]): Seq[(String, String, String)] = {
+  def tablesUnder(namespace: Option[String]): Seq[(String, String, String)] = listUnder(namespace)._1
+
+  /** [[tablesUnder]], with how many namespaces were listed: only `namespace`'s folders. */
+  def listUnder(namespace: Option[String]): (Seq[(String, String, String)], Int) = {
     namespace.foreach(Names.checkText(catalogName, "namespace", _))
     val start: Array[String] = namespace.map { n =>
       val parts = try CatalystSqlParser.parseMultipartIdentifier(n.trim) catch {
@@ -101,9 +104,10 @@ class LanceCatalog extends TableCatalog with SupportsNamespaces with ProcedureCa
       if (!warehouseRef.namespaceExists(local.toArray)) throw new NoSuchNamespaceException(local.toArray)
       local.toArray
     }.getOrElse(Array.empty)
-    warehouseRef.allTables().collect {
+    val listed = warehouseRef.tablesUnder(start)
+    (listed.tables.collect {
       case (ns, t, location) if ns.startsWith(start) => (ns.mkString("."), t, location)
-    }.sortBy { case (ns, t, _) => s"$ns.$t" }
+    }.sortBy { case (ns, t, _) => s"$ns.$t" }, listed.listings)
   }
 
   /** The location of a table argument: `namespace.table` of this catalog (optionally
@@ -185,7 +189,9 @@ class LanceCatalog extends TableCatalog with SupportsNamespaces with ProcedureCa
     if (ident.namespace.isEmpty) throw new NoSuchTableException(ident)
     if (ident.namespace.toSeq == Seq(SystemTable.Namespace) && SystemTable.Kinds.contains(ident.name)) {
       return new SystemTable(catalogName, ident.name,
-        () => warehouseRef.allTables().map { case (ns, t, l) => (ns.mkString("."), t, l) }, storage, maintain)
+        // a pushed namespace filter: only those namespaces are listed
+        (namespaces: Option[Set[String]]) => namespaces.map(warehouseRef.tablesOf)
+          .getOrElse(warehouseRef.tablesUnder(Array.empty)), storage, maintain)
     }
     metadataOf(ident).getOrElse(new LanceTable(ref(ident, warehouseRef.requireTable(ident))))
   }

@@ -18,14 +18,20 @@ import io.github.lancecompact.spark.procedures.OptionSpec
  * on `namespace`, `table` and (history) `version` are pushed down ([[SystemTableScanBuilder]]),
  * so the engine opens only the tables (and decodes only the versions) asked for.
  */
-final class SystemTable(catalogName: String, kind: String, tables: () => Seq[(String, String, String)],
+final class SystemTable(catalogName: String, kind: String, tables: Option[Set[String]] => Listed,
                         storage: Map[String, String], maintainSettings: Map[String, String]) extends Table with SupportsRead {
-  /** The engine's answer for these pushed filters (none: every listed table). */
-  private[catalog] def scan(filters: Option[com.fasterxml.jackson.databind.JsonNode]) =
+  /** The engine's answer for these pushed filters (none: every listed table); `namespaces`,
+   * the pushed namespace filter's values: only those namespaces are listed. */
+  private[catalog] def scan(filters: Option[com.fasterxml.jackson.databind.JsonNode],
+                            namespaces: Option[Set[String]] = None) = {
+    val listed = tables(namespaces)
     PythonEngine.query(kind, EngineRequest(storage = storage, catalog = Some(catalogName),
-      maintainSettings = maintainSettings, tables = tables()) { r =>
+      maintainSettings = maintainSettings,
+      tables = listed.tables.map { case (ns, t, l) => (ns.mkString("."), t, l) }) { r =>
       filters.foreach(f => r.set[com.fasterxml.jackson.databind.JsonNode]("filters", f))
+      r.put("listed_namespaces", listed.listings)  // the engine logs it
     })
+  }
   override def name(): String = s"$catalogName.${SystemTable.Namespace}.$kind"
   override def schema(): StructType = OptionSpec.columns(SystemTable.Columns(kind))
   override def capabilities(): util.Set[TableCapability] = util.EnumSet.of(TableCapability.BATCH_READ)

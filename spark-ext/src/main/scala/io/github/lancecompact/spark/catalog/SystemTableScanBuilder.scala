@@ -61,6 +61,6 @@ final class SystemTableScanBuilder(table: SystemTable, versions: Boolean)
       val a = f.putArray("version")
       ranges.foreach { case (op, n) => a.addArray().add(op).add(n) }
     }
-    table.scan(Some(f))
+    table.scan(Some(f), names.get("namespace"))
   }
 }

@@ -28,15 +28,41 @@ trait TableDirectory {
    * the layout names it). */
   def listedLocation(ident: Identifier): Option[String] = findTable(ident)
 
-  /** Every table in every namespace (nested ones included): (namespace, table, location). */
-  def allTables(): Seq[(Array[String], String, String)] = {
-    def walk(ns: Array[String]): Seq[(Array[String], String, String)] =
-      (if (ns.isEmpty) Seq.empty
-       else listTables(ns).toSeq.flatMap(id => listedLocation(id).map(l => (ns, id.name, l)))) ++
-        listNamespaces(ns).toSeq.flatMap(walk)
-    walk(Array.empty)
+  /** A namespace's tables (none at the root) and child namespaces, for a walk of namespaces
+   * just listed (or checked to exist); a layout that can answer both from one listing says so. */
+  protected def children(ns: Array[String]): (Seq[Identifier], Seq[Array[String]]) =
+    (if (ns.isEmpty) Seq.empty else listTables(ns).toSeq, listNamespaces(ns).toSeq)
+
+  /** Tables of the namespaces `keep` selects, from `ns` down through the namespaces `into`
+   * selects (so a narrowed walk lists only the folders on its way); with how many namespaces
+   * were listed. */
+  private def walk(ns: Array[String], keep: Array[String] => Boolean, into: Array[String] => Boolean): Listed = {
+    val (tables, namespaces) = children(ns)
+    val here = if (ns.nonEmpty && keep(ns)) tables.flatMap(id => listedLocation(id).map(l => (ns, id.name, l))) else Nil
+    namespaces.filter(into).map(walk(_, keep, into)).foldLeft(Listed(here, 1))((a, b) =>
+      Listed(a.tables ++ b.tables, a.listings + b.listings))
+  }
+
+  /** Every table under `under` (the whole warehouse when empty), nested namespaces included:
+   * (namespace, table, location); only `under`'s folders are listed. */
+  def allTables(under: Array[String] = Array.empty): Seq[(Array[String], String, String)] = tablesUnder(under).tables
+
+  /** [[allTables]], with how many namespaces were listed. */
+  def tablesUnder(under: Array[String]): Listed = walk(under, _ => true, _ => true)
+
+  /** The tables of the namespaces named (dotted, as system tables show them; nested ones not
+   * included), walking only into namespaces on the way to one of them: a system table's
+   * `WHERE namespace = 'ns0'` lists the root and ns0, not the whole warehouse. */
+  def tablesOf(namespaces: Set[String]): Listed = {
+    def dotted(ns: Array[String]) = ns.mkString(".")
+    walk(Array.empty, ns => namespaces.contains(dotted(ns)),
+         ns => namespaces.exists(n => n == dotted(ns) || n.startsWith(dotted(ns) + ".")))
   }
 
   /** A path or URI a user gave as a table, checked to lie inside the catalog's root. */
   def checkPath(path: String): String
 }
+
+/** Tables a walk of a [[TableDirectory]] found, (namespace, table, location), and how many
+ * namespaces (folders) it listed. */
+final case class Listed(tables: Seq[(Array[String], String, String)], listings: Int)

@@ -90,19 +90,29 @@ final class Warehouse(catalogName: String, root: Option[String],
     why.isEmpty
   }
 
-  /** Child namespaces: folders that are neither tables nor hidden (`.x`, `_x`), nor lead out of the warehouse. */
-  def listNamespaces(namespace: Array[String]): Array[Array[String]] =
-    requireNamespace(namespace)
-      .filterNot(n => n.endsWith(TableSuffix) || n.startsWith(".") || n.startsWith("_"))
+  private def namespacesIn(namespace: Array[String], folders: Seq[String]): Seq[Array[String]] =
+    folders.filterNot(n => n.endsWith(TableSuffix) || n.startsWith(".") || n.startsWith("_"))
       .map(n => namespace :+ n)
-      .filter(ns => listable(s"namespace ${Names.show(ns.mkString("."))}", unchecked(ns), table = false)).toArray
+      .filter(ns => listable(s"namespace ${Names.show(ns.mkString("."))}", unchecked(ns), table = false))
 
-  /** Tables: `<name>.lance` folders (inside the warehouse). */
-  def listTables(namespace: Array[String]): Array[Identifier] =
-    requireNamespace(namespace).filter(_.endsWith(TableSuffix))
+  private def tablesIn(namespace: Array[String], folders: Seq[String]): Seq[Identifier] =
+    folders.filter(_.endsWith(TableSuffix))
       .map(n => Identifier.of(namespace, n.stripSuffix(TableSuffix)))
       .filter(id => listable(s"table ${Names.show((namespace :+ id.name).mkString("."))}", uncheckedTable(id), table = true))
-      .toArray
+
+  /** Child namespaces: folders that are neither tables nor hidden (`.x`, `_x`), nor lead out of the warehouse. */
+  def listNamespaces(namespace: Array[String]): Array[Array[String]] =
+    namespacesIn(namespace, requireNamespace(namespace)).toArray
+
+  /** Tables: `<name>.lance` folders (inside the warehouse). */
+  def listTables(namespace: Array[String]): Array[Identifier] = tablesIn(namespace, requireNamespace(namespace)).toArray
+
+  /** Both from one listing of the namespace's folder (a walk's namespace was just listed or
+   * checked: on an object store each listing is a round trip through the engine). */
+  override protected def children(ns: Array[String]): (Seq[Identifier], Seq[Array[String]]) = {
+    val folders = store.folders(namespaceLocation(ns))
+    (if (ns.isEmpty) Nil else tablesIn(ns, folders), namespacesIn(ns, folders))
+  }
 
   def createNamespace(namespace: Array[String]): Unit = {
     Names.checkNewNamespace(catalogName, namespace.toSeq)

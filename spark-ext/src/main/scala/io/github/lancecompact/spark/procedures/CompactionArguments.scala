@@ -144,8 +144,10 @@ object CompactionArguments {
     val namespace = if (row.isNullAt(0)) None else Some(row.getUTF8String(0).toString)
     val started = System.currentTimeMillis()  // max_duration counts from here, listing included
     val what = namespace.map(n => s"namespace $n").getOrElse("the warehouse")
-    Bound(what, "", bindRest(catalog, what, params, row, None, None, catalog.tablesUnder(namespace)) { r =>
+    val (tables, listings) = catalog.listUnder(namespace)
+    Bound(what, "", bindRest(catalog, what, params, row, None, None, tables) { r =>
       namespace.foreach(r.put("namespace", _))
+      r.put("listed_namespaces", listings)  // the engine logs it: a namespace's call lists only its folders
       r.put("started_at_ms", started)
     })
   }
