@@ -4,7 +4,6 @@ task reasons count the same small fragments and the same fragments over the dele
 threshold, with the target resolved call > table property > catalog setting > default."""
 from __future__ import annotations
 
-import json
 
 import lance
 import pyarrow as pa

@@ -23,6 +23,7 @@ from pyspark.accumulators import AccumulatorParam, _accumulatorRegistry
 from ..runtime import hooks
 from ..runtime import cancellation
 from ..runtime.cancellation import job_cancelled
+from ..runtime.driver_conf import max_task_attempts
 from ..errors import MARKER, CompactionError
 from .execute import TaskOutcome, check_same_pylance, execute_task
 from ..runtime.failures import BUG, classify, first_part
@@ -89,17 +90,6 @@ def start_workers(sc: SparkContext) -> None:
         sc.parallelize(range(n), n).mapPartitions(_imported).count()
     finally:
         sc.setJobDescription(None)
-
-
-def max_task_attempts(sc: SparkContext) -> int:
-    """How many attempts Spark gives a task: local[N] 1, local[N,F] F, else spark.task.maxFailures."""
-    master = sc.master.replace(" ", "")
-    m = re.fullmatch(r"local\[(?:\d+|\*),(\d+)\]", master)
-    if m:
-        return int(m.group(1))
-    if re.fullmatch(r"local(?:\[(?:\d+|\*)\])?", master):
-        return 1
-    return int(sc.getConf().get("spark.task.maxFailures", "4"))
 
 
 _GAVE_UP = re.compile(r"Task (\d+) in stage [\d.]+ failed (\d+) times")

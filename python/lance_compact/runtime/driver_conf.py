@@ -17,7 +17,7 @@ statement can change (``SET`` writes a session's SQL configuration, not this):
 from __future__ import annotations
 
 import re
-from typing import Iterable
+from typing import Any, Iterable
 
 PICTURE_DIR = "spark.lance.compact.picture.dir"
 CLEANUP_FLOOR = "spark.lance.compact.cleanup.unverifiedMinAge"
@@ -67,3 +67,14 @@ def cleanup_floor() -> str | None:
     """The operator's floor for removing unreferenced files as written (None: not set, Lance's
     7 days)."""
     return _cleanup_floor
+
+
+def max_task_attempts(sc: Any) -> int:
+    """How many attempts Spark gives a task: local[N] 1, local[N,F] F, else spark.task.maxFailures."""
+    master = sc.master.replace(" ", "")
+    m = re.fullmatch(r"local\[(?:\d+|\*),(\d+)\]", master)
+    if m:
+        return int(m.group(1))
+    if re.fullmatch(r"local(?:\[(?:\d+|\*)\])?", master):
+        return 1
+    return int(sc.getConf().get("spark.task.maxFailures", "4"))

@@ -226,7 +226,7 @@ def _attempt(sc: Any, request: CompactionRequest, order: SortOrder, dataset: lan
     ids = plan.fragment_ids
     sc.setJobDescription(f"lance.compact {request.table}: sampling {order.text()} over {len(groups)} groups "
                          f"at version {plan.read_version}")
-    from ..spark_job import max_task_attempts
+    from ...runtime.driver_conf import max_task_attempts
     faults = jobs.Faults(bool(request.run.get("partial_progress")), max_task_attempts(sc),
                          hooks.with_slowdowns(request.hooks), request.storage_options)
     try:
