@@ -16,9 +16,6 @@ from typing import Any, Iterator
 
 import lance
 from pyspark import SparkContext, TaskContext
-# _accumulatorRegistry: PySpark (4.0-4.3) has no public way to drop an accumulator the driver no
-# longer needs; without the pop below the long-lived engine would keep every batch's outcomes.
-from pyspark.accumulators import AccumulatorParam, _accumulatorRegistry
 
 from ..runtime import hooks
 from ..runtime import cancellation
@@ -29,18 +26,10 @@ from .execute import TaskOutcome, check_same_pylance, execute_task
 from ..runtime.failures import BUG, classify, first_part
 from .request import CompactionRequest
 from ..runtime.secrets import redact
+from ..runtime.task_outcomes import drop as drop_outcomes, outcomes_accumulator
 from .orchestrate import Batch, BatchFailure
 
 log = logging.getLogger(__name__)
-
-
-class _Outcomes(AccumulatorParam):
-    def zero(self, value: list) -> list:
-        return []
-
-    def addInPlace(self, a: list, b: list) -> list:
-        a.extend(b)
-        return a
 
 
 @dataclass(frozen=True)
@@ -197,7 +186,7 @@ class SparkBatchRunner:
         executor = _Executor(request.table, request.uri, request.storage_options, hooks.with_slowdowns(request.hooks),
                              request.run["partial_progress"], max_task_attempts(sc),
                              lance.__version__)
-        outcomes = sc.accumulator([], _Outcomes())
+        outcomes = outcomes_accumulator(sc)
         sc.setJobDescription(
             f"lance.compact {request.table}: rewriting {len(items)} tasks planned at version "
             f"{batch.read_version} (batch {number})")
@@ -215,7 +204,7 @@ class SparkBatchRunner:
             failure = BatchFailure(failed.message, position, failed.cancelled, settled)
         finally:
             sc.setJobDescription(None)
-            _accumulatorRegistry.pop(outcomes.aid, None)
+            drop_outcomes(outcomes)
         done = list(outcomes.value)
         log.info("table %s: batch %d: task times %s ms", request.table, number,
                  [o.elapsed_ms for o in sorted(done, key=lambda o: o.task_id)])
@@ -279,7 +268,7 @@ def run_packed(sc: SparkContext, entries: list[tuple[CompactionRequest, Batch, i
     sized = [(entries[k][1].rows[i][7] or 0, k, entries[k][1].ids[i], entries[k][1].tasks[i])
              for k, (_, b, _) in enumerate(entries) for i in range(len(b.ids))]
     parts = pack_partitions(sized, sc.defaultParallelism)
-    outcomes = sc.accumulator([], _Outcomes())
+    outcomes = outcomes_accumulator(sc)
 
     def rewrite(rows: Iterator[list[tuple[int, int, str]]]) -> Iterator[None]:
         for part in rows:
@@ -307,7 +296,7 @@ def run_packed(sc: SparkContext, entries: list[tuple[CompactionRequest, Batch, i
                 failed_task = parts[failed.position][0][1] if len(parts[failed.position]) == 1 else None
     finally:
         sc.setJobDescription(None)
-        _accumulatorRegistry.pop(outcomes.aid, None)
+        drop_outcomes(outcomes)
     by_table: list[list[TaskOutcome]] = [[] for _ in entries]
     for k, o in outcomes.value:
         by_table[k].append(o)

@@ -28,10 +28,8 @@ from typing import Iterator
 import lance
 import numpy as np
 import pyarrow as pa
-# _accumulatorRegistry: PySpark has no public way to drop an accumulator the driver no longer
-# needs (as in spark_job.py); the long-lived engine would otherwise keep every run's outcomes.
-from pyspark.accumulators import AccumulatorParam, _accumulatorRegistry
 
+from ...runtime.task_outcomes import drop as drop_outcomes, outcomes_accumulator
 from .keys import (column_bounds, from_ipc, linear_partitions, order_indices,
                    pick_bounds, to_ipc, z_bounds, z_partitions, zvalues)
 from .sort_order import SortOrder
@@ -334,15 +332,6 @@ def code_ranges(sc, source: Source, order: SortOrder, domain: tuple[bytes, ...],
     return {fid: (lo, hi) for fid, lo, hi in out}
 
 
-class _Outcomes(AccumulatorParam):
-    def zero(self, value: list) -> list:
-        return []
-
-    def addInPlace(self, a: list, b: list) -> list:
-        a.extend(b)
-        return a
-
-
 class RewriteFailed(Exception):
     """The rewrite job failed (not only a group of it): ``error`` is Spark's, ``written`` what
     the finished tasks wrote (uncommitted; the caller removes it)."""
@@ -381,7 +370,7 @@ def rewrite(sc, source: Source, order: SortOrder, layout: Layout, fragment_ids: 
     router = _Router(source, order, layout, target_rows, faults)
     writer = _Writer(source, order, layout, target_rows, max_bytes_per_file, domain, faults)
     n = layout.partitions
-    outcomes = sc.accumulator([], _Outcomes())
+    outcomes = outcomes_accumulator(sc)
     failed: dict[int, str] = {}
     # A map task reads its fragments one chunk at a time, so it may take several: as many
     # tasks as output partitions (at least one per core) is enough.
@@ -404,7 +393,7 @@ def rewrite(sc, source: Source, order: SortOrder, layout: Layout, fragment_ids: 
                 done = {w.partition for w in outcomes.value}
                 todo = [q for q in todo if q not in done and layout.group_at(q) not in failed]
     finally:
-        _accumulatorRegistry.pop(outcomes.aid, None)
+        drop_outcomes(outcomes)
     written = sorted(outcomes.value, key=lambda w: w.partition)
     for w in written:
         if w.error is not None:
