@@ -128,9 +128,11 @@ def test_spark_sql_on_a_cluster_over_the_object_store(cluster, s3, tmp_path):
     spread = expected["spread"]["id"].to_pylist()
     assert counted == [str(len(spread)), str(sum(spread))]
     assert len(rewrite_executors(events, "FROM lance.db.spread")) >= 2
-    # the clustering's sample and sort-and-write jobs ran on both executors
-    assert len(rewrite_executors(events, "lance.compact db.clustered: sampling")
-               | rewrite_executors(events, "lance.compact db.clustered: clustering")) >= 2
+    # the clustering's sample and sort-and-write jobs ran on executors (which of the two takes
+    # their few short tasks is the scheduler's choice: both, or one, were seen)
+    clustering = (rewrite_executors(events, "lance.compact db.clustered: sampling")
+                  | rewrite_executors(events, "lance.compact db.clustered: clustering"))
+    assert clustering and "driver" not in clustering, clustering
     # tasks ran on both executors, and the killed one was replaced by a third
     assert len(rewrite_executors(events)) >= 2, rewrite_executors(events)
     executor_dirs = [d for w in ("work1", "work2") for app in (logs / w).iterdir() for d in app.iterdir()]
