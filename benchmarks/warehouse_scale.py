@@ -54,6 +54,24 @@ def build(uri: str, tables: int, fragments: int, versions: int, storage: dict | 
     return uris
 
 
+def upload(local_root: Path, uri: str, storage: dict) -> None:
+    """Copy every file under ``local_root`` to the S3 folder ``uri`` (s3://bucket/prefix), many at
+    once: tables built locally and uploaded are the same tables (a manifest names its files
+    relative to the table), and the upload takes a minute where writing 200 tables of 25 versions
+    through S3 took half an hour."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import boto3
+
+    bucket, _, prefix = uri[len("s3://"):].partition("/")
+    client = boto3.client("s3", endpoint_url=storage["aws_endpoint"], region_name=storage["aws_region"],
+                          aws_access_key_id=storage["aws_access_key_id"],
+                          aws_secret_access_key=storage["aws_secret_access_key"])
+    files = [f for f in local_root.rglob("*") if f.is_file()]
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(lambda f: client.upload_file(str(f), bucket, f"{prefix}/{f.relative_to(local_root)}"), files))
+
+
 def pylance_metadata(uris: list[str], storage: dict | None, transactions: bool = True) -> float:
     """What health reads, with pylance, one table after the other: open, config, fragments,
     indices, versions and (``transactions``) the newest 16 transactions, where the last
@@ -118,17 +136,23 @@ def main() -> int:
     server = None
     work = Path(tempfile.mkdtemp(prefix="lance-warehouse-scale-"))
     try:
+        t = time.perf_counter()
+        local = build(str(work / "wh"), a.tables, a.fragments, a.versions, None)
         if a.store == "s3":
             from s3_server import S3Server
-            server = S3Server(log=work / "moto.log").start()
+            server = S3Server().start()
             storage = server.storage_options
-            uri = server.fresh_bucket("scale") + "/wh"
+            bucket = server.fresh_bucket("scale")
+            uri = bucket + "/wh"
+            for folder in ("wh", "pylance"):  # the same tables twice: the pylance loop changes its copy
+                upload(work / "wh", f"{bucket}/{folder}", storage)
+            uris = [uri + u[len(str(work / "wh")):] for u in local]
+            copies = [bucket + "/pylance" + u[len(str(work / "wh")):] for u in local]
         else:
-            storage, uri = None, str(work / "wh")
-        t = time.perf_counter()
-        uris = build(uri, a.tables, a.fragments, a.versions, storage)
-        # the same tables again, for the pylance loop (each run changes the tables it maintains)
-        copies = build(uri.rsplit("/", 1)[0] + "/pylance", a.tables, a.fragments, a.versions, storage)
+            import shutil
+            shutil.copytree(work / "wh", work / "pylance")
+            storage, uri, uris = None, str(work / "wh"), local
+            copies = [str(work / "pylance") + u[len(str(work / "wh")):] for u in local]
         print(f"built {len(uris)} tables (twice) on {a.store} in {time.perf_counter() - t:.1f} s", flush=True)
 
         engine_log = work / "engine.log"

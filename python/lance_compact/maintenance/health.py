@@ -47,6 +47,7 @@ from typing import Any, Mapping
 import lance
 
 from .version_cleanup import parse_older_than
+from .version_ages import version_facts
 from ..compaction.fragments import data_bytes, live_and_deleted
 from ..compaction.history import last_compaction_version
 from ..compaction.clustering.state import clustering_columns, measure_table
@@ -112,14 +113,17 @@ def _score(parts: Mapping[str, Any], due: list[str]) -> int:
 
 
 def table_health(ds: lance.LanceDataset, policy: Policy, now: datetime | None = None,
-                 history: bool = True) -> Health:
+                 history: bool = True, storage_options: Mapping[str, str] | None = None) -> Health:
     """The health of ``ds`` under ``policy`` (see the module's doc for the rules and the
     score). Pure: reads metadata only, writes nothing. ``parts['reclaimable_bytes']`` is
     always None: the bytes only old versions hold are not in the current manifest, and
     finding them means reading every old manifest. ``history=False``: the last compaction
     is not looked up (``last_compacted_version`` and ``hours_since_compaction`` are None):
     neither the score nor what is due depends on it, and finding it reads transactions
-    (maintain_warehouse's evaluation skips it)."""
+    (maintain_warehouse's evaluation skips it). Without the history, and given the table's
+    ``storage_options``, the versions are counted from one listing of ``_versions/`` and only
+    the manifests that decide what cleanup would remove are read (version_ages.py), not
+    every one."""
     now = (now or datetime.now(timezone.utc)).astimezone(timezone.utc)
     table = policy.table
     config = ds.config() or {}
@@ -140,13 +144,17 @@ def table_health(ds: lance.LanceDataset, policy: Policy, now: datetime | None = 
     min_unindexed = int(policy.get("min_unindexed_fragments"))
     lagging = rules.lagging_indices(state, min_unindexed)
 
-    versions = ds.versions()
     older_than = str(policy.get("older_than"))
     retain = policy.get("retain_versions")
-    old = reclaimable(versions, older_than, retain, now, table)
+    versions = None
+    if history or storage_options is None:  # the history lookup reads every manifest anyway
+        versions = ds.versions()
+        count, old = len(versions), reclaimable(versions, older_than, retain, now, table)
+    else:
+        count, old = version_facts(ds, storage_options, now - parse_older_than(older_than, table), retain)
 
     # its version only (its counts would open two more manifests), from the versions read above
-    last = last_compaction_version(ds, versions) if history else None
+    last = last_compaction_version(ds, versions) if versions is not None else None
     hours = None
     if last is not None:
         when = next((v["timestamp"] for v in versions if v["version"] == last), None)
@@ -167,7 +175,7 @@ def table_health(ds: lance.LanceDataset, policy: Policy, now: datetime | None = 
         "unindexed_fragments": max((e["unindexed"] for e in state.values()), default=0),
         "indices": {n: {"type": e["type"], "unindexed_fragments": e["unindexed"]}
                     for n, e in sorted(state.items())},
-        "versions": len(versions),
+        "versions": count,
         "reclaimable_versions": len(old),
         "reclaimable_bytes": None,
         "hours_since_compaction": hours,

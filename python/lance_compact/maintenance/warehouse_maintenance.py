@@ -149,7 +149,7 @@ def _evaluate(t: Table, call_args: dict[str, Any], settings: dict[str, str], cat
         ds = t.target.open()
         policy = resolve_policy(call_args, ds.config() or {}, settings, t.target.table, catalog)
         # no history lookup: neither the score nor what is due depends on the last compaction
-        health = table_health(ds, policy, history=False)
+        health = table_health(ds, policy, history=False, storage_options=t.target.storage_options)
         if "compact" in health.due and estimate_bytes:  # only max_bytes asks (reads every fragment's metadata)
             estimate = _compaction_bytes(ds, policy)
     except Exception as e:  # unreadable table, invalid policy: its row says so
@@ -252,7 +252,7 @@ def _maintain_steps(t: Table, jobs: SharedJobs, dry: bool, budget: Budget, chose
             # the last step's open: at the table's version (cleanup commits nothing); its
             # versions and indices are read afresh
             t.health_after = table_health(ds if ds is not None else t.target.open(), t.policy,
-                                          history=False).score
+                                          history=False, storage_options=t.target.storage_options).score
         except Exception as e:
             log.warning("maintain_warehouse: table %s: health after: %s", t.target.table,
                         _error_text(e, t.target.storage_options))

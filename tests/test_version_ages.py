@@ -1,0 +1,120 @@
+"""Versions from one listing of ``_versions/`` (maintenance/version_ages.py): the same numbers and
+the same reclaimable versions as ``versions()`` gives, with far fewer manifests read -- on fresh,
+cleaned-up and detached-version tables, both manifest naming schemes, locally and on S3."""
+from __future__ import annotations
+
+import math
+import time
+from datetime import datetime, timedelta, timezone
+
+import lance
+import pyarrow as pa
+import pytest
+
+from lance_compact.compaction import rules
+from lance_compact.maintenance.health import table_health
+from lance_compact.maintenance.policy import resolve_policy
+from lance_compact.maintenance.version_ages import (listed_versions, reclaimable, version_facts,
+                                                    version_number)
+
+
+def _table(uri: str, versions: int, storage: dict | None = None, v2_paths: bool = True,
+           pause: float = 0.02) -> lance.LanceDataset:
+    for i in range(versions):
+        lance.write_dataset(pa.table({"id": [i, i + 1000]}), uri, mode="append" if i else "create",
+                            storage_options=storage, enable_v2_manifest_paths=v2_paths)
+        time.sleep(pause)  # distinct commit times, so every cutoff between two versions is tested
+    return lance.dataset(uri, storage_options=storage)
+
+
+def _numbers(ds) -> list[int]:
+    return sorted(v["version"] for v in ds.versions())
+
+
+def _cutoffs(ds) -> list:
+    """A cutoff before every version, between every two, and after the last."""
+    times = sorted(v["timestamp"].astimezone(timezone.utc) for v in ds.versions())
+    half = timedelta(microseconds=500)
+    return [times[0] - half] + [a + (b - a) / 2 for a, b in zip(times, times[1:])] + [times[-1] + half]
+
+
+def test_manifest_names():
+    assert version_number("_versions/7.manifest") == 7
+    assert version_number(f"_versions/{(1 << 64) - 1 - 12:020d}.manifest") == 12  # V2: inverted, 20 digits
+    assert version_number("_versions/latest_version_hint.json") is None
+    assert version_number("_versions/7.manifest-1b2c.tmp") is None
+    assert version_number(f"{(1 << 63) | 5}.manifest") is None  # detached (top bit set)
+    assert version_number("0.manifest") is None
+
+
+@pytest.mark.parametrize("v2_paths", [True, False], ids=["v2-names", "v1-names"])
+def test_listing_gives_every_version(tmp_path, v2_paths):
+    ds = _table(str(tmp_path / "t.lance"), 6, v2_paths=v2_paths, pause=0)
+    assert listed_versions(ds.uri, {}) == _numbers(ds) == list(range(1, 7))
+
+
+def test_reclaimable_as_versions_says_with_few_reads(tmp_path):
+    n = 13
+    ds = _table(str(tmp_path / "t.lance"), n)
+    listed = listed_versions(ds.uri, {})
+    versions = ds.versions()
+    for retain in (None, 1, 3, n, n + 5):
+        for cutoff in _cutoffs(ds):
+            got, reads = reclaimable(ds, listed, cutoff, retain)
+            assert got == rules.reclaimable(versions, cutoff, retain), (retain, cutoff)
+            assert reads <= 2 + math.ceil(math.log2(n)), reads
+    # everything old (older_than '0 seconds'): the open manifest's own time says so, nothing read
+    assert reclaimable(ds, listed, datetime.now(timezone.utc), None) == (list(range(1, n)), 0)
+    # nothing old (a table written within the last week): one manifest read, the oldest candidate's
+    assert reclaimable(ds, listed, datetime.now(timezone.utc) - timedelta(days=7), None) == ([], 1)
+
+
+def test_cleaned_up_and_detached_versions(tmp_path):
+    ds = _table(str(tmp_path / "t.lance"), 8)
+    ds.cleanup_old_versions(older_than=timedelta(0), retain_versions=3)
+    detached = lance.LanceDataset.commit(ds.uri, lance.LanceOperation.Append(
+        lance.fragment.write_fragments(pa.table({"id": [7]}), ds.uri)), read_version=ds.version, detached=True)
+    assert detached.version >= 1 << 63
+    ds = lance.dataset(ds.uri)
+    assert listed_versions(ds.uri, {}) == _numbers(ds) == [6, 7, 8]
+    for cutoff in _cutoffs(ds):
+        assert reclaimable(ds, [6, 7, 8], cutoff, None)[0] == rules.reclaimable(ds.versions(), cutoff, None)
+
+
+def test_health_by_listing_equals_health_by_versions(tmp_path):
+    ds = _table(str(tmp_path / "t.lance"), 9)
+    mid = _cutoffs(ds)[5]  # between versions 5 and 6
+    for older_than in ("0 seconds", "7 days", mid.isoformat()):
+        for retain in (None, 2):
+            policy = resolve_policy({"older_than": older_than, "retain_versions": retain}, ds.config(), {}, "t")
+            now = datetime.now(timezone.utc)
+            listed = table_health(ds, policy, now=now, history=False, storage_options={})
+            read = table_health(ds, policy, now=now, history=False)
+            assert (listed.parts["versions"], listed.parts["reclaimable_versions"]) == \
+                (read.parts["versions"], read.parts["reclaimable_versions"]), (older_than, retain)
+            assert (listed.score, listed.due, dict(listed.reasons)) == (read.score, read.due, dict(read.reasons))
+
+
+def test_on_s3_one_listing_not_every_manifest(s3):
+    log = s3.log
+    storage = s3.storage_options
+    ds = _table(s3.fresh_bucket("ages") + "/t.lance", 12, storage, pause=0.01)
+    versions = ds.versions()
+
+    def requests() -> int:
+        return sum(1 for _ in open(log))
+
+    before = requests()
+    ds.versions()
+    every_manifest = requests() - before
+    now = datetime.now(timezone.utc)
+    middle = sorted(v["timestamp"].astimezone(timezone.utc) for v in versions)[6] + timedelta(microseconds=1)
+    # all old ('0 seconds'): the listing alone; none old (a week): the listing and the oldest
+    # candidate's manifest; a cutoff in the middle: a bisection, each step a manifest read
+    for cutoff, most in ((now, 1), (now - timedelta(days=7), 3), (middle, 1 + 2 * (2 + math.ceil(math.log2(12))))):
+        before = requests()
+        count, old = version_facts(ds, storage, cutoff, None)
+        spent = requests() - before
+        assert (count, old) == (12, rules.reclaimable(versions, cutoff, None)), cutoff
+        assert spent <= most, (cutoff, spent, every_manifest)
+    assert every_manifest >= 12
