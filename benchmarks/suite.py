@@ -107,18 +107,19 @@ def spark_sql(work: Path, table: str, plugin: bool, warm: int, warmup: int = 3) 
 
 def warehouse_spark_sql(work: Path, repeat: int) -> dict:
     """What a user runs: bin/lance-spark-sql with its default settings (no --master, no
-    parallelism argument), a fresh process; ``repeat + 1`` statements
+    parallelism argument), a fresh process; ``repeat + 2`` statements
     ``CALL lance.maintain_warehouse(namespace => ..., older_than => '0 seconds')`` on fresh
     copies of the warehouse tables: the first (the process's first statement: engine, Python
-    workers and imports started on the way, as a scheduled job pays them) and the warm ones,
-    spark-sql's own 'Time taken' for each, and the whole process."""
+    workers and imports started on the way, as a scheduled job pays them), a second one (the
+    JVM's code paths still compiling: as the warm PySpark session runs two warm-up calls first)
+    and ``repeat`` warm ones, spark-sql's own 'Time taken' for each, and the whole process."""
     import lance
 
     src = work / "tables" / "warehouse"
     names = sorted(p.name for p in src.iterdir() if p.name.endswith(".lance"))
     wh = work / "wh-sql-warehouse"
     shutil.rmtree(wh, ignore_errors=True)
-    namespaces = [f"r{i}" for i in range(repeat + 1)]
+    namespaces = [f"r{i}" for i in range(repeat + 2)]
     for ns in namespaces:
         shutil.copytree(src, wh / ns)
     os.sync()
@@ -138,7 +139,7 @@ def warehouse_spark_sql(work: Path, repeat: int) -> dict:
                 f"spark-sql maintain_warehouse changed the rows of {ns}.{name}"
             assert f"{ns}.{name[:-6]}" in ran, f"spark-sql maintain_warehouse left {ns}.{name} alone"
     shutil.rmtree(wh, ignore_errors=True)
-    return {"first": taken[0], "warm": taken[1:], "whole": whole}
+    return {"first": taken[0], "second": taken[1], "warm": taken[2:], "whole": whole}
 
 
 # ---------------------------------------------------------------- the suite
@@ -249,12 +250,14 @@ def section_warehouse(s: Suite) -> None:
     sql = warehouse_spark_sql(s.work, s.repeat)
     s.add("warehouse", f"spark-sql maintain_warehouse, {n} tables, first statement", [sql["first"]], anchor,
           note=f"whole process {sql['whole']:.1f} s")
-    s.add("warehouse", f"spark-sql maintain_warehouse, {n} tables, next statements", sql["warm"], anchor)
+    sql_warm = s.add("warehouse", f"spark-sql maintain_warehouse, {n} tables, warm statements", sql["warm"],
+                     anchor, note=f"the second statement {sql['second']:.2f} s")
     health = s.add("warehouse", f"health of {sess['health_tables']:,} tables (system.table_health)",
                    sess["health"])
     s.targets += [
-        Target(f"maintain_warehouse, {n} small degraded tables", "<= 2x the pylance loop",
-               f"{together.ratio:.2f}x", together.ratio <= 2),
+        Target(f"maintain_warehouse, {n} small degraded tables, warm", "<= 1x the pylance loop",
+               f"{together.ratio:.2f}x (PySpark), {sql_warm.ratio:.2f}x (spark-sql)",
+               max(together.ratio, sql_warm.ratio) <= 1),
         Target(f"health of {sess['health_tables']:,} tables", "< 10 s", f"{health.seconds:.2f} s",
                health.seconds < 10),
     ]

@@ -13,6 +13,10 @@ Short run (checks it works)::
 
     source bin/env.sh && .venv/bin/python benchmarks/warehouse_scale.py --store s3 --tables 20
 
+``--latency-ms 20`` puts a proxy in front of moto that delays every request by 20 ms, as S3's
+round trips are: moto on the machine's own cores is otherwise bound by its own CPU (its CPU
+time equals a serial loop's wall time), which no client-side parallelism can beat.
+
 The issue's shape (200 tables, ~24 fragments and ~25 versions each; long: not while others
 test)::
 
@@ -128,12 +132,15 @@ def main() -> int:
     p.add_argument("--fragments", type=int, default=12, help="fragments per table (about)")
     p.add_argument("--versions", type=int, default=6, help="appends per table (each a version)")
     p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--latency-ms", type=int, default=0,
+                   help="with --store s3: every request waits this long (a proxy in front of moto), as "
+                        "S3's round trips do; moto on the same cores is otherwise CPU-bound")
     a = p.parse_args()
 
     sys.path.insert(0, str(ROOT / "tests"))
     from conftest import lance_session  # the tests' local session: same catalog settings
 
-    server = None
+    server = proxy = None
     work = Path(tempfile.mkdtemp(prefix="lance-warehouse-scale-"))
     try:
         t = time.perf_counter()
@@ -146,6 +153,11 @@ def main() -> int:
             uri = bucket + "/wh"
             for folder in ("wh", "pylance"):  # the same tables twice: the pylance loop changes its copy
                 upload(work / "wh", f"{bucket}/{folder}", storage)
+            if a.latency_ms:
+                from fault_proxy import FaultProxy
+                proxy = FaultProxy(server.endpoint).start()
+                proxy.inject("slow", delay_ms=a.latency_ms)
+                storage = {**storage, "aws_endpoint": proxy.endpoint}
             uris = [uri + u[len(str(work / "wh")):] for u in local]
             copies = [bucket + "/pylance" + u[len(str(work / "wh")):] for u in local]
         else:
@@ -192,7 +204,7 @@ def main() -> int:
         figures["CALL lance.maintain_warehouse(older_than => '0 seconds'), one run"] = together
         spark.stop()
         base = statistics.median(figures["pylance sequential metadata read"])
-        print(f"\n{len(uris)} tables on {a.store}, {sum(h.fragments for h in health):,} fragments, "
+        print(f"\n{len(uris)} tables on {a.store}" + (f" ({a.latency_ms} ms per request)" if a.latency_ms else "") + f", {sum(h.fragments for h in health):,} fragments, "
               f"{sum(h.versions for h in health):,} versions")
         print(f"{'path':72} {'median s':>9} {'vs pylance':>10}  runs")
         for name, runs in figures.items():
@@ -204,6 +216,8 @@ def main() -> int:
         print(f"maintain_warehouse against the pylance loop over the same tables: "
               f"{together[0]:.3f} s / {loop[0]:.3f} s = {together[0] / loop[0]:.2f}x")
     finally:
+        if proxy:
+            proxy.stop()
         if server:
             server.stop()
     return 0

@@ -124,3 +124,39 @@ def test_maintain_warehouse_opens_each_table_once_per_change(tmp_path, opens):
         after = lance.dataset(t["uri"])
         assert after.to_table().sort_by("id").equals(before[f"ns.{t['table']}"])  # no row lost or made
         assert len(after.versions()) == 1 and len(after.get_fragments()) <= 2  # compacted, cleaned up
+
+
+def test_a_warehouse_dry_run_reads_no_old_manifest(tmp_path, monkeypatch):
+    """maintain_warehouse's evaluation counts versions from one listing of _versions/: no
+    ``versions()`` (every manifest), and for tables written within the policy's older_than only
+    the oldest old version's manifest is read (version_ages.py); with older_than '0 seconds' none."""
+    from oracle import degraded_table
+    from lance_compact.maintenance.warehouse_maintenance import maintain_warehouse_rows
+
+    reads = {"versions": 0, "checkout": 0}
+    versions, checkout = lance.LanceDataset.versions, lance.LanceDataset.checkout_version
+
+    def counting_versions(self):
+        reads["versions"] += 1
+        return versions(self)
+
+    def counting_checkout(self, version):
+        reads["checkout"] += 1
+        return checkout(self, version)
+    monkeypatch.setattr(lance.LanceDataset, "versions", counting_versions)
+    monkeypatch.setattr(lance.LanceDataset, "checkout_version", counting_checkout)
+    tables = []
+    for i in range(3):
+        uri = str(tmp_path / "ns" / f"t{i}.lance")
+        degraded_table(uri, fragments=12, rows_per_fragment=20, seed=i)
+        tables.append({"namespace": "ns", "table": f"t{i}", "uri": uri})
+    for older_than, most in (("7 days", 1), ("0 seconds", 0)):
+        reads.update(versions=0, checkout=0)
+        request = Envelope.parse("maintain_warehouse", {"tables": tables, "params": {
+            "dry_run": True, "older_than": older_than}})
+        rows = maintain_warehouse_rows(request, lambda entries: [])
+        cleanup = [r for r in rows if r[1] == "cleanup"]
+        assert len(cleanup) == 3
+        due = "not due" if older_than == "7 days" else "due"
+        assert all(r[3].startswith(due) for r in cleanup), cleanup
+        assert reads["versions"] == 0 and reads["checkout"] <= most * len(tables), (older_than, reads)
