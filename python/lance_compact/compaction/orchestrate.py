@@ -62,13 +62,16 @@ class BatchFailure:
     position: int | None = None
     cancelled: bool = False  # the job was cancelled (message: why)
     settled: bool = True  # none of its tasks still ran when the runner returned
+    stopped: int | None = None  # tasks stopped while running (None: every one that did not report)
 
 
 class BatchRunner(Protocol):
-    """Runs a batch's tasks as Spark tasks (``spark_job.py``): returns the outcomes that
-    reached the driver, and the failure when the job failed."""
+    """Runs a batch's tasks as Spark tasks (``spark_job.py``; a small batch in the engine
+    itself, ``engine_rewrite.py``, against ``dataset``: the run's table): returns the outcomes
+    that reached the driver, and the failure when the job failed."""
 
-    def run(self, request: CompactionRequest, batch: Batch, number: int
+    def run(self, request: CompactionRequest, batch: Batch, number: int,
+            dataset: lance.LanceDataset | None = None
             ) -> tuple[list[TaskOutcome], BatchFailure | None]: ...
 
 
@@ -207,12 +210,13 @@ class Run:
             batch = self.pending.pop(0)
             number += 1
             clock = time.monotonic()
-            outcomes, failure = runner.run(self.request, batch, number)
+            outcomes, failure = runner.run(self.request, batch, number, self.dataset)
             ran = time.monotonic()
             if failure is not None and failure.cancelled:
                 reported = [o for o in outcomes if o.result_json is not None]
+                stopped = len(batch.ids) - len(outcomes) if failure.stopped is None else failure.stopped
                 self._cancelled(failure.message, f"during batch {number}", reported + batch.carried,
-                                len(batch.ids) - len(outcomes), failure.settled)
+                                stopped, failure.settled)
             if failure is None:
                 self._commit(batch, outcomes)
             else:

@@ -19,7 +19,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from ..runtime import cancellation
 from .execute import TaskOutcome
@@ -65,9 +65,10 @@ class SharedJobs:
             self._expected -= 1
             self._cond.notify_all()
 
-    def run(self, request: CompactionRequest, batch: Batch, number: int
+    def run(self, request: CompactionRequest, batch: Batch, number: int, dataset: Any = None
             ) -> tuple[list[TaskOutcome], BatchFailure | None]:
-        """The BatchRunner call, from a table's thread: wait for the job that runs the batch."""
+        """The BatchRunner call, from a table's thread: wait for the job that runs the batch
+        (always a shared Spark job: ``dataset`` is not needed)."""
         waiting = _Waiting(request, batch, number)
         with self._cond:
             self._queue.append(waiting)

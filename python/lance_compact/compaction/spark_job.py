@@ -28,6 +28,7 @@ from .request import CompactionRequest
 from ..runtime.secrets import redact
 from ..runtime.task_outcomes import drop as drop_outcomes, outcomes_accumulator
 from .orchestrate import Batch, BatchFailure
+from . import engine_rewrite
 
 log = logging.getLogger(__name__)
 
@@ -172,14 +173,20 @@ def run_job(rdd: Any) -> None:
 
 
 class SparkBatchRunner:
-    """Runs batches on the Spark cluster behind ``sc``."""
+    """Runs batches on the Spark cluster behind ``sc``; a batch that reads at most
+    ``spark.lance.compact.engineRewrite.maxBytes`` (default: 256 MiB in local mode, 0 on a
+    cluster) in the engine process instead (``engine_rewrite.py``)."""
 
     def __init__(self, sc: SparkContext) -> None:
         self.sc = sc
+        self.engine_max_bytes = engine_rewrite.engine_settings(sc)  # the static conf: read once
 
-    def run(self, request: CompactionRequest, batch: Batch, number: int
+    def run(self, request: CompactionRequest, batch: Batch, number: int,
+            dataset: lance.LanceDataset | None = None
             ) -> tuple[list[TaskOutcome], BatchFailure | None]:
         sc = self.sc
+        if dataset is not None and engine_rewrite.fits(request, batch, self.engine_max_bytes):
+            return engine_rewrite.run_in_engine(request, batch, number, dataset, max_task_attempts(sc))
         # Largest tasks first, so the last to finish is a small one.
         order = sorted(range(len(batch.ids)), key=lambda i: -(batch.rows[i][7] or 0))
         items = [(batch.ids[i], batch.tasks[i]) for i in order]

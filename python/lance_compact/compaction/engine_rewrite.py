@@ -1,0 +1,133 @@
+"""Small batches rewritten in the engine process itself, as pylance's ``compact_files`` does,
+instead of as a Spark job (``spark_job.py``).
+
+A Spark job costs a warm CALL about 0.1-0.2 s on top of the rewrite on 2 cores: serializing
+the tasks into an RDD, scheduling, a Python worker's round trip (the task JSON in, the result
+JSON back through an accumulator), and Lance's uneven tasks (a plan of 207 and 393 fragments
+keeps one Spark task busy for 2/3 of the work while pylance runs both with all threads). For
+a batch that reads little that is most of the CALL; Lance already uses every core of the
+process inside one task. So a batch reading at most
+``spark.lance.compact.engineRewrite.maxBytes`` runs here, its tasks one after another against
+the run's own dataset (no open per task, no JSON round trip of the results).
+
+Where work runs: by default only in local mode (``local``, ``local[N]``), where executors are
+threads of the driver's JVM on the same machine anyway (default 256 MiB); on a cluster the
+default is 0 (always a Spark job, on executors) and an operator may raise it. Cancel: the
+statement's cancel watch (CancelWatch.scala) holds its cancel while no job runs, and the
+cancel is asked before each task and before the commit; a task already running finishes
+(bounded by the size limit) and its files are removed. Test hooks that act on Spark tasks
+(``test_fail_task``, ``test_task_sleep_ms``, ...) keep a batch on Spark.
+"""
+from __future__ import annotations
+
+import logging
+import re
+import time
+from typing import Any
+
+import lance
+from lance.optimize import CompactionTask, RewriteResult
+
+from ..errors import CompactionError
+from ..runtime import cancellation, hooks
+from ..runtime.failures import BUG, classify, first_part
+from ..runtime.secrets import redact
+from .execute import TaskOutcome
+from .orchestrate import Batch, BatchFailure
+from .request import CompactionRequest
+
+log = logging.getLogger(__name__)
+
+MAX_BYTES = "spark.lance.compact.engineRewrite.maxBytes"
+# Measured on the benchmark's streaming table (88 MB read, 2 tasks; 2 cores): the rewrite
+# itself takes ~0.3 s, so 256 MiB bounds a batch here to about a second and the engine's
+# memory to what pylance's compact_files of the same batch takes.
+LOCAL_DEFAULT = 256 << 20
+
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
+          "g": 1 << 30, "gb": 1 << 30, "t": 1 << 40, "tb": 1 << 40}
+
+
+def _size(text: str) -> int:
+    m = re.fullmatch(r"\s*(\d+)\s*([a-zA-Z]*)\s*", text)
+    if m is None or m.group(2).lower() not in _UNITS:
+        raise ValueError(f"{MAX_BYTES} = {text!r}: expected a size such as 0, 268435456 or 256m")
+    return int(m.group(1)) * _UNITS[m.group(2).lower()]
+
+
+def is_local(master: str) -> bool:
+    """Whether ``master`` runs the executors inside the driver's JVM (``local``, ``local[N]``,
+    ``local[N,F]``)."""
+    return re.fullmatch(r"local(\[[^\]]*\])?", master.replace(" ", "")) is not None
+
+
+def max_bytes(conf: dict[str, str], master: str) -> int:
+    """The largest batch (bytes its tasks read) rewritten in the engine: the operator's
+    ``spark.lance.compact.engineRewrite.maxBytes``, else 256 MiB in local mode and 0 (off)
+    on a cluster. A value that is no size is ignored with a warning (the default applies)."""
+    default = LOCAL_DEFAULT if is_local(master) else 0
+    text = conf.get(MAX_BYTES)
+    if text is None:
+        return default
+    try:
+        return _size(text)
+    except ValueError as e:
+        log.warning("%s; using the default %d", e, default)
+        return default
+
+
+def fits(request: CompactionRequest, batch: Batch, limit: int) -> bool:
+    """Whether ``batch`` runs in the engine: it reads at most ``limit`` bytes (every task's size
+    known) and no test hook acts on its Spark tasks."""
+    if limit <= 0 or hooks.with_slowdowns(request.hooks):
+        return False
+    sizes = [row[7] for row in batch.rows]
+    return all(s is not None for s in sizes) and sum(sizes) <= limit
+
+
+def run_in_engine(request: CompactionRequest, batch: Batch, number: int, dataset: lance.LanceDataset,
+                  attempts: int) -> tuple[list[TaskOutcome], BatchFailure | None]:
+    """Run ``batch``'s tasks here, in plan order, against ``dataset`` (any version of the table:
+    a task checks out its own read version). The same answers as a Spark job's: the outcomes
+    of the tasks that finished, and a failure when one failed all its ``attempts`` (without
+    partial progress) or the statement was cancelled (the tasks not started are counted as
+    such)."""
+    outcomes: list[TaskOutcome] = []
+    for position, (task_id, task_json) in enumerate(zip(batch.ids, batch.tasks)):
+        why = cancellation.reason()
+        if why:
+            return outcomes, BatchFailure(why, None, cancelled=True, settled=True, stopped=0)
+        task = CompactionTask.from_json(task_json)
+        for attempt in range(attempts):
+            clock = time.monotonic()
+            try:
+                result: RewriteResult = task.execute(dataset)
+                outcomes.append(TaskOutcome(task_id, result.json(), int((time.monotonic() - clock) * 1000)))
+                break
+            except Exception as e:  # noqa: B902 - Lance's or the store's: as a Spark task's failure
+                if attempt + 1 < attempts:
+                    continue
+                text = redact(f"{type(e).__name__}: {e}", request.storage_options)
+                if request.run["partial_progress"]:
+                    outcomes.append(TaskOutcome(task_id, None, int((time.monotonic() - clock) * 1000), text))
+                    break
+                return outcomes, BatchFailure(_message(request, e, text, attempts), position)
+    log.info("table %s: batch %d: rewritten in the engine process; task times %s ms", request.table,
+             number, [o.elapsed_ms for o in outcomes])
+    return outcomes, None
+
+
+def _message(request: CompactionRequest, error: Exception, text: str, attempts: int) -> str:
+    """A failed task's message, in the words a failed Spark job's has (spark_job.job_failure)."""
+    table = request.table
+    if isinstance(error, CompactionError):
+        return redact(error.message, request.storage_options)
+    kind = classify(error)
+    what = "" if kind.kind == BUG else f": {kind.phrase}"
+    tried = f" failed all its {attempts} attempts" if attempts > 1 else " failed"
+    return f"table {table}: a compaction task{tried}{what} ({first_part(text)})"
+
+
+def engine_settings(sc: Any) -> int:
+    """This engine's limit, from the driver's static Spark configuration (read once)."""
+    return max_bytes(dict(sc.getConf().getAll()), sc.master)
