@@ -92,12 +92,14 @@ def probe_pylance(work: Path, table: str, options: dict, repeat: int, cores: int
     return {"times": times, "layout": layout, "metrics": metrics}
 
 
-def _session(master: str, warehouse: Path, plugin: bool = True) -> Any:
+def _session(master: str, warehouse: Path, plugin: bool = True, conf: dict | None = None) -> Any:
     from pyspark.sql import SparkSession
     from lance_compact import configure_spark_with_lance_compact
 
     builder = (SparkSession.builder.master(master).appName("lance-compact-benchmark")
                .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false"))
+    for k, v in (conf or {}).items():
+        builder = builder.config(k, v)
     spark = configure_spark_with_lance_compact(builder, warehouse=str(warehouse),
                                                start_engine=plugin).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
@@ -153,12 +155,13 @@ def _session_run(spark: Any, work: Path, wh: Path, r: dict, o: dict, i: int) -> 
     o["rows"].append(row.asDict())
 
 
-def probe_session(work: Path, master: str, runs: list[dict]) -> dict:
-    """A warm PySpark session: each run compacts fresh copies through SQL (``sql``) or the
-    PySpark API (``api``), or times plan_compaction (``plan``) or a no-op CALL (``noop``)."""
+def probe_session(work: Path, master: str, runs: list[dict], conf: dict | None = None) -> dict:
+    """A warm PySpark session (more static Spark settings: ``conf``): each run compacts fresh
+    copies through SQL (``sql``) or the PySpark API (``api``), or times plan_compaction
+    (``plan``) or a no-op CALL (``noop``)."""
     wh = work / f"wh_{os.getpid()}"
     (wh / "b").mkdir(parents=True, exist_ok=True)
-    spark = _session(master, work)  # the warehouse: tables/ and the copies in <wh>/b/
+    spark = _session(master, work, conf=conf)  # the warehouse: tables/ and the copies in <wh>/b/
     # Warm: engine and Python workers started, pylance imported, and the JVM's code paths
     # compiled (a session's first statements run slower).
     first = runs[0]["table"]
