@@ -11,6 +11,10 @@ from lance_compact import FragmentHistogram, cleanup, describe_layout, plan_comp
 from lance_compact.compaction.planners import get_planner
 from lance_compact.compaction.planners.io_bounded import benefit
 
+# Every rewrite a Spark job, as on a cluster (local mode would rewrite these small batches in
+# the engine process: engine_rewrite.py, tested in test_engine_rewrite.py and by most modules).
+SPARK_CONF = {"spark.lance.compact.engineRewrite.maxBytes": "0"}
+
 
 def random_layout(path, seed, index=True):
     """Fragments of random sizes from random appends, random deletions, and (optionally) a
