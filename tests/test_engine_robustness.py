@@ -182,3 +182,33 @@ def test_a_predicate_that_overflowed_lances_stack_is_refused_and_the_engine_live
     assert lance.dataset(str(path)).version == version
     _answers(spark, name)
     assert _engine_pids(engine_log) == pids
+
+
+def test_the_engine_ends_when_its_jvm_cannot_be_reached(tmp_path):
+    """The main loop failing (the JVM gone) ends the process at once, by ``os._exit``: a normal
+    Python shutdown could wait forever on a thread still inside a request, and the engine's
+    stdin (held open here, as a child that inherited the JVM's end of it would) does not end it."""
+    import os
+    import socket
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "PYSPARK_GATEWAY_PORT": str(port), "PYSPARK_GATEWAY_SECRET": "x",
+           "PYTHONPATH": str(ROOT / "python")}
+    read_end, write_end = os.pipe()  # stdin stays open: only the failed main loop can end it
+    err = tmp_path / "engine.err"
+    try:
+        with open(err, "wb") as sink:
+            p = subprocess.Popen([sys.executable, "-u", "-m", "lance_compact.engine"], stdin=read_end,
+                                 stdout=subprocess.DEVNULL, stderr=sink, env=env, cwd=tmp_path)
+        try:
+            code = p.wait(timeout=BOUND_S)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            pytest.fail("the engine did not end when its JVM could not be reached")
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    text = err.read_text(errors="replace")
+    assert code == 1, text[-2000:]
+    assert "engine: ending: the main loop failed (the JVM is gone or cannot be reached)" in text, text[-2000:]

@@ -369,5 +369,28 @@ def main() -> None:
                 {"ok": False, "error": f"lance_compact engine: cannot serve {message['action']}: {e}"}))
 
 
+def run() -> None:
+    """``main()``, ended by ``os._exit`` whatever way it ends: never Python's normal shutdown,
+    which joins the executors' threads and waits on Lance's runtime. When the JVM dies the
+    main loop's next call fails; a shutdown would then wait forever on a thread still inside a
+    request (seen: an engine left behind by a SIGKILLed spark-sql, its stdin at end of file,
+    the stdin watcher frozen by the shutdown before it could end the process)."""
+    code = 1
+    try:
+        main()
+        code = 0
+    except BaseException as e:  # noqa: B036 - the JVM is gone (or we cannot reach it): end
+        logging.getLogger("lance_compact.engine").error(
+            "engine: ending: the main loop failed (the JVM is gone or cannot be reached): %s: %s",
+            type(e).__name__, e)
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except BaseException:  # noqa: B036
+                pass
+        os._exit(code)
+
+
 if __name__ == "__main__":
-    main()
+    run()
