@@ -7,22 +7,25 @@ JSON back through an accumulator), and Lance's uneven tasks (a plan of 207 and 3
 keeps one Spark task busy for 2/3 of the work while pylance runs both with all threads). For
 a batch that reads little that is most of the CALL; Lance already uses every core of the
 process inside one task. So a batch reading at most
-``spark.lance.compact.engineRewrite.maxBytes`` runs here, its tasks one after another against
-the run's own dataset (no open per task, no JSON round trip of the results).
+``spark.lance.compact.engineRewrite.maxBytes`` runs here, its tasks against the run's own
+dataset (no open per task, no JSON round trip of the results), as many at once as the machine
+has cores, as ``compact_files`` runs them.
 
 Where work runs: by default only in local mode (``local``, ``local[N]``), where executors are
 threads of the driver's JVM on the same machine anyway (default 256 MiB); on a cluster the
 default is 0 (always a Spark job, on executors) and an operator may raise it. Cancel: the
 statement's cancel watch (CancelWatch.scala) holds its cancel while no job runs, and the
-cancel is asked before each task and before the commit; a task already running finishes
-(bounded by the size limit) and its files are removed. Test hooks that act on Spark tasks
+cancel is asked before each task starts and before the commit; tasks already running finish
+(bounded by the size limit) and their files are removed. Test hooks that act on Spark tasks
 (``test_fail_task``, ``test_task_sleep_ms``, ...) keep a batch on Spark.
 """
 from __future__ import annotations
 
 import logging
+import os
 import re
 import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
 
 import lance
@@ -85,35 +88,71 @@ def fits(request: CompactionRequest, batch: Batch, limit: int) -> bool:
     return all(s is not None for s in sizes) and sum(sizes) <= limit
 
 
+# Tasks run side by side, as compact_files runs them (Lance executes a plan's tasks
+# concurrently, as many as the machine has cores): one after another, a plan of 207 and 393
+# fragments took the sum of its tasks (measured 0.47 s against pylance's 0.39 s on the
+# streaming table). The threads are kept (a request's thread alone asks the JVM about cancel).
+_WIDTH = max(1, os.cpu_count() or 1)
+_POOL = ThreadPoolExecutor(_WIDTH, thread_name_prefix="engine-rewrite")
+
+
+def _execute(task_json: str, dataset: lance.LanceDataset, attempts: int) -> tuple[str | None, Exception | None, int]:
+    """One task, retried up to ``attempts`` times: (its result JSON, or the last error; ms)."""
+    task = CompactionTask.from_json(task_json)
+    clock = time.monotonic()
+    for attempt in range(attempts):
+        try:
+            result: RewriteResult = task.execute(dataset)
+            return result.json(), None, int((time.monotonic() - clock) * 1000)
+        except Exception as e:  # noqa: B902 - Lance's or the store's: as a Spark task's failure
+            if attempt + 1 == attempts:
+                return None, e, int((time.monotonic() - clock) * 1000)
+    raise AssertionError("unreachable")
+
+
 def run_in_engine(request: CompactionRequest, batch: Batch, number: int, dataset: lance.LanceDataset,
                   attempts: int) -> tuple[list[TaskOutcome], BatchFailure | None]:
-    """Run ``batch``'s tasks here, in plan order, against ``dataset`` (any version of the table:
-    a task checks out its own read version). The same answers as a Spark job's: the outcomes
-    of the tasks that finished, and a failure when one failed all its ``attempts`` (without
-    partial progress) or the statement was cancelled (the tasks not started are counted as
-    such)."""
-    outcomes: list[TaskOutcome] = []
-    for position, (task_id, task_json) in enumerate(zip(batch.ids, batch.tasks)):
-        why = cancellation.reason()
-        if why:
-            return outcomes, BatchFailure(why, None, cancelled=True, settled=True, stopped=0)
-        task = CompactionTask.from_json(task_json)
-        for attempt in range(attempts):
-            clock = time.monotonic()
-            try:
-                result: RewriteResult = task.execute(dataset)
-                outcomes.append(TaskOutcome(task_id, result.json(), int((time.monotonic() - clock) * 1000)))
+    """Run ``batch``'s tasks here against ``dataset`` (any version of the table: a task checks
+    out its own read version), up to the machine's cores at once, started in plan order. The
+    same answers as a Spark job's: the outcomes of the tasks that finished (in plan order), and
+    a failure when one failed all its ``attempts`` (without partial progress) or the statement
+    was cancelled. After either, no task is started and the running ones are waited for, so
+    that what they wrote is among the outcomes (and removed by the caller)."""
+    waiting = list(enumerate(zip(batch.ids, batch.tasks)))
+    running: dict[Future, tuple[int, int]] = {}
+    finished: dict[int, TaskOutcome] = {}
+    failed: tuple[int, Exception, str] | None = None  # (position, error, its text)
+    cancelled: str | None = None
+    width = min(_WIDTH, len(waiting)) or 1
+    while waiting or running:
+        while waiting and len(running) < width and failed is None and cancelled is None:
+            cancelled = cancellation.reason()  # asked before each task starts, on this thread
+            if cancelled:
                 break
-            except Exception as e:  # noqa: B902 - Lance's or the store's: as a Spark task's failure
-                if attempt + 1 < attempts:
-                    continue
-                text = redact(f"{type(e).__name__}: {e}", request.storage_options)
-                if request.run["partial_progress"]:
-                    outcomes.append(TaskOutcome(task_id, None, int((time.monotonic() - clock) * 1000), text))
-                    break
-                return outcomes, BatchFailure(_message(request, e, text, attempts), position)
-    log.info("table %s: batch %d: rewritten in the engine process; task times %s ms", request.table,
-             number, [o.elapsed_ms for o in outcomes])
+            position, (task_id, task_json) = waiting.pop(0)
+            running[_POOL.submit(_execute, task_json, dataset, attempts)] = (position, task_id)
+        if not running:
+            break
+        done, _ = wait(running, return_when=FIRST_COMPLETED)
+        for future in done:
+            position, task_id = running.pop(future)
+            result_json, error, elapsed = future.result()
+            if error is None:
+                finished[position] = TaskOutcome(task_id, result_json, elapsed)
+                continue
+            text = redact(f"{type(error).__name__}: {error}", request.storage_options)
+            if request.run["partial_progress"]:
+                finished[position] = TaskOutcome(task_id, None, elapsed, text)
+            elif failed is None:
+                failed = (position, error, text)
+    outcomes = [finished[p] for p in sorted(finished)]
+    if cancelled:
+        return outcomes, BatchFailure(cancelled, None, cancelled=True, settled=True, stopped=0)
+    if failed is not None:
+        position, error, text = failed
+        return outcomes, BatchFailure(_message(request, error, text, attempts), position)
+    log.info("table %s: batch %d: rewritten in the engine process, %d at once; task times %s ms",
+             request.table, number, width, [o.elapsed_ms for o in outcomes])
     return outcomes, None
 
 
