@@ -121,3 +121,17 @@ def test_arguments_not_ours_pass_to_spark_sql_in_order():
                     "--new-spark-option", "v", "--conf", "--jars=not-ours", "-e", "SELECT 1"]
     with pytest.raises(SystemExit, match="--warehouse needs a value"):
         parse_args(["--warehouse"])
+
+
+def test_driver_java_options_are_merged_with_ours(tmp_path):
+    """A user's --driver-java-options (in either form) join the command's own, once, instead
+    of replacing them (spark-submit keeps only the last one given)."""
+    from lance_compact.cli import DRIVER_JAVA_OPTIONS, command
+
+    args, _, _, _ = command(["--warehouse", str(tmp_path), "--driver-java-options", "-XX:TieredStopAtLevel=1",
+                             "--driver-java-options=-Dx=1", "-e", "SELECT 1"], environ={})
+    assert args.count("--driver-java-options") == 1
+    given = args[args.index("--driver-java-options") + 1]
+    assert given == f"{DRIVER_JAVA_OPTIONS} -XX:TieredStopAtLevel=1 -Dx=1"
+    assert not [a for a in args if a.startswith("--driver-java-options=")]
+    assert args[-2:] == ["-e", "SELECT 1"]

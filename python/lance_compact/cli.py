@@ -6,8 +6,8 @@
 ``--warehouse`` (or ``$LANCE_WAREHOUSE``) is the catalog's warehouse. Every other argument
 passes to spark-sql unchanged and in order (``--master``, ``--conf``, ``-e``, ``-f``, ...),
 except these, which this command merges with its own settings: ``--jars``, ``--conf
-spark.jars=...``, ``--conf spark.plugins=...``, ``--properties-file`` and secret ``--conf``
-settings (below). Ours are recognized as ``--name value`` or ``--name=value`` (``-c`` for
+spark.jars=...``, ``--conf spark.plugins=...``, ``--driver-java-options``, ``--properties-file``
+and secret ``--conf`` settings (below). Ours are recognized as ``--name value`` or ``--name=value`` (``-c`` for
 ``--conf``); spark-sql's options are not listed here, so a value of one of them that is
 literally one of these names would be read as ours (spark-submit's ``--option=value`` form
 avoids that). Spark is the pyspark
@@ -121,6 +121,19 @@ def _take_secrets(rest: list[str]) -> tuple[list[str], dict[str, str], str | Non
     return kept, secret, properties
 
 
+def _take_java_options(rest: list[str]) -> tuple[list[str], list[str]]:
+    """``rest`` without its ``--driver-java-options``, and their values: merged with ours
+    (spark-submit keeps only the last one given)."""
+    kept: list[str] = []
+    options: list[str] = []
+    for name, value, given in _ours(rest, ("--driver-java-options",)):
+        if name == "--driver-java-options":
+            options.append(value)
+        else:
+            kept.extend(given)
+    return kept, options
+
+
 def command(argv: list[str], environ: dict[str, str] | None = None
             ) -> tuple[list[str], dict[str, str], dict[str, str], str | None]:
     """The spark-sql command line and its environment, the settings that must go into a
@@ -128,6 +141,7 @@ def command(argv: list[str], environ: dict[str, str] | None = None
     env = dict(os.environ if environ is None else environ)
     warehouse, jars, plugins, rest = parse_args(argv)
     rest, secret, properties = _take_secrets(rest)
+    rest, java_options = _take_java_options(rest)
     # $LANCE_STORAGE_<KEY>=value: storage option <key> of the lance catalog, kept off every
     # command line (another user may read ps, not this process's environment).
     for k, v in env.items():
@@ -147,7 +161,7 @@ def command(argv: list[str], environ: dict[str, str] | None = None
             **METASTORE_CONF}
     spark_sql = os.path.join(home, "bin", "spark-sql")
     args = [spark_sql, "--jars", conf.pop("spark.jars"),
-            "--driver-java-options", DRIVER_JAVA_OPTIONS]
+            "--driver-java-options", " ".join([DRIVER_JAVA_OPTIONS, *java_options])]
     for k, v in conf.items():
         args += ["--conf", f"{k}={v}"]
     return args + rest, env, secret, properties

@@ -123,7 +123,8 @@ def run_in_engine(request: CompactionRequest, batch: Batch, number: int, dataset
     finished: dict[int, TaskOutcome] = {}
     failed: tuple[int, Exception, str] | None = None  # (position, error, its text)
     cancelled: str | None = None
-    width = min(_WIDTH, len(waiting)) or 1
+    threads = request.options.get("num_threads")  # Lance's own option bounds compact_files' tasks too
+    width = max(1, min(_WIDTH, len(waiting), threads if isinstance(threads, int) and threads > 0 else _WIDTH))
     while waiting or running:
         while waiting and len(running) < width and failed is None and cancelled is None:
             cancelled = cancellation.reason()  # asked before each task starts, on this thread

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from ..runtime import cancellation
+from . import engine_rewrite
 from .execute import TaskOutcome
 from .orchestrate import Batch, BatchFailure
 from .request import CompactionRequest
@@ -43,11 +44,15 @@ class _Waiting:
 
 
 class SharedJobs:
-    """Packs the batches of concurrent runs into shared Spark jobs (``run_packed``)."""
+    """Packs the batches of concurrent runs into shared Spark jobs (``run_packed``); a batch
+    small enough for the engine (``in_engine``: the byte limit of ``engine_rewrite.py`` and
+    the task attempts) is rewritten there instead, on its table's own thread."""
 
-    def __init__(self, run_packed: Packed, max_wait: float = 0.1) -> None:
+    def __init__(self, run_packed: Packed, max_wait: float = 0.1,
+                 in_engine: tuple[int, int] | None = None) -> None:
         self._run_packed = run_packed
         self._max_wait = max_wait
+        self._in_engine = in_engine
         self._cond = threading.Condition()
         self._queue: list[_Waiting] = []
         self._expected = 0
@@ -67,8 +72,12 @@ class SharedJobs:
 
     def run(self, request: CompactionRequest, batch: Batch, number: int, dataset: Any = None
             ) -> tuple[list[TaskOutcome], BatchFailure | None]:
-        """The BatchRunner call, from a table's thread: wait for the job that runs the batch
-        (always a shared Spark job: ``dataset`` is not needed)."""
+        """The BatchRunner call, from a table's thread: rewrite a small batch here against
+        ``dataset`` (the run's table), else wait for the shared job that runs it."""
+        if self._in_engine is not None and dataset is not None:
+            limit, attempts = self._in_engine
+            if engine_rewrite.fits(request, batch, limit):
+                return engine_rewrite.run_in_engine(request, batch, number, dataset, attempts)
         waiting = _Waiting(request, batch, number)
         with self._cond:
             self._queue.append(waiting)

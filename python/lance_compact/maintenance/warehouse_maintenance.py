@@ -330,9 +330,12 @@ def _call_start(extras: Mapping[str, Any], received: float) -> float:
     return received - before if 0 < before <= 3600 else received
 
 
-def maintain_warehouse(request: Envelope, run_packed: Callable) -> list[Table]:
+def maintain_warehouse(request: Envelope, run_packed: Callable,
+                       in_engine: tuple[int, int] | None = None) -> list[Table]:
     """Serve one ``maintain_warehouse`` request (parsed by the engine: its tables, checked
-    parameters with defaults, catalog settings and storage options); the tables with their rows."""
+    parameters with defaults, catalog settings and storage options); the tables with their rows.
+    Rewrites go to shared Spark jobs (``run_packed``), or a small batch to the engine itself
+    (``in_engine``: ``SharedJobs``)."""
     started = time.monotonic()  # max_duration counts from here (or the JVM's earlier start)
     where = request.where
     args = dict(request.args)
@@ -373,7 +376,7 @@ def maintain_warehouse(request: Envelope, run_packed: Callable) -> list[Table]:
              (time.monotonic() - started) * 1000, listed_namespaces(request))
     chosen = plan_tables(tables, args, excluded, budget)
     log.info("maintain_warehouse: %d tables, %d due and chosen, %d threads", len(tables), len(chosen), workers)
-    jobs = SharedJobs(run_packed)
+    jobs = SharedJobs(run_packed, in_engine=in_engine)
     finished = threading.Event()
     probe = cancellation.current_probe()
     waiting = list(reversed(chosen))  # popped from the end: the run's order
@@ -411,9 +414,10 @@ def maintain_warehouse(request: Envelope, run_packed: Callable) -> list[Table]:
     return tables
 
 
-def maintain_warehouse_rows(request: Envelope, run_packed: Callable) -> list[tuple]:
+def maintain_warehouse_rows(request: Envelope, run_packed: Callable,
+                            in_engine: tuple[int, int] | None = None) -> list[tuple]:
     """The result rows (parameters.json's ``maintain_warehouse_columns``), in the run's order."""
-    tables = maintain_warehouse(request, run_packed)
+    tables = maintain_warehouse(request, run_packed, in_engine)
     ordered = sorted(tables, key=lambda t: (t.rank is None, t.rank or 0, t.target.table))
     out = []
     for t in ordered:
@@ -425,6 +429,12 @@ def maintain_warehouse_rows(request: Envelope, run_packed: Callable) -> list[tup
 
 
 def maintain_warehouse_on_spark(request: Envelope, sc: Any) -> list[tuple]:
-    """The engine's handler: rewrite tasks run as shared Spark jobs on ``sc``'s cluster."""
+    """The engine's handler: rewrite tasks run as shared Spark jobs on ``sc``'s cluster, a
+    table's batch small enough (``spark.lance.compact.engineRewrite.maxBytes``: by default in
+    local mode only) in the engine, as a single CALL's is."""
+    from ..compaction import engine_rewrite
     from ..compaction.spark_job import run_packed
-    return maintain_warehouse_rows(request, lambda entries: run_packed(sc, entries))
+    from ..runtime.driver_conf import max_task_attempts
+    limit = engine_rewrite.engine_settings(sc)
+    return maintain_warehouse_rows(request, lambda entries: run_packed(sc, entries),
+                                   (limit, max_task_attempts(sc)) if limit > 0 else None)
