@@ -158,7 +158,7 @@ def main() -> int:
             if a.latency_ms:
                 from fault_proxy import FaultProxy
                 proxy = FaultProxy(server.endpoint).start()
-                proxy.inject("slow", delay_ms=a.latency_ms)
+                slow = proxy.inject("slow", delay_ms=a.latency_ms)  # every request: its count is the requests made
                 storage = {**storage, "aws_endpoint": proxy.endpoint}
             uris = [uri + u[len(str(work / "wh")):] for u in local]
             copies = [other + "/pylance" + u[len(str(work / "wh")):] for u in local]
@@ -195,8 +195,10 @@ def main() -> int:
             lambda: spark.sql(f"SELECT * FROM lance.system.maintenance_history WHERE {two}").collect(), a.repeat)
         figures["maintenance_history, all of it"] = timed(
             lambda: spark.sql("SELECT * FROM lance.system.maintenance_history").collect(), 1)
+        before = slow.matched if proxy else 0
         figures["maintain_warehouse(dry_run => true)"] = timed(
             lambda: spark.sql("CALL lance.maintain_warehouse(dry_run => true)").collect(), a.repeat)
+        dry_requests = (slow.matched - before) / a.repeat if proxy else None
         figures["maintain_warehouse(dry_run => true, max_duration => '5 seconds')"] = timed(
             lambda: spark.sql("CALL lance.maintain_warehouse(dry_run => true, "
                               "max_duration => '5 seconds')").collect(), 1)
@@ -222,6 +224,9 @@ def main() -> int:
         served = [int(x) for x in re.findall(r"served table_health in (\d+) ms", engine_log.read_text())]
         print(f"the engine's own time per table_health query (all tables, then the filtered one): "
               f"{served[1:]} ms")
+        if dry_requests is not None:
+            print(f"requests to the store per dry run: {dry_requests:,.0f} ({dry_requests / len(uris):.1f} per table, "
+                  f"the listing of the warehouse included)")
         print(f"maintain_warehouse against the pylance loop over the same tables: "
               f"{together[0]:.3f} s / {loop[0]:.3f} s = {together[0] / loop[0]:.2f}x")
     finally:
