@@ -168,6 +168,13 @@ def _message(request: CompactionRequest, error: Exception, text: str, attempts: 
     return f"table {table}: a compaction task{tried}{what} ({first_part(text)})"
 
 
+_SETTINGS: dict[int, tuple[Any, int]] = {}  # id -> (the context, kept alive so its id is not reused; limit)
+
+
 def engine_settings(sc: Any) -> int:
-    """This engine's limit, from the driver's static Spark configuration (read once)."""
-    return max_bytes(dict(sc.getConf().getAll()), sc.master)
+    """This engine's limit, from the driver's static Spark configuration: read once per
+    SparkContext (a read of the whole conf is a Py4J round trip; no statement can change it)."""
+    known = _SETTINGS.get(id(sc))
+    if known is None or known[0] is not sc:
+        known = _SETTINGS[id(sc)] = (sc, max_bytes(dict(sc.getConf().getAll()), sc.master))
+    return known[1]
