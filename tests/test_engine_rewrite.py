@@ -167,3 +167,28 @@ def test_a_warm_call_in_local_mode_runs_no_rewrite_job(spark, warehouse, tmp_pat
     assert row.tasks > 1 and row.commits == 1
     after = lance.dataset(str(path))
     assert layout(after) == expected and content(after) == content(before)
+
+
+def test_maintain_warehouse_in_local_mode_rewrites_small_tables_without_a_job(spark, warehouse):
+    """Each table's small batch of a maintain_warehouse is rewritten in the engine, as a single
+    CALL's is: no shared rewrite job runs, and every table is compacted with its rows kept."""
+    paths = [warehouse / "engine_wh" / f"t{i}.lance" for i in range(3)]
+    for p in paths:
+        degraded_table(str(p), fragments=30)
+    before = {p: content(lance.dataset(str(p))) for p in paths}
+    sc = spark.sparkContext
+    spark.sql("CALL lance.plan_compaction(table => 'engine_wh.t0', target_rows_per_fragment => 300)").collect()
+    sc.setJobGroup("in-engine-warehouse", "a small warehouse")
+    try:
+        rows = spark.sql("CALL lance.maintain_warehouse(namespace => 'engine_wh', "
+                         "target_rows_per_fragment => 300)").collect()
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+    watches = set(sc._jsc.sc().statusTracker().getJobIdsForTag(WATCH_TAG))
+    jobs = [j for j in sc.statusTracker().getJobIdsForGroup("in-engine-warehouse") if j not in watches]
+    assert jobs == [], [sc.statusTracker().getJobInfo(j) for j in jobs]  # no shared rewrite job
+    compacted = {r.table for r in rows if r.step == "compact" and r.ran and r.error is None}
+    assert compacted == {f"engine_wh.t{i}" for i in range(3)}, [tuple(r) for r in rows]
+    for p in paths:
+        after = lance.dataset(str(p))
+        assert content(after) == before[p] and len(after.get_fragments()) < 30

@@ -157,6 +157,15 @@ def run_in_engine(request: CompactionRequest, batch: Batch, number: int, dataset
     return outcomes, None
 
 
+def run_if_small(request: CompactionRequest, batch: Batch, number: int, dataset: lance.LanceDataset | None,
+                 limit: int, attempts: int) -> tuple[list[TaskOutcome], BatchFailure | None] | None:
+    """The batch run here (:func:`run_in_engine`) when it fits ``limit`` and the run's table is
+    at hand; None: the caller runs it as a Spark job."""
+    if dataset is None or not fits(request, batch, limit):
+        return None
+    return run_in_engine(request, batch, number, dataset, attempts)
+
+
 def _message(request: CompactionRequest, error: Exception, text: str, attempts: int) -> str:
     """A failed task's message, in the words a failed Spark job's has (spark_job.job_failure)."""
     table = request.table

@@ -74,10 +74,10 @@ class SharedJobs:
             ) -> tuple[list[TaskOutcome], BatchFailure | None]:
         """The BatchRunner call, from a table's thread: rewrite a small batch here against
         ``dataset`` (the run's table), else wait for the shared job that runs it."""
-        if self._in_engine is not None and dataset is not None:
-            limit, attempts = self._in_engine
-            if engine_rewrite.fits(request, batch, limit):
-                return engine_rewrite.run_in_engine(request, batch, number, dataset, attempts)
+        if self._in_engine is not None:
+            here = engine_rewrite.run_if_small(request, batch, number, dataset, *self._in_engine)
+            if here is not None:
+                return here
         waiting = _Waiting(request, batch, number)
         with self._cond:
             self._queue.append(waiting)

@@ -185,8 +185,10 @@ class SparkBatchRunner:
             dataset: lance.LanceDataset | None = None
             ) -> tuple[list[TaskOutcome], BatchFailure | None]:
         sc = self.sc
-        if dataset is not None and engine_rewrite.fits(request, batch, self.engine_max_bytes):
-            return engine_rewrite.run_in_engine(request, batch, number, dataset, max_task_attempts(sc))
+        here = engine_rewrite.run_if_small(request, batch, number, dataset, self.engine_max_bytes,
+                                           max_task_attempts(sc))
+        if here is not None:
+            return here
         # Largest tasks first, so the last to finish is a small one.
         order = sorted(range(len(batch.ids)), key=lambda i: -(batch.rows[i][7] or 0))
         items = [(batch.ids[i], batch.tasks[i]) for i in order]
