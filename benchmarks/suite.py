@@ -292,22 +292,37 @@ def section_streaming(s: Suite) -> None:
     one = run_probe(s.work, "session", master="local[1]", runs=[
         {"table": "streaming", "kind": "sql", "repeat": repeat_small}])["runs"]
     s.add("streaming", "CALL, warm, local[1]", one[0]["times"], anchor1)
+    # spark-sql's rows against pylance runs just before and just after them: this machine's
+    # speed drifts by tens of percent within minutes, and the section's first pylance row was
+    # measured a minute or more earlier.
+    before = run_probe(s.work, "pylance", table="streaming", options={"target_rows_per_fragment": t},
+                       repeat=repeat_small, cores=None)
     cli = spark_sql(s.work, "streaming", plugin=True, warm=repeat_small)
     check_layout(cli["layout"], py["layout"], "spark-sql CALL")
-    first = s.add("streaming", "spark-sql: first statement of a fresh session", [cli["first"]], anchor,
+    after = run_probe(s.work, "pylance", table="streaming", options={"target_rows_per_fragment": t},
+                      repeat=repeat_small, cores=None)
+    around = s.add("streaming", "pylance compact_files, just before and after spark-sql's runs",
+                   before["times"] + after["times"])
+    first = s.add("streaming", "spark-sql: first statement of a fresh session", [cli["first"]], around,
                   note=f"whole spark-sql process {cli['whole']:.1f} s")
-    cli_warm = s.add("streaming", "spark-sql: CALL, warm", cli["warm"], anchor)
+    cli_warm = s.add("streaming", "spark-sql: CALL, warm", cli["warm"], around)
     s.add("streaming", "spark-sql: CALL, warm no-op", [cli["noop"]])
     # The driver JVM's JIT compiler is still at work during a spark-sql process's first dozens
     # of statements (measured: 0.23 s of JVM CPU per warm CALL, 0.125 s of it C2's compiler
     # threads, on 2 cores); C1 alone (docs/deployment.md, short scheduled runs) leaves the
     # cores to the rewrite.
+    before = run_probe(s.work, "pylance", table="streaming", options={"target_rows_per_fragment": t},
+                       repeat=repeat_small, cores=None)
     c1 = spark_sql(s.work, "streaming", plugin=True, warm=repeat_small,
                    extra=("--driver-java-options", "-XX:TieredStopAtLevel=1"))
+    after = run_probe(s.work, "pylance", table="streaming", options={"target_rows_per_fragment": t},
+                      repeat=repeat_small, cores=None)
+    around = s.add("streaming", "pylance compact_files, just before and after the C1 runs",
+                   before["times"] + after["times"])
     check_layout(c1["layout"], py["layout"], "spark-sql CALL (C1)")
-    s.add("streaming", "spark-sql, C1 JIT only: first statement", [c1["first"]], anchor,
+    s.add("streaming", "spark-sql, C1 JIT only: first statement", [c1["first"]], around,
           note=f"whole spark-sql process {c1['whole']:.1f} s")
-    s.add("streaming", "spark-sql, C1 JIT only: CALL, warm", c1["warm"], anchor)
+    s.add("streaming", "spark-sql, C1 JIT only: CALL, warm", c1["warm"], around)
     cold = spark_sql(s.work, "streaming", plugin=False, warm=0, warmup=0)
     s.add("streaming", "spark-sql: first statement, no EnginePlugin", [cold["first"]], anchor,
           note=f"whole spark-sql process {cold['whole']:.1f} s")

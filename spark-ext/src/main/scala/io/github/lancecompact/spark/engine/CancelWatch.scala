@@ -119,7 +119,7 @@ final class CancelWatch(sc: SparkContext, onCancel: (String, String) => Unit)
       sc.setLocalProperty(DescriptionKey,
         "lance_compact: cancel watch (holds the statement's cancel while no job of it runs)")
       val rdd = sc.parallelize(Seq(0), 1)
-      val job = sc.submitJob(rdd, (_: Iterator[Int]) => CancelWatch.hold(key), Seq(0), (_: Int, _: Unit) => (), ())
+      val job = sc.submitJob(rdd, new Hold(key), Seq(0), (_: Int, _: Unit) => (), ())
       s.synchronized { if (s.watchKey == key) s.watchJob = job.jobIds.head }
       // A job of a group cancelled with its future jobs (cancelJobGroupAndFutureJobs) is failed
       // as it is submitted, with no listener event: its future says so.
@@ -210,6 +210,14 @@ final class CancelWatch(sc: SparkContext, onCancel: (String, String) => Unit)
   }
 
   def stop(): Unit = timer.shutdownNow()
+}
+
+/** A watch job's task: [[CancelWatch.hold]]. A class of its own, not a lambda: Spark's closure
+ * cleaner reads a lambda's class file from the jar (ASM) on every job it submits, which cost a
+ * warm spark-sql CALL more JVM time than the rest of its watch; an object that is no closure is
+ * passed as it is. */
+private final class Hold(key: String) extends (Iterator[Int] => Unit) with Serializable {
+  override def apply(partition: Iterator[Int]): Unit = CancelWatch.hold(key)
 }
 
 object CancelWatch {

@@ -191,8 +191,11 @@ object EngineBridge {
   val CancelWatchConf = "spark.lance.compact.cancelWatch"
 
   /** What a job of [[EngineBridge.runJob]] does with each partition: compute it (the engine's
-   * tasks report through accumulators). */
-  private val Drain: Iterator[Array[Byte]] => Unit = it => while (it.hasNext) it.next()
+   * tasks report through accumulators). An object, not a lambda: Spark's closure cleaner
+   * passes it as it is instead of reading its class file on every job (CancelWatch.Hold). */
+  private object Drain extends (Iterator[Array[Byte]] => Unit) with Serializable {
+    override def apply(it: Iterator[Array[Byte]]): Unit = while (it.hasNext) it.next()
+  }
 
   private val mapper = new com.fasterxml.jackson.databind.ObjectMapper()
   private val Instances = new AtomicLong()
