@@ -147,6 +147,15 @@ def timed(fn, repeat: int) -> list[float]:
     return out
 
 
+class Figures(dict):
+    """The figures, each printed as it is measured: a run of half an hour that fails late (the
+    test store answering 500s under load) keeps what it measured."""
+
+    def __setitem__(self, path: str, runs: list[float]) -> None:
+        super().__setitem__(path, runs)
+        print(f"measured: {path}: {', '.join(f'{x:.3f}' for x in runs)} s", flush=True)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--store", choices=["local", "s3"], default="local")
@@ -196,7 +205,7 @@ def main() -> int:
                               {"spark.lance.compact.engine.log": str(engine_log)},
                               **({"storage_options": storage} if storage else {}))
         spark.sql("SELECT * FROM lance.system.table_health").collect()  # warm: engine, imports
-        figures = {}
+        figures = Figures()
         from lance.file import LanceFileSession
         session = LanceFileSession(uris[0], storage)
         figures["one listing of a table's _versions/ (the store's own cost)"] = timed(
