@@ -166,6 +166,8 @@ def main() -> int:
     p.add_argument("--latency-ms", type=int, default=0,
                    help="with --store s3: every request waits this long (a proxy in front of moto), as "
                         "S3's round trips do; moto on the same cores is otherwise CPU-bound")
+    p.add_argument("--reads-only", action="store_true",
+                   help="the metadata reads and dry runs only: no pylance loop, no maintain_warehouse")
     a = p.parse_args()
 
     sys.path.insert(0, str(ROOT / "tests"))
@@ -185,7 +187,8 @@ def main() -> int:
             bucket, other = server.fresh_bucket("scale"), server.fresh_bucket("scale-pylance")
             uri = bucket + "/wh"
             upload(work / "wh", f"{bucket}/wh", storage)
-            upload(work / "wh", f"{other}/pylance", storage)
+            if not a.reads_only:
+                upload(work / "wh", f"{other}/pylance", storage)
             if a.latency_ms:
                 from fault_proxy import FaultProxy
                 proxy = FaultProxy(server.endpoint).start()
@@ -239,16 +242,18 @@ def main() -> int:
         figures["maintain_warehouse(dry_run => true, max_duration => '5 seconds')"] = timed(
             lambda: spark.sql("CALL lance.maintain_warehouse(dry_run => true, "
                               "max_duration => '5 seconds')").collect(), 1)
-        rows_before = live_rows(uris, storage)
-        assert live_rows(copies, storage) == rows_before
-        loop = [pylance_loop(copies, storage)]
-        t = time.perf_counter()  # a CALL runs when spark.sql() is called, not at collect()
-        result = spark.sql("CALL lance.maintain_warehouse(older_than => '0 seconds')").collect()
-        together = [time.perf_counter() - t]
-        assert not [r for r in result if r.error], [r.error for r in result if r.error][:3]
-        assert live_rows(uris, storage) == rows_before, "maintain_warehouse changed the live rows"
-        figures["pylance loop (compact_files, optimize_indices, cleanup), one run"] = loop
-        figures["CALL lance.maintain_warehouse(older_than => '0 seconds'), one run"] = together
+        together = loop = None
+        if not a.reads_only:
+            rows_before = live_rows(uris, storage)
+            assert live_rows(copies, storage) == rows_before
+            loop = [pylance_loop(copies, storage)]
+            t = time.perf_counter()  # a CALL runs when spark.sql() is called, not at collect()
+            result = spark.sql("CALL lance.maintain_warehouse(older_than => '0 seconds')").collect()
+            together = [time.perf_counter() - t]
+            assert not [r for r in result if r.error], [r.error for r in result if r.error][:3]
+            assert live_rows(uris, storage) == rows_before, "maintain_warehouse changed the live rows"
+            figures["pylance loop (compact_files, optimize_indices, cleanup), one run"] = loop
+            figures["CALL lance.maintain_warehouse(older_than => '0 seconds'), one run"] = together
         spark.stop()
         base = statistics.median(figures["pylance sequential metadata read"])
         figures = {"pylance sequential metadata read": figures.pop("pylance sequential metadata read"), **figures}
@@ -268,8 +273,9 @@ def main() -> int:
             floor = statistics.median(figures["the store serving a dry run's requests from 16 threads (its floor)"])
             print(f"the dry run against the store serving its requests alone: {dry:.3f} s / {floor:.3f} s = "
                   f"{dry / floor:.2f}x ({len(uris) * 5 / floor:,.0f} requests a second)")
-        print(f"maintain_warehouse against the pylance loop over the same tables: "
-              f"{together[0]:.3f} s / {loop[0]:.3f} s = {together[0] / loop[0]:.2f}x")
+        if together and loop:
+            print(f"maintain_warehouse against the pylance loop over the same tables: "
+                  f"{together[0]:.3f} s / {loop[0]:.3f} s = {together[0] / loop[0]:.2f}x")
     finally:
         if proxy:
             proxy.stop()
