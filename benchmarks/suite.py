@@ -26,7 +26,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -295,14 +295,18 @@ def section_streaming(s: Suite) -> None:
     # spark-sql's rows against pylance runs just before and just after them: this machine's
     # speed drifts by tens of percent within minutes, and the section's first pylance row was
     # measured a minute or more earlier.
-    before = run_probe(s.work, "pylance", table="streaming", options={"target_rows_per_fragment": t},
-                       repeat=repeat_small, cores=None)
-    cli = spark_sql(s.work, "streaming", plugin=True, warm=repeat_small)
+    def pylance_around(what: str, run: Callable[[], dict]) -> tuple[dict, Row]:
+        """``run()``'s answer, and pylance timed just before and just after it (one row)."""
+        times = run_probe(s.work, "pylance", table="streaming", options={"target_rows_per_fragment": t},
+                          repeat=repeat_small, cores=None)["times"]
+        out = run()
+        times += run_probe(s.work, "pylance", table="streaming", options={"target_rows_per_fragment": t},
+                           repeat=repeat_small, cores=None)["times"]
+        return out, s.add("streaming", f"pylance compact_files, just before and after {what}", times)
+
+    cli, around = pylance_around("spark-sql's runs", lambda: spark_sql(s.work, "streaming", plugin=True,
+                                                                         warm=repeat_small))
     check_layout(cli["layout"], py["layout"], "spark-sql CALL")
-    after = run_probe(s.work, "pylance", table="streaming", options={"target_rows_per_fragment": t},
-                      repeat=repeat_small, cores=None)
-    around = s.add("streaming", "pylance compact_files, just before and after spark-sql's runs",
-                   before["times"] + after["times"])
     first = s.add("streaming", "spark-sql: first statement of a fresh session", [cli["first"]], around,
                   note=f"whole spark-sql process {cli['whole']:.1f} s")
     cli_warm = s.add("streaming", "spark-sql: CALL, warm", cli["warm"], around)
@@ -311,14 +315,9 @@ def section_streaming(s: Suite) -> None:
     # of statements (measured: 0.23 s of JVM CPU per warm CALL, 0.125 s of it C2's compiler
     # threads, on 2 cores); C1 alone (docs/deployment.md, short scheduled runs) leaves the
     # cores to the rewrite.
-    before = run_probe(s.work, "pylance", table="streaming", options={"target_rows_per_fragment": t},
-                       repeat=repeat_small, cores=None)
-    c1 = spark_sql(s.work, "streaming", plugin=True, warm=repeat_small,
-                   extra=("--driver-java-options", "-XX:TieredStopAtLevel=1"))
-    after = run_probe(s.work, "pylance", table="streaming", options={"target_rows_per_fragment": t},
-                      repeat=repeat_small, cores=None)
-    around = s.add("streaming", "pylance compact_files, just before and after the C1 runs",
-                   before["times"] + after["times"])
+    c1, around = pylance_around("the C1 runs", lambda: spark_sql(
+        s.work, "streaming", plugin=True, warm=repeat_small,
+        extra=("--driver-java-options", "-XX:TieredStopAtLevel=1")))
     check_layout(c1["layout"], py["layout"], "spark-sql CALL (C1)")
     s.add("streaming", "spark-sql, C1 JIT only: first statement", [c1["first"]], around,
           note=f"whole spark-sql process {c1['whole']:.1f} s")

@@ -116,15 +116,17 @@ def live_rows(uris: list[str], storage: dict | None) -> list[int]:
     return [lance.dataset(uri, storage_options=storage).count_rows() for uri in uris]
 
 
-def store_floor(uris: list[str], storage: dict) -> int:
-    """The requests one evaluation of each table makes (two listings of ``_versions/``, a HEAD
-    and two ranged reads of a manifest), made directly from as many threads as the engine
-    reads tables with; how many."""
+FLOOR_REQUESTS = 5  # a table's evaluation: two listings of _versions/, a HEAD and two reads of a manifest
+
+
+def store_floor(uris: list[str], storage: dict) -> None:
+    """The ``FLOOR_REQUESTS`` one evaluation of each table makes, made directly from as many
+    threads as the engine reads tables with."""
     from concurrent.futures import ThreadPoolExecutor
     from lance.file import LanceFileSession
     from lance_compact.maintenance.health import METADATA_THREADS
 
-    def one(uri: str) -> int:
+    def one(uri: str) -> None:
         session = LanceFileSession(uri, storage)
         listing = session.list_with_delimiter("_versions").objects
         session.list_with_delimiter("_versions")
@@ -132,10 +134,9 @@ def store_floor(uris: list[str], storage: dict) -> int:
         session.contains(manifest)
         session.read_range(manifest, 0, 4096)
         session.read_range(manifest, 0, 4096)
-        return 5
 
     with ThreadPoolExecutor(METADATA_THREADS) as pool:
-        return sum(pool.map(one, uris))
+        list(pool.map(one, uris))
 
 
 def timed(fn, repeat: int) -> list[float]:
@@ -211,10 +212,8 @@ def main() -> int:
         figures = Figures()
         from lance.file import LanceFileSession
         session = LanceFileSession(uris[0], storage)
-        figures["one listing of a table's _versions/ (the store's own cost)"] = timed(
-            lambda: [session.list_with_delimiter("_versions") for _ in range(10)], a.repeat)
-        figures["one listing of a table's _versions/ (the store's own cost)"] = [
-            x / 10 for x in figures["one listing of a table's _versions/ (the store's own cost)"]]
+        figures["one listing of a table's _versions/ (the store's own cost)"] = [x / 10 for x in timed(
+            lambda: [session.list_with_delimiter("_versions") for _ in range(10)], a.repeat)]
         figures["pylance sequential metadata read"] = timed(lambda: pylance_metadata(uris, storage), a.repeat)
         figures["pylance sequential, no transactions (a lower bound)"] = timed(
             lambda: pylance_metadata(uris, storage, transactions=False), a.repeat)
@@ -272,7 +271,7 @@ def main() -> int:
             dry = statistics.median(figures["maintain_warehouse(dry_run => true)"])
             floor = statistics.median(figures["the store serving a dry run's requests from 16 threads (its floor)"])
             print(f"the dry run against the store serving its requests alone: {dry:.3f} s / {floor:.3f} s = "
-                  f"{dry / floor:.2f}x ({len(uris) * 5 / floor:,.0f} requests a second)")
+                  f"{dry / floor:.2f}x ({len(uris) * FLOOR_REQUESTS / floor:,.0f} requests a second)")
         if together and loop:
             print(f"maintain_warehouse against the pylance loop over the same tables: "
                   f"{together[0]:.3f} s / {loop[0]:.3f} s = {together[0] / loop[0]:.2f}x")

@@ -213,9 +213,8 @@ final class CancelWatch(sc: SparkContext, onCancel: (String, String) => Unit)
 }
 
 /** A watch job's task: [[CancelWatch.hold]]. A class of its own, not a lambda: Spark's closure
- * cleaner reads a lambda's class file from the jar (ASM) on every job it submits, which cost a
- * warm spark-sql CALL more JVM time than the rest of its watch; an object that is no closure is
- * passed as it is. */
+ * cleaner reads a lambda's class file from the jar (ASM) on every job it submits (seen in the
+ * driver's samples during warm statements); an object that is no closure is passed as it is. */
 private final class Hold(key: String) extends (Iterator[Int] => Unit) with Serializable {
   override def apply(partition: Iterator[Int]): Unit = CancelWatch.hold(key)
 }
