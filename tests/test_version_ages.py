@@ -118,3 +118,42 @@ def test_on_s3_one_listing_not_every_manifest(s3):
         assert (count, old) == (12, rules.reclaimable(versions, cutoff, None)), cutoff
         assert spent <= most, (cutoff, spent, every_manifest)
     assert every_manifest >= 12
+
+
+def test_a_version_read_once_is_not_read_again(s3):
+    """The engine keeps the commit times it read: the next evaluation of the same table (no new
+    version, or new ones) reads only the listing, with the same answer as versions() gives."""
+    storage = s3.storage_options
+    ds = _table(s3.fresh_bucket("again") + "/t.lance", 6, storage, pause=0.01)
+    week = datetime.now(timezone.utc) - timedelta(days=7)
+
+    def requests() -> int:
+        return sum(1 for _ in open(s3.log))
+
+    before = requests()
+    assert version_facts(ds, storage, week, None) == (6, [])
+    first = requests() - before
+    again = lance.dataset(ds.uri, storage_options=storage)
+    before = requests()
+    assert version_facts(again, storage, week, None) == (6, [])
+    assert (first, requests() - before) == (3, 1)  # listing + the oldest's HEAD and GET; then the listing
+    lance.write_dataset(pa.table({"id": [99]}), ds.uri, mode="append", storage_options=storage)
+    ds = lance.dataset(ds.uri, storage_options=storage)
+    for cutoff in _cutoffs(ds):
+        assert version_facts(ds, storage, cutoff, None) == (7, rules.reclaimable(ds.versions(), cutoff, None))
+
+
+def test_a_table_created_again_forgets_the_old_times(tmp_path):
+    """Dropped and created again at the same URI, a table's versions restart from 1: the times of
+    the old table's versions are not used for the new one's."""
+    import shutil
+    uri = str(tmp_path / "t.lance")
+    old = _table(uri, 5)
+    assert version_facts(old, {}, datetime.now(timezone.utc) - timedelta(days=7), None) == (5, [])
+    shutil.rmtree(uri)
+    time.sleep(0.05)
+    new = _table(uri, 3)
+    between = _cutoffs(new)[1]  # after the new version 1, before its version 2: the old table's are older
+    assert version_facts(new, {}, between, None) == (3, rules.reclaimable(new.versions(), between, None)) == (3, [1])
+    # the same URI on other storage options is another table: its times are its own
+    assert version_facts(new, {"k": "v"}, between, None) == (3, [1])
