@@ -43,3 +43,21 @@ def test_the_quick_benchmark_runs_every_path_and_writes_its_report(tmp_path):
         if r["ratio"] is not None:
             assert f"{r['ratio']:.2f}x" in svg, r["path"]
     assert "targets (issue 9):" in p.stdout
+
+
+def test_the_warehouse_at_scale_runs_on_both_stores_and_counts_its_requests(tmp_path):
+    """benchmarks/warehouse_scale.py, tiny: on S3Proxy (whole, maintain_warehouse against the
+    pylance loop, live rows checked by the script) and on moto (reads only), each behind the
+    latency proxy, which counts requests: a dry run that knows the commit times and manifests
+    makes fewer than the engine's first."""
+    import re
+    for store, extra in (("s3proxy", []), ("s3", ["--reads-only"])):
+        p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "warehouse_scale.py"), "--store", store,
+                            "--tables", "3", "--fragments", "4", "--versions", "3", "--repeat", "1",
+                            "--latency-ms", "5", *extra], capture_output=True, text=True, timeout=900, cwd=tmp_path)
+        assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+        assert f"3 tables on {store} (5 ms per request)" in p.stdout
+        first, again = map(int, re.search(r"the first (\d+) \(.*\), again (\d+) ", p.stdout).groups())
+        assert 0 < again < first, p.stdout[-2000:]
+        assert "the first dry run against the store serving its requests alone" in p.stdout
+        assert ("maintain_warehouse against the pylance loop" in p.stdout) == (store == "s3proxy")

@@ -37,10 +37,10 @@ from datetime import datetime, timezone
 from typing import Any, Mapping
 
 import lance
-from lance.file import LanceFileSession
 
 from ..compaction import rules
 from ..compaction.history import version_gone
+from ..runtime.tables import list_folder
 
 # Lance's manifest names: "<version>.manifest" (V1), or 20 digits of u64::MAX - version (V2).
 _MANIFEST = re.compile(r"^(\d+)\.manifest$")
@@ -64,11 +64,10 @@ def listed_versions(uri: str, storage_options: Mapping[str, str] | None) -> list
     """The table's versions, sorted, from one listing of ``_versions/``; None when it cannot be
     listed (the caller reads ``versions()`` instead)."""
     try:
-        listing = LanceFileSession(uri.rstrip("/"), dict(storage_options or {}) or None) \
-            .list_with_delimiter("_versions")
+        names = list_folder(uri, storage_options, "_versions")
     except Exception:  # an unusual layout or store: versions() answers
         return None
-    return sorted(v for v in map(version_number, listing.objects) if v is not None)
+    return sorted(v for v in map(version_number, names) if v is not None)
 
 
 def _utc(when: datetime) -> datetime:

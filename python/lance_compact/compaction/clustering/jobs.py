@@ -29,6 +29,7 @@ import lance
 import numpy as np
 import pyarrow as pa
 
+from ...runtime.tables import dataset
 from ...runtime.task_outcomes import drop as drop_outcomes, outcomes_accumulator
 from .keys import (column_bounds, from_ipc, linear_partitions, order_indices,
                    pick_bounds, to_ipc, z_bounds, z_partitions, zvalues)
@@ -50,8 +51,7 @@ class Source:
     read_version: int
 
     def open(self) -> lance.LanceDataset:
-        return lance.dataset(self.uri, version=self.read_version,
-                             storage_options=self.storage_options or None)
+        return dataset(self.uri, self.storage_options, self.read_version)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,101 @@
+"""One Lance session per engine process (runtime/tables.py): object-store clients and immutable
+metadata are kept, and still every open sees the table as it is now -- a commit from another
+process, a table dropped and created again at the same place, a cleaned-up version -- and a
+store is never reached with another store's endpoint or keys."""
+from __future__ import annotations
+
+import datetime
+import shutil
+import subprocess
+import sys
+
+import lance
+import pyarrow as pa
+import pytest
+
+from lance_compact.errors import CompactionError
+from lance_compact.runtime.tables import FILE_SESSIONS, dataset, list_folder, open_dataset
+
+
+def _append_elsewhere(uri: str, storage: dict | None, value: int) -> None:
+    """A commit by another process (its own Lance, its own caches)."""
+    code = ("import lance, pyarrow as pa, sys; lance.write_dataset(pa.table({'a': [int(sys.argv[3])]}), "
+            "sys.argv[1], mode='append', storage_options=eval(sys.argv[2]))")
+    subprocess.run([sys.executable, "-c", code, uri, repr(storage), str(value)], check=True, timeout=120)
+
+
+def _sees_every_commit(uri: str, storage: dict | None) -> None:
+    lance.write_dataset(pa.table({"a": [0]}), uri, storage_options=storage)
+    for i in range(1, 4):
+        before = open_dataset("db.t", uri, storage)
+        _append_elsewhere(uri, storage, i)
+        after = open_dataset("db.t", uri, storage)
+        assert (after.version, after.count_rows()) == (before.version + 1, i + 1)
+        assert sorted(after.to_table()["a"].to_pylist()) == list(range(i + 1))
+
+
+def test_a_commit_elsewhere_is_seen_locally(tmp_path):
+    _sees_every_commit(str(tmp_path / "t.lance"), None)
+
+
+def test_a_commit_elsewhere_is_seen_on_s3(s3):
+    _sees_every_commit(s3.fresh_bucket("seen") + "/t.lance", s3.storage_options)
+
+
+def test_a_table_created_again_is_read_afresh(tmp_path):
+    uri = str(tmp_path / "t.lance")
+    lance.write_dataset(pa.table({"a": [1, 2, 3]}), uri)
+    assert open_dataset("db.t", uri).to_table().to_pydict() == {"a": [1, 2, 3]}
+    shutil.rmtree(uri)
+    lance.write_dataset(pa.table({"b": ["x"]}), uri)  # version 1 again, at the same path
+    again = open_dataset("db.t", uri)
+    assert again.schema.names == ["b"] and again.to_table().to_pydict() == {"b": ["x"]}
+
+
+def test_a_cleaned_up_version_is_not_served_from_the_cache(tmp_path):
+    uri = str(tmp_path / "t.lance")
+    for i in range(3):
+        lance.write_dataset(pa.table({"a": [i]}), uri, mode="append" if i else "create")
+    assert open_dataset("db.t", uri, version=1).to_table().to_pydict() == {"a": [0]}  # now cached
+    lance.dataset(uri).cleanup_old_versions(older_than=datetime.timedelta(0))
+    with pytest.raises(CompactionError, match="version 1 does not exist .*at version 3"):
+        open_dataset("db.t", uri, version=1)
+
+
+@pytest.fixture(scope="module")
+def second_store(tmp_path_factory):
+    from s3_server import S3Server
+    server = S3Server(log=tmp_path_factory.mktemp("s3b") / "moto.log").start()
+    yield server
+    server.stop()
+
+
+def test_the_same_bucket_on_two_endpoints_is_two_tables(s3, second_store):
+    """Same bucket name and path on two stores: each open and each listing reaches its own."""
+    bucket = f"same-{id(s3) % 10**6}"
+    for server, rows in ((s3, [1]), (second_store, [2, 2])):
+        server.create_bucket(bucket)
+        lance.write_dataset(pa.table({"a": rows}), f"s3://{bucket}/t.lance", storage_options=server.storage_options)
+    for server, rows in ((s3, [1]), (second_store, [2, 2]), (s3, [1])):
+        assert dataset(f"s3://{bucket}/t.lance", server.storage_options).to_table()["a"].to_pylist() == rows
+    lance.write_dataset(pa.table({"a": [3]}), f"s3://{bucket}/t.lance", mode="append",
+                        storage_options=second_store.storage_options)
+    assert len(list_folder(f"s3://{bucket}/t.lance", second_store.storage_options, "_versions")) == 2
+    assert len(list_folder(f"s3://{bucket}/t.lance", s3.storage_options, "_versions")) == 1
+
+
+def test_a_listing_session_per_store_not_per_table(s3):
+    """Tables in one bucket share one file session (one HTTP client); its listings are each
+    table's own."""
+    bucket = s3.fresh_bucket("lists")
+    for name, versions in (("a", 1), ("b", 3)):
+        for i in range(versions):
+            lance.write_dataset(pa.table({"x": [i]}), f"{bucket}/ns/{name}.lance", mode="append" if i else "create",
+                                storage_options=s3.storage_options)
+    first, base_a = FILE_SESSIONS.folder(f"{bucket}/ns/a.lance", s3.storage_options)
+    second, base_b = FILE_SESSIONS.folder(f"{bucket}/ns/b.lance/", s3.storage_options)
+    assert first is second and (base_a, base_b) == ("ns/a.lance", "ns/b.lance")
+    assert len(list_folder(f"{bucket}/ns/a.lance", s3.storage_options, "_versions")) == 1
+    assert len(list_folder(f"{bucket}/ns/b.lance", s3.storage_options, "_versions")) == 3
+    other = {**s3.storage_options, "aws_secret_access_key": "another"}
+    assert FILE_SESSIONS.folder(f"{bucket}/ns/a.lance", other)[0] is not first  # other keys: another client
