@@ -44,6 +44,12 @@ def lance_session() -> lance.Session:
     return _session
 
 
+def options_digest(storage_options: Mapping[str, str] | None) -> str:
+    """A digest of storage options, to key what is kept per store or table without keeping
+    the options (keys among them) in the key."""
+    return hashlib.sha256(repr(sorted((storage_options or {}).items())).encode()).hexdigest()[:32]
+
+
 def dataset(uri: str, storage_options: Mapping[str, str] | None = None,
             version: int | None = None) -> lance.LanceDataset:
     """``lance.dataset`` through the process's session."""
@@ -69,7 +75,7 @@ class _FileSessions:
         if len(parts.scheme) <= 1 or parts.scheme == "file" or not parts.netloc:  # local (or C:\)
             return LanceFileSession(uri, options), ""
         root = f"{parts.scheme}://{parts.netloc}"
-        key = root + "#" + hashlib.sha256(repr(sorted((options or {}).items())).encode()).hexdigest()
+        key = root + "#" + options_digest(options)
         with self._lock:
             session = self._by_root.get(key)
             if session is None:
