@@ -23,8 +23,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
-from ports import free_port  # noqa: E402
-from s3_server import ACCESS_KEY_ID, SECRET_ACCESS_KEY  # noqa: E402
+from s3_server import ACCESS_KEY_ID, SECRET_ACCESS_KEY, S3Server  # noqa: E402
 
 VERSION = "2.6.0"  # tested here: Lance 14's reads, writes and commits; boto3 with checksums when required
 JAR = ROOT / ".tools" / f"s3proxy-{VERSION}-jar-with-dependencies.jar"
@@ -39,20 +38,12 @@ def jar() -> Path:
     return JAR
 
 
-class S3ProxyServer:
+class S3ProxyServer(S3Server):
     """S3Proxy's in-memory store on 127.0.0.1:<port>, started and stopped with bounded waits;
-    the same keys and storage options as the tests' moto server."""
+    the same keys, storage options and stop as the tests' moto server."""
 
     def __init__(self, port: int | None = None) -> None:
-        self.port = port or free_port()
-        self.endpoint = f"http://127.0.0.1:{self.port}"
-        self.process: subprocess.Popen | None = None
-        self.log = Path(tempfile.mkdtemp(prefix="s3proxy-")) / "s3proxy.log"
-
-    @property
-    def storage_options(self) -> dict[str, str]:
-        return {"aws_endpoint": self.endpoint, "allow_http": "true", "aws_region": "us-east-1",
-                "aws_access_key_id": ACCESS_KEY_ID, "aws_secret_access_key": SECRET_ACCESS_KEY}
+        super().__init__(port, Path(tempfile.mkdtemp(prefix="s3proxy-")) / "s3proxy.log")
 
     def start(self, timeout: float = 60) -> "S3ProxyServer":
         conf = self.log.with_name("s3proxy.conf")
@@ -77,27 +68,11 @@ class S3ProxyServer:
                 return self
 
     def create_bucket(self, name: str) -> str:
-        self.client().create_bucket(Bucket=name)
-        return f"s3://{name}"
-
-    def fresh_bucket(self, prefix: str) -> str:
-        import os
-        return self.create_bucket(f"{prefix}-{os.getpid()}-{int(time.time() * 1000) % 10**9}")
-
-    def client(self):
         """boto3 with checksums only where required (S3Proxy refuses the newer default headers)."""
         import boto3
         from botocore.config import Config
-        return boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1",
-                            aws_access_key_id=ACCESS_KEY_ID, aws_secret_access_key=SECRET_ACCESS_KEY,
-                            config=Config(max_pool_connections=32, request_checksum_calculation="when_required",
-                                          response_checksum_validation="when_required"))
-
-    def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=20)
+        boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1",
+                     aws_access_key_id=ACCESS_KEY_ID, aws_secret_access_key=SECRET_ACCESS_KEY,
+                     config=Config(request_checksum_calculation="when_required",
+                                   response_checksum_validation="when_required")).create_bucket(Bucket=name)
+        return f"s3://{name}"
