@@ -29,6 +29,14 @@ VERSION = "2.6.0"  # tested here: Lance 14's reads, writes and commits; boto3 wi
 JAR = ROOT / ".tools" / f"s3proxy-{VERSION}-jar-with-dependencies.jar"
 
 
+def _end_with_parent() -> None:
+    """In the child: SIGTERM when the process that started it ends, even killed (a benchmark
+    stopped by a test's timeout must not leave the store running)."""
+    import ctypes
+    import signal
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 def jar() -> Path:
     if not JAR.exists():
         JAR.parent.mkdir(exist_ok=True)
@@ -52,7 +60,8 @@ class S3ProxyServer(S3Server):
             f"s3proxy.identity={ACCESS_KEY_ID}", f"s3proxy.credential={SECRET_ACCESS_KEY}",
             "jclouds.provider=transient", "jclouds.identity=local", "jclouds.credential=local", ""]))
         self.process = subprocess.Popen(["java", "-Xmx4g", "-jar", str(jar()), "--properties", str(conf)],
-                                        stdout=open(self.log, "w"), stderr=subprocess.STDOUT)
+                                        stdout=open(self.log, "w"), stderr=subprocess.STDOUT,
+                                        preexec_fn=_end_with_parent)
         deadline = time.monotonic() + timeout
         while True:
             try:
