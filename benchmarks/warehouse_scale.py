@@ -70,10 +70,9 @@ def upload(local_root: Path, uri: str, storage: dict) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
     import boto3
-
-    bucket, _, prefix = uri[len("s3://"):].partition("/")
     from botocore.config import Config
 
+    bucket, _, prefix = uri[len("s3://"):].partition("/")
     client = boto3.client("s3", endpoint_url=storage["aws_endpoint"], region_name=storage["aws_region"],
                           aws_access_key_id=storage["aws_access_key_id"],
                           aws_secret_access_key=storage["aws_secret_access_key"],
@@ -137,8 +136,9 @@ def store_floor(uris: list[str], storage: dict) -> None:
 
     def one(uri: str) -> None:
         session, base = FILE_SESSIONS.folder(uri, storage)
-        listing = session.list_with_delimiter(f"{base}/_versions").objects
-        session.list_with_delimiter(f"{base}/_versions")
+        folder = f"{base}/_versions" if base else "_versions"
+        listing = session.list_with_delimiter(folder).objects
+        session.list_with_delimiter(folder)
         manifest = min(listing)  # a manifest (the newest, in Lance's V2 naming)
         session.contains(manifest)
         session.read_range(manifest, 0, 4096)
