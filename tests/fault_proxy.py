@@ -116,6 +116,9 @@ class FaultProxy:
         self.requests = 0
         # (method, path, upstream status) of the latest forwarded requests, faulted or not.
         self.forwarded: deque[tuple[str, str, int]] = deque(maxlen=10_000)
+        # (method, path, the access key id it was signed with or None) of the latest requests
+        # received: whose credentials each request carried (see signer()).
+        self.signed: deque[tuple[str, str, str | None]] = deque(maxlen=10_000)
         self._connections: set[socket.socket] = set()  # open client connections, closed by stop()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -142,6 +145,11 @@ class FaultProxy:
         """Upstream statuses of forwarded requests matching ``method`` and the ``path`` regex."""
         with self._lock:
             return [st for m, p, st in self.forwarded if m == method and re.search(path, p)]
+
+    def signers(self, path: str = "") -> list[str | None]:
+        """The key id of every request received (None: unsigned) whose path contains ``path``."""
+        with self._lock:
+            return [k for _, p, k in self.signed if path in p]
 
     def _choose(self, method: str, path: str) -> Fault | None:
         with self._lock:
@@ -187,6 +195,16 @@ class FaultProxy:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def signer(authorization: str | None, path: str) -> str | None:
+    """The access key id an S3 request was signed with (SigV4 header or presigned query, SigV2
+    header), None if it was sent unsigned."""
+    m = re.search(r"Credential=([^/,\s]+)/", authorization or "") or re.search(
+        r"[?&]X-Amz-Credential=([^/%&]+)(?:/|%2F)", path) or re.match(r"AWS ([^:\s]+):", authorization or "")
+    if m:
+        return m.group(1)
+    return "(unparsed)" if authorization else None
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -262,6 +280,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _serve(self) -> None:
         body = self._body()
+        with self.owner._lock:
+            self.owner.signed.append((self.command, self.path, signer(self.headers.get("Authorization"), self.path)))
         fault = self.owner._choose(self.command, self.path)
         if fault is not None and fault.mode == "status":
             code, message = _S3_ERRORS[fault.status]

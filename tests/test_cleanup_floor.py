@@ -67,7 +67,7 @@ def test_a_write_younger_than_the_floor_survives_every_cleanup(spark, warehouse,
 
 
 def test_a_commit_between_listing_and_references_keeps_its_files(warehouse):
-    """unreferenced_files lists the folder, then opens the table (open_latest): a writer whose
+    """unreferenced_files lists the store, then opens the table (open_latest): a writer whose
     commit lands in between (here: from open_latest) is referenced by the version it reads;
     a file written after the listing (a second writer starting then) is not a candidate at
     all. Read the other way round, the second writer's files would be listed, unreferenced."""
@@ -80,7 +80,7 @@ def test_a_commit_between_listing_and_references_keeps_its_files(warehouse):
         later.append(start_writer(uri, first_id=5_000_000, fragment=1))
         return ds
 
-    orphans = set(unreferenced_files(uri, None, open_latest))
+    orphans = {f.path for f in unreferenced_files(lance.dataset(uri), open_latest)}
     assert later and not orphans & first.files and not orphans & later[0].files
     assert lance.dataset(uri).to_table().sort_by("id").to_pylist() == first.expected.to_pylist()
 

@@ -16,7 +16,8 @@ import lance
 import pytest
 
 import client_servers as cs
-from conftest import ROOT, lance_session
+from conftest import CLEANUP_FLOOR_KEY, ROOT, lance_session
+from fault_proxy import FaultProxy
 from lance_compact.api import CATALOG_CLASS
 from oracle import degraded_table
 from s3_server import ACCESS_KEY_ID
@@ -81,10 +82,23 @@ def operator_conf(places, s3) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def spark(places, s3):
+def recorder(s3):
+    """A proxy in front of the S3 server that records whose key signed each request."""
+    with FaultProxy(s3.endpoint) as proxy:
+        yield proxy
+
+
+@pytest.fixture(scope="module")
+def spark(places, s3, recorder):
     old = {k: os.environ.get(k) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
     os.environ.update(AWS_ACCESS_KEY_ID=ENV_KEY_ID, AWS_SECRET_ACCESS_KEY=ENV_SECRET)
-    session = lance_session("local[2]", "operator-catalog", str(places["wh"]), operator_conf(places, s3))
+    # opproxy: the operator's S3 catalog with its keys, reached through the recorder; cleanup's
+    # floor lowered (as the docs suggest) so that delete_unverified reads file ages
+    conf = {**operator_conf(places, s3), "spark.sql.catalog.opproxy": CATALOG_CLASS,
+            "spark.sql.catalog.opproxy.warehouse": places["s3wh"], CLEANUP_FLOOR_KEY: "1 hour",
+            **{f"spark.sql.catalog.opproxy.storage.{k}": v
+               for k, v in dict(s3.storage_options, aws_endpoint=recorder.endpoint).items()}}
+    session = lance_session("local[2]", "operator-catalog", str(places["wh"]), conf)
     yield session
     session.stop()
     for k, v in old.items():
@@ -206,6 +220,74 @@ def test_a_users_own_catalog_with_own_credentials_signs_with_them(spark, places,
         fresh.sql(f"CALL mine2.describe_layout(table => '{places['s3wh']}/db/t.lance')").collect()
     assert any(b"AKIAUSERSOWNKEY00001" in r for r in listener.received)
     assert listener.operator_keys_seen() == []
+
+
+# ---- every request with the asking catalog's credentials, or unsigned (cleanup's file ages) ----
+
+def public_warehouse(s3) -> str:
+    """A warehouse in a bucket anyone may read and write (a policy for every principal): what a
+    user's catalog without keys can use, its requests unsigned."""
+    import json
+
+    import boto3
+
+    bucket = s3.fresh_bucket("public")
+    name = bucket[len("s3://"):]
+    boto3.client("s3", endpoint_url=s3.endpoint, region_name="us-east-1", aws_access_key_id=ACCESS_KEY_ID,
+                 aws_secret_access_key="x").put_bucket_policy(Bucket=name, Policy=json.dumps({
+                     "Version": "2012-10-17", "Statement": [{
+                         "Effect": "Allow", "Principal": "*", "Action": "s3:*",
+                         "Resource": [f"arn:aws:s3:::{name}", f"arn:aws:s3:::{name}/*"]}]}))
+    return bucket + "/wh"
+
+
+def orphaned_table(s3, warehouse: str, name: str) -> str:
+    """A table in ``warehouse`` on the S3 server with an unreferenced data file (a writer's,
+    before its commit): delete_unverified reads its age. Returns its path below the bucket."""
+    from lance.fragment import write_fragments
+
+    uri = f"{warehouse}/db/{name}.lance"
+    degraded_table(uri, fragments=3, rows_per_fragment=10, storage_options=s3.storage_options)
+    write_fragments(lance.dataset(uri, storage_options=s3.storage_options).to_table(limit=3), uri,
+                    storage_options=s3.storage_options)
+    return uri.split("://", 1)[1].split("/", 1)[1]
+
+
+def cleanup_through(session, catalog: str, recorder, path: str) -> list:
+    """delete_unverified (dry run and real) on db.<table> of ``catalog``; the key ids of the
+    requests the recorder saw for the table (None: unsigned)."""
+    table = path.rsplit("/", 1)[-1][: -len(".lance")]
+    recorder.signed.clear()
+    for dry in ("true", "false"):
+        r = session.sql(f"CALL {catalog}.cleanup(table => 'db.{table}', delete_unverified => true, "
+                        f"dry_run => {dry})").collect()[0]
+        assert r.data_files_removed == 0  # the orphan is younger than the floor: kept
+    seen = recorder.signers(path)
+    # the file ages were read: the table's data files were listed through the recorder
+    assert any("list-type=2" in p for _, p, _ in recorder.signed), list(recorder.signed)[:20]
+    return seen
+
+
+def test_cleanup_of_a_users_own_catalog_sends_every_request_unsigned(spark, places, s3, recorder):
+    """A user's catalog without keys, pointed (by the user) at an endpoint, the driver's
+    environment holding AWS keys: Lance's requests AND the file-age reads are unsigned (was:
+    Lance's unsigned, pyarrow's HEAD of the orphan signed with the environment's key)."""
+    warehouse = public_warehouse(s3)
+    path = orphaned_table(s3, warehouse, "orphans_mine")
+    fresh = spark.newSession()
+    mine = "spark.sql.catalog.minecleanup"
+    for k, v in [(mine, CATALOG_CLASS), (mine + ".warehouse", warehouse),
+                 (mine + ".storage.aws_endpoint", recorder.endpoint), (mine + ".storage.allow_http", "true"),
+                 (mine + ".storage.aws_region", "us-east-1")]:
+        fresh.sql(f"SET {k}={v}")
+    seen = cleanup_through(fresh, "minecleanup", recorder, path)
+    assert seen and set(seen) == {None}, sorted(set(map(str, seen)))
+
+
+def test_cleanup_of_the_operators_catalog_signs_with_its_own_key_only(spark, places, s3, recorder):
+    path = orphaned_table(s3, places["s3wh"], "orphans_operator")
+    seen = cleanup_through(spark.newSession(), "opproxy", recorder, path)
+    assert seen and set(seen) == {ACCESS_KEY_ID}, sorted(set(map(str, seen)))
 
 
 # ---- the same attacks through the spark-sql CLI and the Thrift server ----

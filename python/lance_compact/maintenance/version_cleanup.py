@@ -20,9 +20,12 @@ file written before the latest commit, whatever its age (checked), so Lance is a
 only when the bound is zero, which needs the operator's floor to be zero. Otherwise Lance
 applies its own rule (unreferenced files at least 7 days old; without ``delete_unverified`` it
 removes no younger one, checked) and this module removes unreferenced data and deletion files
-older than the bound (their age read from the store: local files and S3; elsewhere they wait
-for Lance's 7 days). Index and transaction files of abandoned writes are left to Lance's
-7-day rule.
+older than the bound, their age and size from Lance's own listing of the table
+(``LanceDataset.all_files``: path, size, last-modified, one listing through the table's own
+object store and storage options, on every store Lance supports). No other object-store
+client is used: every request goes with exactly the table's storage options, so a user's own
+catalog without keys sends them unsigned, never with the environment's credentials. Index and
+transaction files of abandoned writes are left to Lance's 7-day rule.
 
 Durations (``older_than``, ``unverified_min_age``, maintain's and maintain_warehouse's) are
 at most :data:`MAX_DURATION` (100 years) and ISO timestamps neither in the future nor more
@@ -32,12 +35,10 @@ sooner, so nothing that large ever reaches either.
 """
 from __future__ import annotations
 
-import os
 import re
 import time
 from datetime import datetime, timedelta, timezone
-from typing import Any, Callable, Mapping
-from urllib.parse import urlparse
+from typing import Any, Callable, Mapping, NamedTuple
 
 from lance.file import LanceFileSession
 
@@ -156,73 +157,51 @@ def _referenced(ds) -> tuple[set[tuple[int, int, int]], set[str]]:
     return deletions, data
 
 
-def _listed(session: LanceFileSession, folder: str) -> list[str]:
-    return [n if n.startswith(folder) else f"{folder}/{n}" for n in session.list(folder)]
+class StoredFile(NamedTuple):
+    """A file of the table as Lance's listing gives it: path relative to the table, its
+    last-modified time (epoch seconds) and size in bytes."""
+
+    path: str
+    modified: float
+    size: int
 
 
-def unreferenced_files(uri: str, storage_options: dict | None, open_latest: Callable[[], object]) -> list[str]:
-    """Paths (relative to the table) of data and deletion files no version of the table
-    references.
+def _stored(listing) -> list[StoredFile]:
+    """The table's data and deletion files now stored, with their ages, from one listing by
+    Lance (``all_files()`` of ``listing``, any version of the table: the listing is of the
+    store, not of that version)."""
+    import pyarrow.compute as pc
 
-    The folders are listed FIRST, then the table is opened (``open_latest``) and the files of
-    its versions read. A file a commit references was written before that commit: if the
-    commit landed before the table was opened, its files are among the referenced ones; if it
-    lands later, its files were, when listed and when the table was opened, those of a write in
-    flight, which the age floor protects. Read the other way round (references, then the
-    listing), a commit landing in between would leave its files listed but unreferenced."""
-    session = LanceFileSession(uri.rstrip("/"), storage_options or None)
-    listed_deletions = _listed(session, "_deletions")
-    listed_data = _listed(session, "data")
+    files = listing.all_files().read_all()
+    path = files.column("path")
+    files = files.filter(pc.or_(pc.starts_with(path, "data/"), pc.starts_with(path, "_deletions/")))
+    return [StoredFile(p, m.timestamp(), s or 0) for p, m, s in zip(
+        files.column("path").to_pylist(), files.column("last_modified").to_pylist(),
+        files.column("size_bytes").to_pylist())]
+
+
+def unreferenced_files(listing, open_latest: Callable[[], object]) -> list[StoredFile]:
+    """Data and deletion files (relative path, age, size) no version of the table references.
+
+    The store is listed FIRST (``listing``: the table opened at any version), then the table
+    is opened (``open_latest``) and the files of its versions read. A file a commit references
+    was written before that commit: if the commit landed before the table was opened, its
+    files are among the referenced ones; if it lands later, its files were, when listed and
+    when the table was opened, those of a write in flight, which the age floor protects. Read
+    the other way round (references, then the listing), a commit landing in between would
+    leave its files listed but unreferenced."""
+    stored = _stored(listing)
     deletions, data = _referenced(open_latest())
     orphans = []
-    for name in listed_deletions:
-        parts = name.rsplit("/", 1)[-1].split(".")[0].split("-")
-        if len(parts) == 3 and all(p.isdigit() for p in parts) and tuple(map(int, parts)) not in deletions:
-            orphans.append(name)
-    for name in listed_data:
-        base = name.rsplit("/", 1)[-1]
-        if "/" not in name[len("data/"):] and base.endswith(".lance") and base not in data:
-            orphans.append(name)
+    for f in stored:
+        base = f.path.rsplit("/", 1)[-1]
+        if f.path.startswith("_deletions/"):
+            parts = base.split(".")[0].split("-")
+            if len(parts) == 3 and all(p.isdigit() for p in parts) and tuple(map(int, parts)) not in deletions:
+                orphans.append(f)
+        elif "/" not in f.path[len("data/"):] and base.endswith(".lance") and base not in data:
+            orphans.append(f)
     return orphans
-
-
-def _file_info(uri: str, storage_options: dict | None) -> Callable[[str], tuple[float, int] | None]:
-    """A function giving a table file's (last-modified time in epoch seconds, size in bytes),
-    None if unknown: local files and S3 (through pyarrow, with the table's S3 options)."""
-    parsed = urlparse(uri)
-    if parsed.scheme in ("", "file"):
-        root = parsed.path if parsed.scheme else uri
-
-        def local(rel: str) -> tuple[float, int] | None:
-            try:
-                st = os.stat(os.path.join(root, rel))
-            except OSError:
-                return None
-            return st.st_mtime, st.st_size
-        return local
-    if parsed.scheme in ("s3", "s3a"):
-        from pyarrow import fs
-
-        o = {k.lower(): v for k, v in (storage_options or {}).items()}
-        endpoint = o.get("aws_endpoint") or o.get("endpoint")
-        kwargs = {"access_key": o.get("aws_access_key_id") or o.get("access_key_id"),
-                  "secret_key": o.get("aws_secret_access_key") or o.get("secret_access_key"),
-                  "session_token": o.get("aws_session_token") or o.get("session_token"),
-                  "region": o.get("aws_region") or o.get("region")}
-        if endpoint:
-            e = urlparse(endpoint)
-            kwargs.update(endpoint_override=e.netloc or e.path, scheme=e.scheme or "https")
-        s3 = fs.S3FileSystem(**{k: v for k, v in kwargs.items() if v})
-        prefix = f"{parsed.netloc}{parsed.path}".rstrip("/")
-
-        def remote(rel: str) -> tuple[float, int] | None:
-            try:
-                info = s3.get_file_info(f"{prefix}/{rel}")
-            except OSError:
-                return None
-            return (info.mtime.timestamp(), info.size or 0) if info.mtime is not None else None
-        return remote
-    return lambda rel: None  # other stores: age unknown, so never removed here
 
 
 def cleanup(target: Target, args: Mapping[str, Any], options: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -252,7 +231,6 @@ def cleanup(target: Target, args: Mapping[str, Any], options: Mapping[str, Any] 
     data_removed = deletions_removed = bytes_removed = 0
     # Also after Lance's delete_unverified: it leaves deletion files no version ever referenced.
     if unverified and min_age < LANCE_UNVERIFIED_AGE:
-        file_info = _file_info(uri, storage)
         cutoff = time.time() - min_age.total_seconds()
         session = LanceFileSession(uri.rstrip("/"), storage or None)
         opened = []  # the latest version, opened after the listing (see unreferenced_files)
@@ -261,14 +239,13 @@ def cleanup(target: Target, args: Mapping[str, Any], options: Mapping[str, Any] 
             opened.append(target.open())
             return opened[-1]
 
-        for name in unreferenced_files(uri, storage, open_latest):
-            info = file_info(name)
-            if info is None or info[0] > cutoff or name.rsplit("/", 1)[-1] in counted:
-                continue  # young (a writer may be about to commit it), of unknown age, or Lance's
+        for f in unreferenced_files(ds, open_latest):
+            if f.modified > cutoff or f.path.rsplit("/", 1)[-1] in counted:
+                continue  # young (a writer may be about to commit it), or Lance's own
             if not dry_run:
-                session.delete_file(name)
-            bytes_removed += info[1]
-            if name.startswith("data/"):
+                session.delete_file(f.path)
+            bytes_removed += f.size
+            if f.path.startswith("data/"):
                 data_removed += 1
             else:
                 deletions_removed += 1
