@@ -62,6 +62,9 @@ POLICY_PREFIX = "lance_compact.maintain."
 POLICY_SECTIONS = ("policy_keys",)
 POLICY_FROM_MAINTAIN_EXCLUDED = ("dry_run",)
 
+# The bounds on what one run may make the cluster do (compaction/bounds.py).
+BOUND_SECTIONS = ("bounds",)
+
 # Every other list section is a table of options, with this title and note.
 SECTION_TITLES = {
     "options": "Lance compaction options",
@@ -209,7 +212,7 @@ def list_sections(spec: dict) -> dict[str, list[dict]]:
 
 def placed_sections() -> set[str]:
     """Every section this generator renders somewhere."""
-    placed = set(COMPACTION_SECTIONS) | set(SECTION_TITLES) | set(POLICY_SECTIONS)
+    placed = set(COMPACTION_SECTIONS) | set(SECTION_TITLES) | set(POLICY_SECTIONS) | set(BOUND_SECTIONS)
     for p in PROCEDURES.values():
         placed.update(p["columns"])
         if "section" in p:
@@ -305,6 +308,17 @@ def render(spec: dict) -> str:
         if section in SECTION_NOTES:
             out += [SECTION_NOTES[section], ""]
         out += options_table(sections[section]) + [""]
+    out += ["## Bounds", "",
+            "What one run may make the cluster do, whoever chose the numbers behind it (an argument, "
+            "a table property, a catalog setting): checked on the plan before anything runs; a run "
+            "over a bound is refused with the bound's name and the value, and the table's version is "
+            "unchanged. Each bound grows with the table's live rows from a floor, up to a ceiling.", "",
+            "| bound | at most | meaning |", "|---|---|---|"]
+    for section in BOUND_SECTIONS:
+        for e in sections.get(section, []):
+            out.append(f"| `{e['name']}` | max({e['floor']:,}, live rows / {e['rows_per']:,}), at most "
+                       f"{e['ceiling']:,} | {cell(e.get('doc', ''))} |")
+    out.append("")
     return "\n".join(out).rstrip("\n") + "\n"
 
 

@@ -94,3 +94,98 @@ def test_the_table_still_compacts_after_all_that(spark, victim):
     version = lance.dataset(str(path)).version
     r = spark.sql(f"CALL lance.compact(table => '{T}')").collect()[0]
     assert r.read_version == version and r.new_version > version
+
+
+# Bounds on what a run may make the cluster do (compaction/bounds.py, parameters.json "bounds"):
+# 20 fragments of 15 rows, a fifth of each deleted (every fragment over Lance's deletion
+# threshold): a target of 1 row would write a fragment per row and a clustering run would plan a
+# partition per row.
+BOUNDED = "bnd.t"
+
+
+@pytest.fixture
+def bounded(warehouse):
+    import shutil
+
+    import pyarrow as pa
+
+    path = warehouse / "bnd" / "t.lance"
+    shutil.rmtree(path, ignore_errors=True)
+    for i in range(20):
+        ids = list(range(i * 15, i * 15 + 15))
+        lance.write_dataset(pa.table({"id": pa.array(ids, pa.int64()), "tenant": pa.array([x % 7 for x in ids], pa.int64())}),
+                            str(path), mode="append" if i else "create")
+    lance.dataset(str(path)).delete("id % 5 = 0")
+    return path
+
+
+def _refused(spark, path, statement: str, *texts: str) -> None:
+    version = lance.dataset(str(path)).version
+    with pytest.raises(Exception) as e:
+        spark.sql(statement).collect()
+    for text in texts:
+        assert text in str(e.value), str(e.value)[:2000]
+    assert lance.dataset(str(path)).version == version
+
+
+@pytest.mark.parametrize("statement, bound", [
+    (f"CALL lance.compact(table => '{BOUNDED}', sort_order => 'tenant', target_rows_per_fragment => 1)",
+     "max_cluster_partitions"),
+    (f"CALL lance.plan_compaction(table => '{BOUNDED}', sort_order => 'tenant', target_rows_per_fragment => 1)",
+     "max_cluster_partitions"),
+    (f"CALL lance.compact(table => '{BOUNDED}', target_rows_per_fragment => 1)", "max_fragments_written"),
+    (f"CALL lance.plan_compaction(table => '{BOUNDED}', target_rows_per_fragment => 1)", "max_fragments_written"),
+    (f"CALL lance.maintain(table => '{BOUNDED}', sort_order => 'tenant', target_rows_per_fragment => 1, "
+     "min_small_fragments => 1)", "max_cluster_partitions"),
+    (f"CALL lance.maintain(table => '{BOUNDED}', target_rows_per_fragment => 1, min_small_fragments => 1)",
+     "max_fragments_written"),
+])
+def test_a_run_over_a_bound_is_refused_by_its_name_before_it_runs(spark, bounded, statement, bound):
+    _refused(spark, bounded, statement, f"refused by the bound {bound}", "target_rows_per_fragment 1 ",
+             "nothing ran and the table is unchanged")
+    assert lance.dataset(str(bounded)).count_rows() == 240
+
+
+def test_the_bounds_leave_a_sensible_target_alone(spark, bounded):
+    """The same table with a target of 4 rows (67 partitions, under the floor of 100): it runs."""
+    r = spark.sql(f"CALL lance.compact(table => '{BOUNDED}', sort_order => 'tenant', "
+                  "target_rows_per_fragment => 4)").collect()[0]
+    assert r.new_version > r.read_version and lance.dataset(str(bounded)).count_rows() == 240
+
+
+@pytest.mark.parametrize("argument, message", [
+    ("options => map('num_threads', '100000')", "option num_threads must be <= 1024"),
+    ("options => map('batch_size', '1')", "option batch_size must be >= 16"),
+    ("max_bytes_per_file => 1", "option max_bytes_per_file must be >= 1048576"),
+    ("options => map('binary_copy_read_batch_bytes', '1')", "option binary_copy_read_batch_bytes must be >= 65536"),
+    ("partial_progress => true, max_commits => 1000000", "option max_commits must be <= 1000"),
+    ("max_retries => 1000000", "option max_retries must be <= 100"),
+])
+def test_numbers_a_user_could_make_huge_or_tiny_have_a_range(spark, bounded, argument, message):
+    _refused(spark, bounded, f"CALL lance.compact(table => '{BOUNDED}', {argument})", message)
+
+
+@pytest.mark.parametrize("prop, sort_order, bound", [
+    ("lance_compact.maintain.target_rows_per_fragment", "tenant", "max_cluster_partitions"),
+    ("lance_compact.maintain.target_rows_per_fragment", None, "max_fragments_written"),
+    ("lance.compaction.target_rows_per_fragment", "tenant", "max_cluster_partitions"),
+    ("lance.compaction.target_rows_per_fragment", None, "max_fragments_written"),
+])
+def test_a_bound_holds_when_the_value_is_a_table_property(spark, bounded, prop, sort_order, bound):
+    """The operator's own maintain / maintain_warehouse run over a table whose property asks for
+    one row per fragment: that table is refused by the bound's name, saying which property; its
+    version stays what the ALTER left."""
+    spark.sql(f"ALTER TABLE lance.{BOUNDED} SET TBLPROPERTIES ('{prop}' = '1', "
+              "'lance_compact.maintain.min_small_fragments' = '1')")
+    order = f", sort_order => '{sort_order}'" if sort_order else ""
+    _refused(spark, bounded, f"CALL lance.maintain(table => '{BOUNDED}'{order})",
+             f"refused by the bound {bound}", f"target_rows_per_fragment 1 (the table property {prop})")
+    version = lance.dataset(str(bounded)).version
+    rows = spark.sql(f"CALL lance.maintain_warehouse(namespace => 'bnd'{order})").collect()
+    errors = [r.error for r in rows if r.error]
+    assert len(errors) == 1 and f"refused by the bound {bound}" in errors[0], rows
+    assert f"target_rows_per_fragment 1 (the table property {prop})" in errors[0], errors[0]
+    assert lance.dataset(str(bounded)).version == version
+    if prop.startswith("lance.compaction."):  # Lance's own key also reaches a plain CALL
+        _refused(spark, bounded, f"CALL lance.compact(table => '{BOUNDED}'{order})",
+                 f"refused by the bound {bound}", f"target_rows_per_fragment 1 (the table property {prop})")

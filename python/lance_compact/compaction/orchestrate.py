@@ -24,6 +24,8 @@ from lance.optimize import Compaction, RewriteResult
 from ..runtime import cancellation
 
 from ..runtime import hooks
+from . import bounds
+from ..options import effective
 from .fragments import fragments_matching
 from .commit import CommitOutcome, commit_results, remove_new_files
 from ..errors import CompactionError
@@ -127,8 +129,21 @@ def make_plan(request: CompactionRequest, dataset: lance.LanceDataset | None = N
         matching = fragments_matching(dataset, where, request.table)
         others = {f.fragment_id for f in dataset.get_fragments()} - matching
         options["excluded_fragment_ids"] = sorted(others | set(options.get("excluded_fragment_ids", [])))
-    plan = as_plan(planner.plan(dataset, options), dataset, request.options)
-    return shape(plan, request.run), dataset
+    plan = shape(as_plan(planner.plan(dataset, options), dataset, request.options), request.run)
+    check_bounds(request, plan, dataset)
+    return plan, dataset
+
+
+def check_bounds(request: CompactionRequest, plan: Plan, dataset: lance.LanceDataset) -> None:
+    """The fragments the selected tasks would write within their bound (bounds.py), before
+    any task runs."""
+    selected = plan.selected
+    if not selected:
+        return
+    config = dataset.config() or {}
+    target = int(effective(config, request.options, "target_rows_per_fragment"))
+    bounds.check_fragments_written(request.table, [(t.rows, t.expected_output_fragments, t.bytes) for t in selected],
+                                   request.options, config, target)
 
 
 def table_clustering(request: CompactionRequest, dataset: lance.LanceDataset | None = None

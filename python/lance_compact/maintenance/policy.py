@@ -61,6 +61,7 @@ class Policy:
     table: str
     values: Mapping[str, Any] = field(default_factory=dict)
     sources: Mapping[str, str] = field(default_factory=dict)
+    origins: Mapping[str, str] = field(default_factory=dict)  # key -> e.g. "table property lance_compact.maintain.<key>"
 
     def get(self, key: str, default: Any = None) -> Any:
         if key not in policy_specs():
@@ -70,6 +71,11 @@ class Policy:
     def source(self, key: str) -> str | None:
         """Where the key's value came from: call, table, catalog, default (None: unset)."""
         return self.sources.get(key)
+
+    def origin(self, key: str) -> str | None:
+        """Where the key's value came from, in words: "parameter <key>", "table property
+        <property>", "catalog setting <setting>" (None: unset or the default)."""
+        return self.origins.get(key)
 
     @property
     def enabled(self) -> bool:
@@ -133,6 +139,7 @@ def resolve_policy(call_args: Mapping[str, Any] | None, table_config: Mapping[st
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
     table_keys = _ours(table_config, PROPERTY_PREFIX, table, "table property")
+    origins: dict[str, str] = {}
     catalog_keys = {}
     for k, v in (catalog_settings or {}).items():
         bare = k[len("maintain."):] if k.lower().startswith("maintain.") else k
@@ -144,18 +151,20 @@ def resolve_policy(call_args: Mapping[str, Any] | None, table_config: Mapping[st
     for key in policy_specs():
         given = (call_args or {}).get(key)
         if given is not None:
-            values[key], sources[key] = _convert(table, key, given, f"parameter {key}"), "call"
+            origins[key] = f"parameter {key}"
+            values[key], sources[key] = _convert(table, key, given, origins[key]), "call"
         elif key in table_keys:
-            values[key] = _convert(table, key, table_keys[key], f"table property {PROPERTY_PREFIX}{key}")
+            origins[key] = f"table property {PROPERTY_PREFIX}{key}"
+            values[key] = _convert(table, key, table_keys[key], origins[key])
             sources[key] = "table"
         elif key == "target_rows_per_fragment" and lance_target is not None:
-            values[key] = _convert(table, key, lance_target,
-                                   f"table property {LANCE_COMPACTION_PREFIX}target_rows_per_fragment")
+            origins[key] = f"table property {LANCE_COMPACTION_PREFIX}target_rows_per_fragment"
+            values[key] = _convert(table, key, lance_target, origins[key])
             sources[key] = "table"
         elif key in catalog_keys:
-            values[key] = _convert(table, key, catalog_keys[key],
-                                   f"catalog setting spark.sql.catalog.{catalog}.maintain.{key}")
+            origins[key] = f"catalog setting spark.sql.catalog.{catalog}.maintain.{key}"
+            values[key] = _convert(table, key, catalog_keys[key], origins[key])
             sources[key] = "catalog"
         elif key in defaults:
             values[key], sources[key] = defaults[key], "default"
-    return Policy(table=table, values=values, sources=sources)
+    return Policy(table=table, values=values, sources=sources, origins=origins)

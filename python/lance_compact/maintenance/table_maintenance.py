@@ -26,6 +26,7 @@ from ..runtime import hooks
 from ..compaction import orchestrate
 from ..compaction.request import CompactionRequest
 from ..compaction import rules
+from ..compaction.bounds import BoundExceeded
 from .version_cleanup import cleanup, parse_older_than
 from ..errors import CompactionError
 from ..compaction.fragments import index_state
@@ -44,7 +45,7 @@ def _args(call: dict[str, Any], t: Target, ds: lance.LanceDataset) -> dict[str, 
     then the catalog's maintain.* settings, then defaults (policy.py); and dry_run."""
     policy = resolve_policy(call, ds.config() or {}, t.maintain_settings, t.table, t.catalog)
     return {**policy.maintain_args(), "dry_run": bool(call.get("dry_run", False)),
-            "sort_order": call.get("sort_order")}
+            "sort_order": call.get("sort_order"), "target_origin": policy.origin("target_rows_per_fragment")}
 
 
 def compact_step(t: Target, args: dict[str, Any], runner: Any, dry: bool,
@@ -83,7 +84,10 @@ def compact_step(t: Target, args: dict[str, Any], runner: Any, dry: bool,
             params.update(partial_progress=True, max_commits=4)
         request = CompactionRequest.of(Envelope(action="compact", target=t, params=params, options=options,
                                                 strategy=strategy, catalog=t.catalog))
-        r = dict(zip([c for c, _ in result_columns()], orchestrate.compact(request, runner)))
+        try:
+            r = dict(zip([c for c, _ in result_columns()], orchestrate.compact(request, runner)))
+        except BoundExceeded as e:  # say where the policy's target came from
+            raise BoundExceeded(_with_origin(e.message, given, args.get("target_origin")), e.bound) from None
         row.update(ran=True, version=r["new_version"], bytes_rewritten=r["bytes_read"] or 0,
                    outcome=f"{r['tasks']} tasks, {r['fragments_removed']} fragments -> {r['fragments_added']}, "
                            f"{r['deleted_rows_removed']} deleted rows removed"
@@ -100,6 +104,14 @@ def optimize_indices_step(t: Target, args: dict[str, Any], runner: Any, dry: boo
     """Lance's index optimization when an index leaves enough fragments unindexed."""
     ds = ds if ds is not None else t.open()
     state = index_state(ds)
+def _with_origin(message: str, given: dict[str, Any], origin: str | None) -> str:
+    """``message`` with where the policy's target_rows_per_fragment came from."""
+    if not given or not origin or origin.startswith("parameter"):
+        return message
+    named = f"target_rows_per_fragment {given['target_rows_per_fragment']:,}"
+    return message.replace(named, f"{named} (the {origin})", 1)
+
+
     lagging = rules.lagging_indices(state, args["min_unindexed_fragments"])
     row = {"step": "optimize_indices", "ran": False, "version": ds.version, "outcome": None,
            "reason": rules.optimize_indices_reason(state, lagging, args["min_unindexed_fragments"])}

@@ -84,7 +84,8 @@ class Table:
 
     def args(self) -> dict[str, Any]:
         """maintain's thresholds from the table's policy."""
-        return {**self.policy.maintain_args(), "sort_order": self.sort_order}
+        return {**self.policy.maintain_args(), "sort_order": self.sort_order,
+                "target_origin": self.policy.origin("target_rows_per_fragment")}
 
     def skip(self, reason: str, error: str | None = None) -> None:
         self.rows = [{"step": "all", "ran": False, "reason": reason, "outcome": None, "error": error,

@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 import lance
 
+from .. import bounds
 from ...errors import CompactionError
 from ...options import effective
 from .sort_order import SortOrder
@@ -191,12 +192,28 @@ def plan_clustering(dataset: lance.LanceDataset, order: SortOrder, options: dict
     if rows == 0:
         raise CompactionError(f"table {table}: no live rows to cluster at version {dataset.version} "
                               f"({len(metas)} fragments considered)")
-    target = int(effective(dataset.config(), options, "target_rows_per_fragment"))
+    config = dataset.config()
+    target = int(effective(config, options, "target_rows_per_fragment"))
     if known is None:
-        return ClusterPlan(dataset.version, order, (_group(metas, target),), target,
+        plan = ClusterPlan(dataset.version, order, (_group(metas, target),), target,
                            options.get("max_bytes_per_file"))
-    unclustered = [m.id for m in metas if m.id not in known]
-    picked, left = select_incremental(metas, known, ranges_of(unclustered) if ranges_of else {}, options)
-    by_id = {m.id: m for m in metas}
-    groups = tuple(_group([by_id[f] for f in ids], target) for ids in picked)
-    return ClusterPlan(dataset.version, order, groups, target, options.get("max_bytes_per_file"), True, left)
+    else:
+        unclustered = [m.id for m in metas if m.id not in known]
+        picked, left = select_incremental(metas, known, ranges_of(unclustered) if ranges_of else {}, options)
+        by_id = {m.id: m for m in metas}
+        groups = tuple(_group([by_id[f] for f in ids], target) for ids in picked)
+        plan = ClusterPlan(dataset.version, order, groups, target, options.get("max_bytes_per_file"), True, left)
+    check_bounds(plan, options, config, table)
+    return plan
+
+
+def check_bounds(plan: ClusterPlan, options: dict[str, Any], config: dict[str, str] | None, table: str) -> None:
+    """The run's partitions and the fragments it would write within their bounds (bounds.py),
+    before anything is sampled or written."""
+    rows = sum(g.rows for g in plan.groups)
+    most = bounds.allowed("max_cluster_partitions", rows)
+    bounds.check("max_cluster_partitions", table, plan.partitions, rows, "range partitions (Spark tasks)",
+                 bounds.target_cause(options, config, plan.target_rows),
+                 f"ask for at least {bounds.least_target(rows, most, FILL):,} rows per fragment")
+    bounds.check_fragments_written(table, [(g.rows, g.partitions, g.bytes) for g in plan.groups],
+                                   options, config, plan.target_rows)
