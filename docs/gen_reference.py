@@ -143,6 +143,10 @@ def sql_type(kind: str) -> str:
     """The spec's type as Spark SQL names it."""
     if kind == "long_list":
         return "bigint list (comma-separated)"
+    if kind == "duration":  # runtime/durations.py: text such as '10 minutes' or '10m', or an INTERVAL
+        return "string or interval"
+    if kind == "age":  # a duration, or a moment in the past
+        return "string, interval or timestamp"
     return re.sub(r"\blong\b", "bigint", kind)
 
 

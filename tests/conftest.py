@@ -23,7 +23,26 @@ STRATEGIES = {"skip_newest": "my_planners.SkipNewest"}
 # modules whose tests remove orphans seconds old (no writer works on their tables then); SQL
 # cannot lower it (docs/maintenance-cleanup.md). A module sets SPARK_CONF = NO_CLEANUP_FLOOR.
 CLEANUP_FLOOR_KEY = "spark.lance.compact.cleanup.unverifiedMinAge"
-NO_CLEANUP_FLOOR = {CLEANUP_FLOOR_KEY: "0 seconds"}
+# The operator's version floor (no cleanup removes a version younger than it, default 7 days)
+# switched off ('0s', as Delta's retentionDurationCheck.enabled=false), for the modules whose
+# tests remove versions seconds old. NO_CLEANUP_FLOOR lowers both floors.
+VERSION_FLOOR_KEY = "spark.lance.compact.cleanup.versionMinAge"
+NO_VERSION_FLOOR = {VERSION_FLOOR_KEY: "0s"}
+NO_CLEANUP_FLOOR = {CLEANUP_FLOOR_KEY: "0 seconds", **NO_VERSION_FLOOR}
+
+
+@contextmanager
+def engine_settings(settings: dict):
+    """The operator's driver settings as the engine's code in this process reads them
+    (runtime/driver_conf, as an engine loads them at start), for tests that call it directly;
+    none again afterwards."""
+    from lance_compact.runtime import driver_conf
+
+    driver_conf.load(list(settings.items()))
+    try:
+        yield
+    finally:
+        driver_conf.load([])
 
 
 @pytest.fixture(scope="session", autouse=True)

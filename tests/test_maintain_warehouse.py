@@ -283,3 +283,144 @@ def test_the_service_takes_a_properties_file_as_its_help_says(tmp_path):
     missing = subprocess.run([sys.executable, "-m", "lance_compact.maintenance_service", "--properties-file",
                               str(tmp_path / "nope.properties")], capture_output=True, text=True, timeout=60)
     assert missing.returncode == 2 and "no such readable file" in missing.stderr
+
+
+# Durations and times as Spark types, and the version-retention check. This module's session
+# keeps the operator's default version floor (spark.lance.compact.cleanup.versionMinAge,
+# 7 days): its tables' versions are seconds old, so every form below that is accepted removes
+# nothing, and one below the floor is refused.
+from datetime import datetime, timedelta, timezone  # noqa: E402
+
+from conftest import VERSION_FLOOR_KEY, refused  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def young(warehouse):
+    """rt.t: a degraded table whose versions are all seconds old (compaction is due)."""
+    path = warehouse / "rt" / "t.lance"
+    _degraded(path)
+    return "rt.t", path
+
+
+def _cleanup_reason(spark, t, value) -> str:
+    """maintain's dry run with older_than => ``value`` (SQL): its cleanup row's reason, which
+    names older_than as the engine read it."""
+    rows = spark.sql(f"CALL lance.maintain(table => '{t}', older_than => {value}, dry_run => true)").collect()
+    return {r.step: r for r in rows}["cleanup"].reason
+
+
+def test_older_than_takes_intervals_timestamps_and_short_forms(spark, young):
+    t, path = young
+    version = lance.dataset(str(path)).version
+    past = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(days=8)
+    spark.sql("SET spark.sql.session.timeZone=UTC")
+    forms = {"INTERVAL 8 DAYS": "8 days", "INTERVAL '192' HOUR": "8 days", "INTERVAL 1 MONTH": "1 months",
+             "INTERVAL '1-2' YEAR TO MONTH": "14 months", "INTERVAL '8 00:00:30' DAY TO SECOND": "691230 seconds",
+             f"TIMESTAMP '{past:%Y-%m-%d %H:%M:%S}'": past.isoformat().replace("+00:00", "Z"),
+             f"TIMESTAMP_NTZ '{past:%Y-%m-%d %H:%M:%S}'": past.isoformat().replace("+00:00", "Z"),
+             "'8d'": "8d", "'192h'": "192h", "'8 days'": "8 days", "'1 week 1 day'": "1 week 1 day",
+             f"'{past.isoformat()}'": past.isoformat()}
+    for value, read in forms.items():
+        assert f"older than {read}" in _cleanup_reason(spark, t, value), value
+    # TIMESTAMP_NTZ is a wall-clock time: read in the session's time zone, as Spark casts one
+    spark.sql("SET spark.sql.session.timeZone=America/New_York")
+    try:
+        ntz = _cleanup_reason(spark, t, f"TIMESTAMP_NTZ '{past:%Y-%m-%d %H:%M:%S}'")
+    finally:
+        spark.sql("SET spark.sql.session.timeZone=UTC")
+    from zoneinfo import ZoneInfo
+
+    instant = past.replace(tzinfo=ZoneInfo("America/New_York")).astimezone(timezone.utc)
+    assert "older than " + instant.isoformat().replace("+00:00", "Z") in ntz, ntz
+    for sql in (f"CALL lance.cleanup(table => '{t}', older_than => INTERVAL 8 DAYS, dry_run => true)",
+                f"CALL lance.cleanup(table => '{t}', older_than => TIMESTAMP '{past:%Y-%m-%d %H:%M:%S}')",
+                f"CALL lance.cleanup(table => '{t}', older_than => '8d', retain_versions => 1)",
+                "CALL lance.maintain_warehouse(namespace => 'rt', older_than => INTERVAL 8 DAYS, "
+                "max_duration => INTERVAL 10 MINUTES, dry_run => true)",
+                "CALL lance.maintain_warehouse(namespace => 'rt', older_than => '8d', max_duration => '10m', "
+                "dry_run => true)"):
+        row = spark.sql(sql).collect()[0]
+        assert "old_versions" not in row.asDict() or row.old_versions == 0, sql
+    assert lance.dataset(str(path)).version == version
+
+
+def test_pyspark_helpers_take_timedelta_and_datetime(spark, young):
+    from lance_compact import cleanup, maintain, maintain_warehouse
+
+    t, path = young
+    version = lance.dataset(str(path)).version
+    past = datetime.now(timezone.utc) - timedelta(days=9)
+    assert cleanup(spark, t, older_than=timedelta(days=8), dry_run=True).collect()[0].old_versions == 0
+    rows = maintain(spark, t, older_than=past, dry_run=True).collect()
+    assert "older than " + past.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S") in rows[-1].reason
+    assert maintain_warehouse(spark, "rt", max_duration=timedelta(minutes=10), older_than="8d",
+                              dry_run=True).collect()
+    with refused(path, f"older_than '1 days' is below the version retention floor '7 days'.*{VERSION_FLOOR_KEY}"):
+        cleanup(spark, t, older_than=timedelta(days=1)).collect()
+    assert lance.dataset(str(path)).version == version
+
+
+@pytest.mark.parametrize("call", [
+    "CALL lance.cleanup(table => '{t}', older_than => '0 seconds')",
+    "CALL lance.cleanup(table => '{t}', older_than => INTERVAL 1 DAY, dry_run => true)",
+    "CALL lance.cleanup(table => '{t}', older_than => current_timestamp() - INTERVAL 6 DAYS)",
+    "CALL lance.maintain(table => '{t}', older_than => '6d', target_rows_per_fragment => 300)",
+    "CALL lance.maintain_warehouse(namespace => 'rt', older_than => INTERVAL 1 HOUR)",
+])
+def test_the_retention_check_refuses_below_the_floor_and_changes_nothing(spark, young, call):
+    """As Delta refuses a VACUUM under 168 hours: nothing runs, not even maintain's compaction
+    (due on this table), and the error names the setting and its value."""
+    t, path = young
+    files = sorted(p for p in path.rglob("*") if p.is_file())
+    with refused(path, f"is below the version retention floor '7 days'.*{VERSION_FLOOR_KEY}.*'0s' turns"):
+        spark.sql(call.format(t=t)).collect()
+    assert sorted(p for p in path.rglob("*") if p.is_file()) == files
+
+
+def test_a_policy_below_the_floor_is_refused_where_it_is_set_and_where_it_is_read(spark, young, warehouse):
+    t, path = young
+    with refused(path, f"lance_compact.maintain.older_than '1 hour' is below the version retention floor "
+                       f"'7 days'.*{VERSION_FLOOR_KEY}"):
+        spark.sql(f"ALTER TABLE lance.{t} SET TBLPROPERTIES ('lance_compact.maintain.older_than' = '1 hour')")
+    spark.sql(f"ALTER TABLE lance.{t} SET TBLPROPERTIES ('lance_compact.maintain.older_than' = '8d')")
+    # written by a writer that does not check (pylance here): maintain_warehouse leaves the table alone
+    other = warehouse / "rt" / "policy.lance"
+    _degraded(other).update_config({"lance_compact.maintain.older_than": "1 hour"})
+    version = lance.dataset(str(other)).version
+    rows = by_table(spark.sql("CALL lance.maintain_warehouse(namespace => 'rt')").collect())
+    assert VERSION_FLOOR_KEY in rows["rt.policy"]["all"].error and not rows["rt.policy"]["all"].ran
+    assert lance.dataset(str(other)).version == version
+    spark.sql(f"ALTER TABLE lance.{t} UNSET TBLPROPERTIES ('lance_compact.maintain.older_than')")
+
+
+@pytest.mark.parametrize("call,message", [
+    ("CALL lance.cleanup(table => '{t}', older_than => 'soon')",
+     r"table rt.t: older_than expects '<n> days\|hours.*'7d'.*INTERVAL.*TIMESTAMP.*got 'soon'"),
+    ("CALL lance.cleanup(table => '{t}', older_than => 7)",
+     r"parameter older_than expects a duration or a moment: an INTERVAL.*got a value of type INT"),
+    ("CALL lance.maintain(table => '{t}', older_than => INTERVAL -8 DAYS)", r"older_than must not be negative"),
+    ("CALL lance.maintain_warehouse(max_duration => TIMESTAMP '2026-01-01 00:00:00')",
+     r"parameter max_duration expects a duration: an INTERVAL.*got a value of type TIMESTAMP"),
+    ("CALL lance.maintain_warehouse(max_duration => '10 parsecs')",
+     r"maintain_warehouse: max_duration expects '<n> days.*got '10 parsecs'"),
+])
+def test_bad_durations_are_refused_naming_the_parameter(spark, young, call, message):
+    t, path = young
+    with refused(path, message):
+        spark.sql(call.format(t=t)).collect()
+
+
+def test_the_service_flags_take_every_form_and_its_rounds_the_floor(spark, young):
+    from lance_compact.maintenance_service import Service, parse_args
+
+    for value, seconds in (("10m", 600), ("10 minutes", 600), ("1 hour", 3600), ("90", 90), ("1d", 86400)):
+        assert parse_args(["--every", value, "--backoff", value]).every == seconds
+    bad = subprocess.run([sys.executable, "-m", "lance_compact.maintenance_service", "--every", "soon"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "argument --every: expects '<n> days" in bad.stderr, bad.stderr
+    t, path = young
+    version = lance.dataset(str(path)).version
+    service = Service(spark, "rt", {"older_than": "1 hour"}, every=1, min_interval=0, backoff=1, max_backoff=1)
+    with pytest.raises(Exception, match=f"older_than '1 hour' is below the version retention floor.*{VERSION_FLOOR_KEY}"):
+        service.round(1)
+    assert lance.dataset(str(path)).version == version

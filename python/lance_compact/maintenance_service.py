@@ -43,19 +43,28 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from .errors import CompactionError
+from .runtime import durations
 from .runtime.envelope import DEFAULT_CATALOG
 
 log = logging.getLogger("lance_compact.maintenance_service")
 
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+def seconds(text: str, flag: str = "a duration") -> float:
+    """'90s', '10m', '1h', '2d', '10 minutes', '1 day 12 hours' (or a plain number of
+    seconds): the forms every duration takes (runtime/durations.py)."""
+    try:
+        return durations.seconds(text, flag)
+    except CompactionError as e:
+        raise argparse.ArgumentTypeError(e.message.removeprefix(f"{flag} ")) from None
 
 
-def seconds(text: str) -> float:
-    """'90s', '10m', '1h', '2d' (or a plain number of seconds)."""
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*", text)
-    if not m:
-        raise argparse.ArgumentTypeError(f"expected a duration such as 90s, 10m, 1h, 2d; got {text!r}")
-    return float(m.group(1)) * _UNITS[m.group(2) or "s"]
+def _flag(name: str) -> Any:
+    """An argparse type reading flag ``name``'s duration (its errors name the flag)."""
+    def parse(text: str) -> float:
+        return seconds(text, name)
+    parse.__name__ = "duration"
+    return parse
 
 
 def _value(text: str) -> Any:
@@ -127,7 +136,7 @@ class Service:
         params = dict(self.params)
         if excluded:
             params["exclude"] = ",".join(sorted(set(excluded) | set(filter(None, str(params.get("exclude", "")).split(",")))))
-        rows = maintain_warehouse(self.spark, self.namespace, self.catalog, **params).collect()
+        rows = maintain_warehouse(self.spark, self.namespace, catalog=self.catalog, **params).collect()
         now = time.monotonic()
         per_table: dict[str, list] = {}
         for r in rows:
@@ -170,12 +179,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                        "spark.sql.catalog.<catalog>.* settings")
     p.add_argument("--catalog", default=DEFAULT_CATALOG)
     p.add_argument("--namespace", help="maintain only this namespace (and those under it)")
-    p.add_argument("--every", type=seconds, default=seconds("10m"), help="time between rounds (default 10m)")
-    p.add_argument("--min-interval", type=seconds, default=seconds("1h"),
+    p.add_argument("--every", type=_flag("--every"), default="10m",
+                   help="time between rounds (default 10m; '10m', '10 minutes', '1 hour', '90s', ...)")
+    p.add_argument("--min-interval", type=_flag("--min-interval"), default="1h",
                    help="leave a table alone this long after it was maintained (default 1h)")
-    p.add_argument("--backoff", type=seconds, default=seconds("10m"),
+    p.add_argument("--backoff", type=_flag("--backoff"), default="10m",
                    help="leave a failing table alone this long, doubling per failure in a row (default 10m)")
-    p.add_argument("--max-backoff", type=seconds, default=seconds("1d"), help="at most this long (default 1d)")
+    p.add_argument("--max-backoff", type=_flag("--max-backoff"), default="1d", help="at most this long (default 1d)")
     p.add_argument("--rounds", type=int, help="stop after this many rounds (default: run until stopped)")
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                    help="an argument of CALL lance.maintain_warehouse (max_duration='10 minutes', "
@@ -186,7 +196,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--properties-file", metavar="PATH",
                    help="a Spark properties file, as spark-submit reads it (the catalog's warehouse and "
                         "storage.* settings, any Spark setting); its values never reach a command line")
-    p.add_argument("--stop-timeout", type=seconds, default=seconds("30s"),
+    p.add_argument("--stop-timeout", type=_flag("--stop-timeout"), default="30s",
                    help="after a second SIGTERM/SIGINT, exit this long later if the cancelled round "
                         "has not ended (default 30s)")
     p.add_argument("--master", help="Spark master (default: spark-submit's, else local[*])")

@@ -10,6 +10,7 @@ import math
 import os
 import re
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from functools import lru_cache
 from importlib import resources
 from typing import Any, Mapping
@@ -109,6 +110,10 @@ def convert_value(o: OptionSpec, value: Any, table: str) -> Any:
         if not isinstance(value, str):
             raise bad("a string")
         v = value.strip()
+    elif o.type in ("duration", "age"):  # checked and read where used (runtime/durations.py)
+        if not isinstance(value, (str, timedelta, datetime)):
+            raise bad("a duration or a moment" if o.type == "age" else "a duration")
+        v = value.strip() if isinstance(value, str) else value
     elif o.type == "long_list":
         items = value.split(",") if isinstance(value, str) else value
         try:

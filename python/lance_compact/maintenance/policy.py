@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Mapping
 
-from .version_cleanup import parse_older_than
+from .retention import check_older_than, default_older_than
 from ..errors import CompactionError
 from ..options import OptionSpec, convert_value, option_specs, spec
 from ..runtime.envelope import DEFAULT_CATALOG
@@ -93,7 +93,8 @@ class Policy:
 
 def check_policy_value(table: str, key: str, value: Any, where: str) -> Any:
     """``value`` of policy key ``key`` checked and converted (its type, range, and for
-    ``older_than`` a duration cleanup accepts); an error names the table and ``where`` (e.g.
+    ``older_than`` a duration or moment cleanup accepts, not below the operator's version
+    floor, retention.py); an error names the table and ``where`` (e.g.
     "table property lance_compact.maintain.priority")."""
     return _convert(table, key, value, where)
 
@@ -106,7 +107,7 @@ def _convert(table: str, key: str, value: Any, where: str) -> Any:
         raise CompactionError(e.message.replace(f"option {key}", where, 1)) from None
     if key == "older_than":
         try:
-            parse_older_than(v, table)
+            check_older_than(v, table)
         except CompactionError as e:
             raise CompactionError(f"table {table}: {where} {e.message.split('older_than ', 1)[1]}") from None
     return v
@@ -166,5 +167,7 @@ def resolve_policy(call_args: Mapping[str, Any] | None, table_config: Mapping[st
             values[key] = _convert(table, key, catalog_keys[key], origins[key])
             sources[key] = "catalog"
         elif key in defaults:
-            values[key], sources[key] = defaults[key], "default"
+            # older_than: cleanup's and maintain's one default, or the operator's higher floor
+            values[key] = default_older_than() if key == "older_than" else defaults[key]
+            sources[key] = "default"
     return Policy(table=table, values=values, sources=sources, origins=origins)

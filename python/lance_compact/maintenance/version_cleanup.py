@@ -27,11 +27,14 @@ client is used: every request goes with exactly the table's storage options, so 
 catalog without keys sends them unsigned, never with the environment's credentials. Index and
 transaction files of abandoned writes are left to Lance's 7-day rule.
 
-Durations (``older_than``, ``unverified_min_age``, maintain's and maintain_warehouse's) are
-at most :data:`MAX_DURATION` (100 years) and ISO timestamps neither in the future nor more
-than that in the past: pylance panics (a ``BaseException``) on ``older_than`` beyond about
-262,000 years (``DateTime - TimeDelta`` overflows) and Python's ``timedelta`` overflows
-sooner, so nothing that large ever reaches either.
+Durations and moments (``older_than``, ``unverified_min_age``) are read by the one parser,
+:mod:`runtime.durations` (INTERVALs, TIMESTAMPs, '7 days', '7d'; at most 100 years). No
+cleanup removes a version younger than the operator's version floor
+(``spark.lance.compact.cleanup.versionMinAge``, :mod:`retention`): ``older_than`` below it is
+refused, and without one the shared default applies ('7 days', as maintain's), so Lance's
+``retain_versions`` alone never removes a young version. A dry run lists the files it would
+remove (Lance's own candidates, and those of ``delete_unverified``), the first
+:data:`FILES_LISTED`.
 """
 from __future__ import annotations
 
@@ -42,61 +45,27 @@ from typing import Any, Callable, Mapping, NamedTuple
 
 from lance.file import LanceFileSession
 
-from ..runtime import driver_conf
+from ..runtime import driver_conf, durations
+from .retention import check_older_than, default_older_than
 from ..errors import CompactionError
 from ..runtime.envelope import Target
 
-_UNITS = {"second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 7 * 86400}
-
 LANCE_UNVERIFIED_AGE = timedelta(days=7)  # Lance removes unreferenced files this old anyway
-MAX_DURATION = timedelta(days=36500)  # 100 years: the longest duration or age accepted
-_MAX_TEXT = "'36500 days' (100 years)"
-_SYNTAX = "'<n> days|hours|minutes|seconds|weeks'"
-
-
-def _shown(text: object) -> str:
-    """``text`` quoted for a message, cut short when long."""
-    text = str(text)
-    return repr(text if len(text) <= 60 else text[:40] + "...")
+MAX_DURATION = durations.MAX_DURATION
+FILES_LISTED = 1000  # a dry run's file list, at most (Delta's VACUUM ... DRY RUN lists 1,000)
+_SYNTAX = durations.DURATION_FORMS
+_shown = durations.shown
 
 
 def parse_duration(text: str, what: str = "a duration") -> timedelta | None:
-    """'7 days', '12 hours', '30 minutes', '90 seconds', '2 weeks'; None if ``text`` is not one.
-    Longer than :data:`MAX_DURATION`: a :class:`CompactionError` naming ``what``."""
-    m = re.fullmatch(r"\s*(\d+)\s*(second|minute|hour|day|week)s?\s*", str(text).lower())
-    if not m:
-        return None
-    digits = m.group(1).lstrip("0") or "0"
-    # checked on the text first: a huge number is neither an int Python converts nor a timedelta
-    if len(digits) > 12 or int(digits) * _UNITS[m.group(2)] > MAX_DURATION.total_seconds():
-        raise CompactionError(f"{what} must be at most {_MAX_TEXT}, got {_shown(text)}")
-    return timedelta(seconds=int(digits) * _UNITS[m.group(2)])
+    """A duration (:mod:`runtime.durations`' forms); None if ``text`` is not one."""
+    return durations.parse_duration(text, what)
 
 
 def parse_older_than(text: str, table: str, name: str = "older_than") -> timedelta:
-    """A duration (:func:`parse_duration`), or an ISO timestamp (the age of that moment): at
-    most :data:`MAX_DURATION`; a timestamp in the future is refused."""
-    where = f"table {table}: {name}"
-    duration = parse_duration(text, where)
-    if duration is not None:
-        return duration
-    try:
-        when = datetime.fromisoformat(str(text).strip())
-    except ValueError:
-        raise CompactionError(f"{where} expects {_SYNTAX} or an ISO timestamp, got {_shown(text)}") from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
-    try:
-        age = datetime.now(timezone.utc) - when
-    except OverflowError:
-        age = MAX_DURATION * 2
-    if age < timedelta(0):
-        raise CompactionError(f"{where} {_shown(text)} is in the future: name a moment that has passed "
-                              f"(or a duration, {_SYNTAX})")
-    if age > MAX_DURATION:
-        raise CompactionError(f"{where} {_shown(text)} is more than {_MAX_TEXT} ago: the oldest moment "
-                              "accepted is 100 years back")
-    return age
+    """A duration, or a moment in the past as its age (:func:`durations.age`); this checks no
+    floor (:func:`retention.check_older_than` does)."""
+    return durations.age(text, f"table {table}: {name}")
 
 
 def unverified_floor() -> tuple[timedelta, str]:
@@ -204,6 +173,15 @@ def unreferenced_files(listing, open_latest: Callable[[], object]) -> list[Store
     return orphans
 
 
+def _relative(path: str, uri: str) -> str:
+    """A path as Lance's object store names it, relative to the table at ``uri``."""
+    import os
+    from urllib.parse import urlparse
+
+    root = (urlparse(uri).path if "://" in uri else os.path.abspath(uri)).strip("/")
+    return path[len(root) + 1:] if root and path.startswith(root + "/") else path
+
+
 def cleanup(target: Target, args: Mapping[str, Any], options: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Run (or explain) Lance's cleanup of ``target`` with ``cleanup``'s checked parameters;
     its row (parameters.json's ``cleanup_columns``) by column name."""
@@ -216,16 +194,20 @@ def cleanup(target: Target, args: Mapping[str, Any], options: Mapping[str, Any] 
     min_age = _min_age(args, table)  # checked even without delete_unverified: bad input is refused
     # Lance's delete_unverified ignores age: only when the bound is zero (the floor allows it).
     kwargs = {"delete_unverified": bool(unverified) and min_age == timedelta(0)}
-    if args.get("older_than") is not None:
-        kwargs["older_than"] = parse_older_than(args["older_than"], table)
+    # Always a cutoff, never below the operator's version floor (retention.py): with
+    # retain_versions alone Lance would remove versions of any age.
+    kwargs["older_than"] = check_older_than(
+        args["older_than"] if args.get("older_than") is not None else default_older_than(), table)
     if args.get("retain_versions") is not None:
         kwargs["retain_versions"] = args["retain_versions"]
     ds = target.open()
     counted: set[str] = set()  # files Lance's own dry run already counts
+    listed: list[str] = []  # a dry run's files: Lance's candidates, then ours (delete_unverified)
     if dry_run:
-        explained = ds.explain_cleanup_old_versions(**kwargs)
+        explained = ds.explain_cleanup_old_versions(**kwargs, include_files=True, max_files=FILES_LISTED)
         stats = explained.stats
         counted = {c.path.rsplit("/", 1)[-1] for c in explained.candidate_files}
+        listed = [_relative(c.path, uri) for c in explained.candidate_files]
     else:
         stats = ds.cleanup_old_versions(**kwargs)
     data_removed = deletions_removed = bytes_removed = 0
@@ -242,6 +224,7 @@ def cleanup(target: Target, args: Mapping[str, Any], options: Mapping[str, Any] 
         for f in unreferenced_files(ds, open_latest):
             if f.modified > cutoff or f.path.rsplit("/", 1)[-1] in counted:
                 continue  # young (a writer may be about to commit it), or Lance's own
+            listed.append(f.path)
             if not dry_run:
                 session.delete_file(f.path)
             bytes_removed += f.size
@@ -257,4 +240,7 @@ def cleanup(target: Target, args: Mapping[str, Any], options: Mapping[str, Any] 
            "index_files_removed": stats.index_files_removed,
            "transaction_files_removed": stats.transaction_files_removed,
            "bytes_removed": stats.bytes_removed + bytes_removed}
+    row["files_total"] = sum(row[k] for k in ("old_versions", "data_files_removed", "deletion_files_removed",
+                                              "index_files_removed", "transaction_files_removed"))
+    row["files"] = sorted(listed)[:FILES_LISTED] if dry_run else None
     return row

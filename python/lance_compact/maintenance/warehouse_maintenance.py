@@ -32,9 +32,9 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Callable, Mapping
 
-from ..runtime import cancellation
+from ..runtime import cancellation, durations
 from ..errors import CompactionError
-from . import version_cleanup
+from . import retention
 from ..compaction import rules
 from ..compaction.fragments import data_bytes
 from .health import METADATA_THREADS, STEPS as HEALTH_STEPS, table_health
@@ -50,11 +50,8 @@ log = logging.getLogger(__name__)
 # Parameters of the run itself; the others are policy keys (maintain's thresholds).
 RUN_KEYS = ("dry_run", "max_tables", "max_bytes", "max_duration", "parallelism", "exclude", "sort_order")
 def parse_duration(text: str, what: str = "max_duration") -> timedelta:
-    """'10 minutes', '90 seconds', '1 hour', '2 days' (version_cleanup's durations)."""
-    duration = version_cleanup.parse_duration(text, f"maintain_warehouse: {what}")
-    if duration is None:
-        raise CompactionError(f"maintain_warehouse: {what} expects '<n> seconds|minutes|hours|days', got {text!r}")
-    return duration
+    """'10 minutes', '90 seconds', '10m', an INTERVAL's text (runtime/durations.py)."""
+    return durations.duration(text, f"maintain_warehouse: {what}")
 
 
 @dataclass
@@ -347,7 +344,7 @@ def maintain_warehouse(request: Envelope, run_packed: Callable,
     call_args = {k: v for k, v in args.items() if k not in RUN_KEYS}
     if call_args.get("older_than") is not None:  # the call's own argument: refused, not a failure per table
         try:
-            version_cleanup.parse_older_than(call_args["older_than"], where)
+            retention.check_older_than(call_args["older_than"], where)  # nor below the version floor
         except CompactionError as e:
             raise CompactionError("maintain_warehouse: older_than " + e.message.split("older_than ", 1)[1]) from None
     storage = dict(request.storage_options)

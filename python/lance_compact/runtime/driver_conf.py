@@ -13,6 +13,11 @@ statement can change (``SET`` writes a session's SQL configuration, not this):
   Lance's own 7 days). A writer's data and deletion files exist before its commit, so a SQL
   user must not be able to remove young ones; only the operator, who knows no write runs
   for longer, lowers it ('1 hour'; '0 seconds' lets Lance's ``delete_unverified`` run).
+- ``spark.lance.compact.cleanup.versionMinAge = 7 days``: the youngest a version may be for any
+  cleanup (cleanup, maintain, maintain_warehouse, the service, policies) to remove it, as
+  Delta's retention check refuses a VACUUM under 168 hours. A reader or writer still on a
+  version finds its files gone once it is removed; only the operator lowers it ('0s' turns the
+  check off, as Delta's ``retentionDurationCheck.enabled=false``).
 """
 from __future__ import annotations
 
@@ -21,18 +26,20 @@ from typing import Any, Iterable
 
 PICTURE_DIR = "spark.lance.compact.picture.dir"
 CLEANUP_FLOOR = "spark.lance.compact.cleanup.unverifiedMinAge"
+VERSION_FLOOR = "spark.lance.compact.cleanup.versionMinAge"
 _STRATEGY_KEY = re.compile(r"spark\.sql\.catalog\.([^.]+)\.strategies\.([^.]+)")
 
 _strategies: dict[str, dict[str, str]] = {}  # catalog -> strategy name -> module.Class
 _picture_dir: str | None = None
 _cleanup_floor: str | None = None
+_version_floor: str | None = None
 
 
 def load(conf: Iterable[tuple[str, str]]) -> None:
     """Take the settings from the driver's static Spark configuration (engine start)."""
-    global _picture_dir, _cleanup_floor
+    global _picture_dir, _cleanup_floor, _version_floor
     strategies: dict[str, dict[str, str]] = {}
-    picture_dir = cleanup_floor = None
+    picture_dir = cleanup_floor = version_floor = None
     for key, value in conf:
         m = _STRATEGY_KEY.fullmatch(key)
         if m and value.strip():
@@ -41,10 +48,13 @@ def load(conf: Iterable[tuple[str, str]]) -> None:
             picture_dir = value.strip()
         elif key == CLEANUP_FLOOR:
             cleanup_floor = value  # checked where it is used (version_cleanup.unverified_floor)
+        elif key == VERSION_FLOOR:
+            version_floor = value  # checked where it is used (maintenance/retention.py)
     _strategies.clear()
     _strategies.update(strategies)
     _picture_dir = picture_dir
     _cleanup_floor = cleanup_floor
+    _version_floor = version_floor
 
 
 def strategies(catalog: str | None) -> dict[str, str]:
@@ -67,6 +77,11 @@ def cleanup_floor() -> str | None:
     """The operator's floor for removing unreferenced files as written (None: not set, Lance's
     7 days)."""
     return _cleanup_floor
+
+
+def version_floor() -> str | None:
+    """The operator's floor for removing versions as written (None: not set, 7 days)."""
+    return _version_floor
 
 
 def max_task_attempts(sc: Any) -> int:

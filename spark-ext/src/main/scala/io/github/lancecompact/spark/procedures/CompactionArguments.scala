@@ -1,10 +1,13 @@
 package io.github.lancecompact.spark.procedures
 
+import java.time.{Instant, LocalDateTime, ZoneId, ZoneOffset}
+
 import scala.collection.mutable
 
 import com.fasterxml.jackson.databind.node.ObjectNode
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.connector.catalog.procedures.ProcedureParameter
+import org.apache.spark.sql.internal.SQLConf
 import org.apache.spark.sql.types._
 
 import io.github.lancecompact.spark.catalog.LanceCatalog
@@ -88,7 +91,28 @@ object CompactionArguments {
       names.forall(n => index.get(n).exists(_ >= positional))
     if (!wellFormed) return params
     val wanted = (0 until math.max(positional, 1)).toSet ++ names.map(index)
-    params.zipWithIndex.collect { case (p, i) if wanted(i) => p }
+    val passed = (input.fields.take(positional).zip(params.map(_.name)).map { case (f, n) => n -> f.dataType } ++
+      input.fields.drop(positional).map(f => f.name -> f.dataType)).toMap
+    params.zipWithIndex.collect { case (p, i) if wanted(i) => typed(p, passed.get(p.name)) }
+  }
+
+  /** A duration or time parameter given as an INTERVAL or TIMESTAMP is bound with that type,
+   * so Spark passes the value as it is (no cast to text in the session's format); [[bindRest]]
+   * writes it as the engine's text. */
+  private def typed(p: ProcedureParameter, given: Option[DataType]): ProcedureParameter = given match {
+    case Some(t) if p.dataType == StringType && temporal(p.name, t) =>
+      ProcedureParameter.in(p.name, t).defaultValue("NULL").comment(p.comment).build()
+    case _ => p
+  }
+
+  /** Whether parameter `name` takes a value of type `t` besides text (parameters.json's kinds
+   * "duration": the INTERVAL types; "age": those and TIMESTAMP, TIMESTAMP_NTZ). */
+  private def temporal(name: String, t: DataType): Boolean = OptionSpec.temporal.get(name).exists { kind =>
+    t match {
+      case _: DayTimeIntervalType | _: YearMonthIntervalType | CalendarIntervalType => true
+      case TimestampType | TimestampNTZType => kind == "age"
+      case _ => false
+    }
   }
 
   /** Reject arguments Spark would silently cast into a parameter's type (1.5 into a BIGINT
@@ -102,14 +126,21 @@ object CompactionArguments {
       param.foreach { p =>
         val ok = (p.dataType, field.dataType) match {
           case (_, NullType) => true
+          case (StringType, t) if temporal(p.name, t) => true
           case (LongType, t) => integral(t)
           case (DoubleType, t) => integral(t) || t == FloatType || t == DoubleType || t.isInstanceOf[DecimalType]
           case (MapType(StringType, StringType, _), MapType(StringType, v, _)) =>
             !(v.isInstanceOf[ArrayType] || v.isInstanceOf[MapType] || v.isInstanceOf[StructType])
           case (expected, t) => expected == t
         }
+        val expected = OptionSpec.temporal.get(p.name) match {
+          case Some("age") => "a duration or a moment: an INTERVAL (INTERVAL 7 DAYS), a TIMESTAMP or a string " +
+            "('7 days', '7d', '2026-11-20 00:00:00')"
+          case Some(_) => "a duration: an INTERVAL (INTERVAL 10 MINUTES) or a string ('10 minutes', '10m')"
+          case None => describe(p.dataType)
+        }
         if (!ok) throw new IllegalArgumentException(
-          s"$procedure: parameter ${p.name} expects ${describe(p.dataType)}, got a value of type ${field.dataType.sql}")
+          s"$procedure: parameter ${p.name} expects $expected, got a value of type ${field.dataType.sql}")
       }
     }
   }
@@ -127,6 +158,31 @@ object CompactionArguments {
   }
 
   final case class Bound(table: String, uri: String, request: String)
+
+  /** An INTERVAL or TIMESTAMP argument as the text the engine's one parser reads
+   * (runtime/durations.py): '<n> days|hours|minutes|seconds', '<n> months', an ISO instant. A
+   * TIMESTAMP_NTZ is taken in the session's time zone, as Spark casts one to a TIMESTAMP. */
+  private def timeText(t: DataType, row: InternalRow, i: Int): String = t match {
+    case _: DayTimeIntervalType => micros(row.getLong(i))
+    case _: YearMonthIntervalType => s"${row.getInt(i)} months"
+    case CalendarIntervalType =>
+      val v = row.getInterval(i)
+      s"${v.months} months ${v.days} days ${micros(v.microseconds)}"
+    case TimestampType => instant(row.getLong(i)).toString
+    case TimestampNTZType =>
+      val us = row.getLong(i)
+      LocalDateTime.ofEpochSecond(Math.floorDiv(us, 1000000L), (Math.floorMod(us, 1000000L) * 1000).toInt,
+        ZoneOffset.UTC).atZone(ZoneId.of(SQLConf.get.sessionLocalTimeZone)).toInstant.toString
+    case other => throw new IllegalArgumentException(s"a value of type ${other.sql} is not a duration or a time")
+  }
+
+  private def instant(us: Long): Instant = Instant.ofEpochSecond(Math.floorDiv(us, 1000000L), Math.floorMod(us, 1000000L) * 1000)
+
+  /** Microseconds as the largest whole unit that states them. */
+  private def micros(us: Long): String =
+    Seq("days" -> 86400000000L, "hours" -> 3600000000L, "minutes" -> 60000000L, "seconds" -> 1000000L)
+      .collectFirst { case (unit, size) if us % size == 0 => s"${us / size} $unit" }
+      .getOrElse(s"${java.math.BigDecimal.valueOf(us, 6).stripTrailingZeros.toPlainString} seconds")
 
   /** Bind a row (declared order, defaults filled in by Spark) into the engine's request JSON. */
   def bind(catalog: LanceCatalog, params: Array[ProcedureParameter], row: InternalRow): Bound = {
@@ -178,7 +234,8 @@ object CompactionArguments {
           case LongType => values.put(name, row.getLong(i))
           case DoubleType => values.put(name, row.getDouble(i))
           case BooleanType => values.put(name, row.getBoolean(i))
-          case _ => values.put(name, row.getUTF8String(i).toString)
+          case StringType => values.put(name, row.getUTF8String(i).toString)
+          case t => values.put(name, timeText(t, row, i))
         }
       }
     }

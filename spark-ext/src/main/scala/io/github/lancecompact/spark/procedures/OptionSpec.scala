@@ -63,6 +63,13 @@ object OptionSpec {
   def columns(section: String): StructType = StructType.fromDDL(
     root.get(section).elements().asScala.map(c => s"`${c.get("name").asText}` ${c.get("type").asText}").mkString(", "))
 
+  /** Parameters that take a duration ("duration") or a duration or a moment ("age"), by name:
+   * they take Spark's INTERVAL types (and, for "age", TIMESTAMP and TIMESTAMP_NTZ) besides text,
+   * which [[CompactionArguments]] turns into the text the engine parses (runtime/durations.py). */
+  lazy val temporal: Map[String, String] =
+    (all ++ cleanupParameters ++ optimizeIndicesParameters ++ layoutParameters ++ maintainParameters ++
+      maintainWarehouseParameters).filter(o => o.kind == "duration" || o.kind == "age").map(o => o.name -> o.kind).toMap
+
   /** The options and settings that are also named CALL parameters, in declaration order. */
   lazy val sqlParameters: Seq[OptionSpec] = all.filter(_.sql)
 }
