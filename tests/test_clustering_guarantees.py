@@ -180,3 +180,143 @@ def test_vector_search_recall_is_kept_by_a_clustering(spark, warehouse):
     recall_after = recall(after)
     print(f"\nIVF_PQ recall@10 against brute force: {recall_before:.3f} before, {recall_after:.3f} after")
     assert recall_after >= recall_before - 0.05
+
+
+# Issue 33: every failure says what landed. The chaos tester's markers of a clustering run.
+POINTS = ["sampling", "write", "commit", "record", "index_restore"]
+
+
+def coverage(uri: str) -> dict[str, tuple[int, int]]:
+    """Per user index: (fragments it covers, fragments in the table)."""
+    ds = lance.dataset(uri)
+    frags = {f.fragment_id for f in ds.get_fragments()}
+    out: dict[str, set] = {}
+    for ix in ds.list_indices():
+        if not ix["name"].startswith("__"):
+            out.setdefault(ix["name"], set()).update(set(ix["fragment_ids"] or []) & frags)
+    return {n: (len(c), len(frags)) for n, c in out.items()}
+
+
+def fully_covered(uri: str) -> bool:
+    return all(c == t for c, t in coverage(uri).values())
+
+
+def attempt(spark, sql: str):
+    """(the row, None) or (None, the error's text)."""
+    try:
+        return spark.sql(sql).collect()[0], None
+    except Exception as e:  # judged by the caller
+        return None, str(e)
+
+
+def says_committed(message: str, versions: list[int]) -> bool:
+    """The message names exactly ``versions`` as committed, or says nothing was."""
+    if not versions:
+        return "nothing was committed" in message
+    if len(versions) == 1:
+        return f"version {versions[0]} was committed" in message
+    listed = ", ".join(map(str, versions[:-1])) + f" and {versions[-1]}"
+    return f"versions {listed} were committed" in message
+
+
+@pytest.mark.parametrize("point", POINTS)
+def test_a_full_disk_at_each_point_says_what_landed(spark, table, point):
+    """A full disk's error (ENOSPC, as Lance raises it) at each marker of a clustering run: the
+    error names the table, calls it a storage failure (not our bug) and names the versions
+    committed as the table's own history shows them; a run failing before or at its commit
+    leaves no file behind; the rows are exact. At the record the run goes on (the record is a
+    hint: its fragments count as unclustered) and restores the indices."""
+    name, uri = table
+    before = lance.dataset(uri)
+    files = data_files(uri)
+    row, error = attempt(spark, cluster_sql(name, f"'test_fail_at', '{point}:enospc'"))
+    after = lance.dataset(uri)
+    landed = list(range(before.version + 1, after.version + 1))
+    assert content(after) == content(before)
+    if point == "record":
+        assert error is None, error
+        assert row.commits == len(landed) == 2 and row.new_version == after.version, row  # Rewrite, restore
+        assert "restored by optimize_indices" in row.index_coverage and fully_covered(uri), row
+        return
+    assert row is None and error is not None
+    assert f"table {name}:" in error and "storage full" in error and "not a lance_compact bug" in error, error
+    assert "please report" not in error, error
+    assert says_committed(error, landed), (landed, error)
+    if point == "index_restore":
+        assert len(landed) == 2, landed  # the Rewrite and its record
+        assert "the index restore did not land" in error and "tenant_idx" in error, error
+        assert not fully_covered(uri)
+    else:
+        assert landed == [] and data_files(uri) == files, "the failed run left files behind"
+        if point == "commit":
+            assert "committing the clustering failed" in error and "did not land" in error, error
+            assert "files it wrote were removed" in error, error
+
+
+def test_a_store_quota_at_the_commit_is_a_storage_failure(spark, table):
+    """An object store's quota refusal (HTTP 507) at the commit: a storage failure, nothing
+    committed, no file left."""
+    name, uri = table
+    before = lance.dataset(uri)
+    files = data_files(uri)
+    row, error = attempt(spark, cluster_sql(name, "'test_fail_at', 'commit:quota'"))
+    assert row is None and "507" in error and "storage full" in error and "object store" in error, error
+    assert "nothing was committed" in error and f"table {name}:" in error, error
+    assert lance.dataset(uri).version == before.version and data_files(uri) == files
+
+
+def test_an_index_left_uncovered_is_restored_by_the_next_run(spark, table):
+    """The index restore fails after the Rewrite (the BTREE covers none of the new fragments);
+    the next clustering run, which has nothing to cluster, finds the index covering less than
+    the table and restores it, and says so in its row."""
+    name, uri = table
+    _, error = attempt(spark, cluster_sql(name, "'test_fail_at', 'index_restore:store'"))
+    assert error is not None and "object store" in error, error
+    left = coverage(uri)
+    assert left["tenant_idx"][0] < left["tenant_idx"][1], left
+    before = lance.dataset(uri)
+    r = spark.sql(cluster_sql(name)).collect()[0]
+    assert r.tasks == 0 and r.commits == 1, r  # nothing to cluster; the restore
+    assert "tenant_idx: covered" in r.index_coverage and "left so before this run" in r.index_coverage, r
+    assert "restored by optimize_indices" in r.index_coverage, r
+    assert fully_covered(uri), coverage(uri)
+    assert content(lance.dataset(uri)) == content(before)
+
+
+def test_a_kill_between_rewrite_and_index_restore_is_repaired_by_maintain(spark, warehouse, table):
+    """spark-sql killed after the Rewrite and its record, before the index restore: the rows
+    are exact, the indices cover less than the table; the next maintain restores them."""
+    name, uri = table
+    before = lance.dataset(uri)
+    p = subprocess.run(
+        [str(ROOT / "bin" / "lance-spark-sql"), "--warehouse", str(warehouse), "--master", "local[2]",
+         "-e", cluster_sql(name, "'test_fail_at', 'index_restore:kill'")],
+        capture_output=True, text=True, timeout=600)
+    assert p.returncode != 0, p.stdout[-2000:]
+    assert content(lance.dataset(uri)) == content(before)
+    left = coverage(uri)
+    assert not fully_covered(uri) and left["tenant_idx"][0] < left["tenant_idx"][1], left
+    rows = {r.step: r for r in spark.sql(f"CALL lance.maintain(table => '{name}')").collect()}
+    assert fully_covered(uri), (coverage(uri), rows)
+    assert content(lance.dataset(uri)) == content(before)
+
+
+def test_a_flipped_footer_byte_is_named_damaged(spark, table):
+    """A byte of a source data file's footer flipped: the clustering fails naming the file,
+    its fragment and 'damaged', commits nothing and leaves no file."""
+    name, uri = table
+    before = lance.dataset(uri)
+    fragment = before.get_fragments()[2]
+    victim = fragment.data_files()[0].path
+    path = os.path.join(uri, "data", victim)
+    with open(path, "r+b") as f:
+        f.seek(-40, os.SEEK_END)
+        b = f.read(1)
+        f.seek(-40, os.SEEK_END)
+        f.write(bytes([b[0] ^ 0xFF]))
+    files = data_files(uri)
+    _, error = attempt(spark, cluster_sql(name))
+    assert error is not None
+    assert f"data/{victim} of fragment {fragment.fragment_id} is damaged" in error, error
+    assert "nothing was committed" in error and f"table {name}:" in error and "please report" not in error, error
+    assert lance.dataset(uri).version == before.version and data_files(uri) == files

@@ -9,7 +9,7 @@ import lance
 import pytest
 
 from conftest import NO_CLEANUP_FLOOR, ROOT, compact_call, degraded_table_for
-from oracle import content, degraded_table
+from oracle import batch, content, degraded_table
 
 SPARK_MASTER = "local[2,3]"
 SPARK_CONF = NO_CLEANUP_FLOOR  # the operator allows cleanup of orphans of any age (tests below)
@@ -333,3 +333,143 @@ def test_cleanup_spares_a_writers_files_younger_than_the_bound(spark, table):
     with pytest.raises(Exception, match="unverified_min_age expects"):
         spark.sql(f"CALL lance.cleanup(table => '{t}', delete_unverified => true, "
                   "unverified_min_age => 'soon')").collect()
+
+
+# Issue 33: every failure says what landed (plain compaction's commit points).
+def says_committed(message: str, versions: list[int]) -> bool:
+    """The message names exactly ``versions`` as committed, or says nothing was."""
+    if not versions:
+        return "nothing was committed" in message
+    if len(versions) == 1:
+        return f"version {versions[0]} was committed" in message
+    listed = ", ".join(map(str, versions[:-1])) + f" and {versions[-1]}"
+    return f"versions {listed} were committed" in message
+
+
+def failed_call(spark, t, args):
+    with pytest.raises(Exception) as e:
+        call(spark, t, args)
+    return str(e.value)
+
+
+@pytest.mark.parametrize("fault,words", [
+    ("commit:enospc", ("storage full", "no space left on the device", "not a lance_compact bug")),
+    ("commit:quota", ("storage full", "object store", "507")),
+])
+def test_a_failed_commit_says_storage_and_leaves_no_file(spark, table, fault, words):
+    """The commit itself fails (a full disk, a store's quota, as Lance raises them): the error
+    names the table and the storage failure, says the commit did not land and nothing was
+    committed, and the files the run wrote are gone; the next CALL compacts."""
+    t, path = table
+    before = lance.dataset(str(path))
+    files = data_files(path)
+    message = failed_call(spark, t, f"options => map('test_fail_at', '{fault}')")
+    assert f"table {t}: committing failed" in message and all(w in message for w in words), message
+    assert "did not land" in message and "nothing was committed" in message, message
+    assert "files it wrote were removed" in message and "please report" not in message, message
+    assert lance.dataset(str(path)).version == before.version
+    assert data_files(path) == files, set(data_files(path)) ^ set(files)
+    assert content(lance.dataset(str(path))) == content(before)
+    assert call(spark, t).commits == 1
+
+
+def test_a_full_disk_in_a_task_is_a_storage_failure(spark, table):
+    """A rewrite task fails every attempt with a full disk's error: a storage failure, not our
+    bug; nothing committed."""
+    t, path = table
+    before = lance.dataset(str(path))
+    message = failed_call(spark, t, "options => map('test_fail_task', '0:all:enospc')")
+    assert f"table {t}:" in message and "storage full" in message and "nothing was committed" in message, message
+    assert "please report" not in message, message
+    assert lance.dataset(str(path)).version == before.version
+    assert content(lance.dataset(str(path))) == content(before)
+
+
+def _coverage(path) -> tuple[int, int]:
+    ds = lance.dataset(str(path))
+    frags = {f.fragment_id for f in ds.get_fragments()}
+    covered = {f for ix in ds.list_indices() if ix["name"] == "id_idx" for f in ix["fragment_ids"] or []}
+    return len(covered & frags), len(frags)
+
+
+def test_an_index_behind_the_table_is_restored_and_a_failed_restore_names_the_versions(spark, table):
+    """A BTREE that does not cover appended fragments: a compaction whose restore fails (a
+    store error at the index restore) names the table and the version its Rewrite committed;
+    the next compaction restores the index to the whole table and says so in its row."""
+    t, path = table
+    ds = lance.dataset(str(path))
+    ds.create_scalar_index("id", "BTREE", name="id_idx")
+    lance.write_dataset(batch(500_000, 30), str(path), mode="append", max_rows_per_file=10)
+    before = lance.dataset(str(path))
+    covered, total = _coverage(path)
+    assert covered < total
+    message = failed_call(spark, t, "options => map('test_fail_at', 'index_restore:store')")
+    after = lance.dataset(str(path))
+    landed = [v["version"] for v in after.versions() if v["version"] > before.version]
+    rewrite = landed[-1]
+    assert f"table {t}: restoring the indices after the compaction failed: object store" in message, message
+    assert says_committed(message, [rewrite]) and "the index restore did not land" in message, message
+    assert "id_idx" in message, message
+    assert content(after) == content(before)
+    assert _coverage(path)[0] < _coverage(path)[1]
+    r = call(spark, t)
+    assert "id_idx: covered" in r.index_coverage and "restored by optimize_indices" in r.index_coverage, r
+    assert r.new_version == lance.dataset(str(path)).version, r
+    covered, total = _coverage(path)
+    assert covered == total, (covered, total)
+    assert content(lance.dataset(str(path))) == content(before)
+
+
+def test_a_flipped_footer_byte_names_the_file_and_fragment(spark, table):
+    """A byte of a data file's footer flipped: the compaction fails naming the file, its
+    fragment, 'damaged' (not our bug), commits nothing and leaves no file."""
+    t, path = table
+    before = lance.dataset(str(path))
+    fragment = before.get_fragments()[1]
+    victim = fragment.data_files()[0].path
+    with open(path / "data" / victim, "r+b") as f:
+        f.seek(-40, os.SEEK_END)
+        b = f.read(1)
+        f.seek(-40, os.SEEK_END)
+        f.write(bytes([b[0] ^ 0xFF]))
+    files = data_files(path)
+    message = failed_call(spark, t, "")
+    assert f"data/{victim} of fragment {fragment.fragment_id} is damaged" in message, message
+    assert f"table {t}:" in message and "nothing was committed" in message and "please report" not in message, message
+    assert lance.dataset(str(path)).version == before.version
+    deadline = time.time() + 30  # a task Spark stopped mid-write may still be closing its file
+    while data_files(path) != files and time.time() < deadline:
+        time.sleep(0.5)
+    assert data_files(path) == files, set(data_files(path)) ^ set(files)
+
+
+def test_a_real_full_disk_at_the_commit(spark, warehouse):
+    """A real full disk: the table on a small tmpfs, filled right before the commit (the
+    test_fail_at hook calls writers.fill_disk there). The error says storage full, not our bug,
+    and nothing was committed (checked against the table's versions: no Rewrite landed), the
+    rows are exact; once space is freed the next CALL compacts. Skipped where tmpfs cannot be
+    mounted (not root)."""
+    from table_files import rewrites_since
+    from writers import FILLER
+
+    path = warehouse / "db" / "fulldisk.lance"
+    path.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(path)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()[:200]}")
+    try:
+        degraded_table(str(path), fragments=40)
+        before = lance.dataset(str(path))
+        message = failed_call(spark, "db.fulldisk", "options => map('test_fail_at', 'commit:writers.fill_disk')")
+        assert "table db.fulldisk:" in message and "storage full" in message, message
+        assert "not a lance_compact bug" in message and "please report" not in message, message
+        os.remove(path / FILLER)
+        after = lance.dataset(str(path))
+        assert rewrites_since(after, before.version) == 0
+        assert "nothing was committed" in message, message
+        assert content(after) == content(before)
+        r = call(spark, "db.fulldisk")
+        assert r.commits == 1 and content(lance.dataset(str(path))) == content(before)
+    finally:
+        subprocess.run(["umount", str(path)], capture_output=True)

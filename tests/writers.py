@@ -121,3 +121,18 @@ def slow_commit(uri, storage_options):
     """A slow moment right before every commit (no Spark job runs then)."""
     import time
     time.sleep(3)
+
+
+FILLER = "zz_filler"
+
+
+def fill_disk(uri, storage_options):
+    """Fill the file system holding the (local) table with one file in its folder (``FILLER``)
+    until the disk is full (ENOSPC): the next write of the table fails as on a full disk."""
+    with open(os.path.join(uri, FILLER), "ab", buffering=0) as f:
+        for size in (1 << 20, 64 << 10, 4096, 512, 1):  # to the last pages
+            try:
+                while f.write(b"\0" * size):
+                    pass
+            except OSError:
+                pass

@@ -99,6 +99,7 @@ class CommitOutcome:
 
 def _commit(dataset: lance.LanceDataset, request: CompactionRequest,
             results: list[RewriteResult]) -> dict[str, Any]:
+    hooks.fault_at(request, "commit")  # tests: a failure of the commit itself, as Lance raises it
     # The same options as the plan: without them Lance silently drops defer_index_remap.
     metrics = Compaction.commit(dataset, results, request.options)
     originals = [f for r in results for f in r.original_fragments]
@@ -118,26 +119,46 @@ def _commit(dataset: lance.LanceDataset, request: CompactionRequest,
 
 
 def _incompatible(request: CompactionRequest, error: Exception,
-                  results: list[RewriteResult] | None = None) -> CompactionError:
+                  results: list[RewriteResult] | None = None, before: int | None = None) -> CompactionError:
     """A commit failed for another reason than a conflict Lance calls retryable: say what
-    (a concurrent writer's incompatible operation, the object store, ...). When the store
-    failed, look whether the commit landed all the same (its answer may have been lost)."""
+    (a concurrent writer's incompatible operation, the object store, a full disk, ...). When
+    the store failed, look whether the commit landed all the same (its answer may have been
+    lost); a commit that did not land has its files removed (local tables: nothing references
+    them). ``before``: the table's version the commit was tried on."""
     failure = classify(error)
     if failure.kind == CONFLICT:
         return CompactionError(
             f"table {request.table}: a concurrent {failure.operation} by another writer is "
             f"incompatible with compaction ({failure.detail}); this commit did not land and the "
-            "table is as the other writer left it")
-    landed, version = _landed(request, results or [])
+            f"table is as the other writer left it; {_remove_unlanded(request, results or [])}")
+    landed, version = _landed(request, results or [], before)
+    if version is None and not landed.startswith("whether"):
+        landed += f"; {_remove_unlanded(request, results or [])}"
     error = CompactionError(f"table {request.table}: committing failed: {failure.phrase} "
                             f"({failure.detail}); {landed}")
     error.landed_version = version  # the run counts it among what was committed
     return error
 
 
-def _landed(request: CompactionRequest, results: list[RewriteResult]) -> tuple[str, int | None]:
+def _remove_unlanded(request: CompactionRequest, results: list[RewriteResult]) -> str:
+    """Remove the files of ``results``, whose commit did not land (local tables; a file the
+    latest version references is kept whatever happened), in words."""
+    if "://" in request.uri and not request.uri.startswith("file://"):
+        return (f"the files it wrote are left for CALL lance.cleanup(table => '{request.table}', "
+                "delete_unverified => true)")
+    try:
+        return f"the {remove_new_files(request, results)} files it wrote were removed"
+    except CompactionError as e:
+        return (f"the files it wrote could not be removed ({e.message}): CALL lance.cleanup(table => "
+                f"'{request.table}', delete_unverified => true) removes them")
+
+
+def _landed(request: CompactionRequest, results: list[RewriteResult],
+            before: int | None = None) -> tuple[str, int | None]:
     """Whether the latest version holds every file the results wrote (the commit landed), in
-    words, and the version it landed as (None: it did not, or that is not known)."""
+    words, and the version it landed as (None: it did not, or that is not known). ``before``:
+    the version the commit was tried on (newer ones that are not this commit are said to be
+    others': Lance's reservation of fragment ids, another writer)."""
     files = {d.path for r in results for f in r.new_fragments for d in f.files}
     if not files:
         return "this commit did not land", None
@@ -150,7 +171,12 @@ def _landed(request: CompactionRequest, results: list[RewriteResult]) -> tuple[s
                 f"(SELECT * FROM lance.{request.table}.versions)"), None
     if files <= have:
         return f"this commit landed all the same, as version {latest.version}", latest.version
-    return f"this commit did not land (the table is at version {latest.version})", None
+    others = ""
+    if before is not None and latest.version > before:
+        others = (f"; {'versions' if latest.version > before + 1 else 'version'} "
+                  f"{before + 1}{f'-{latest.version}' if latest.version > before + 1 else ''} changed no row of "
+                  "this compaction (Lance's reservation of fragment ids, or another writer)")
+    return f"this commit did not land (the table is at version {latest.version}{others})", None
 
 
 # Tries to carry deletions over when yet another change lands between carrying and committing.
@@ -211,12 +237,13 @@ def commit_results(request: CompactionRequest, read_version: int, results: list[
     if dataset is None:
         dataset = open_dataset(request.table, request.uri, request.storage_options)
     outcome = CommitOutcome() if outcome is None else outcome
+    before = dataset.version
     try:
         outcome.add(_commit(dataset, request, results), list(results))
         return outcome
     except (OSError, ValueError) as e:  # Lance raises store failures as either
         if not is_retryable_conflict(e):
-            raise _incompatible(request, e, results) from None
+            raise _incompatible(request, e, results, before) from None
         log.info("table %s: commit conflict: %s", request.table, str(e).split(",")[0])
     # Lance refused the commit because a newer version landed: read it now; the plan's version
     # is ``dataset`` itself when it has not moved since (checkout is then a no-op).

@@ -36,6 +36,7 @@ from ..runtime import cancellation, hooks
 from ..runtime.failures import BUG, classify, first_part
 from ..runtime.secrets import redact
 from .execute import TaskOutcome
+from .fragments import name_damage
 from .orchestrate import Batch, BatchFailure
 from .request import CompactionRequest
 
@@ -96,17 +97,27 @@ _WIDTH = max(1, os.cpu_count() or 1)
 _POOL = ThreadPoolExecutor(_WIDTH, thread_name_prefix="engine-rewrite")
 
 
-def _execute(task_json: str, dataset: lance.LanceDataset, attempts: int) -> tuple[str | None, Exception | None, int]:
-    """One task, retried up to ``attempts`` times: (its result JSON, or the last error; ms)."""
+def _execute(task_json: str, dataset: lance.LanceDataset, attempts: int,
+             table: str = "", storage_options: dict[str, str] | None = None
+             ) -> tuple[str | None, Exception | None, int]:
+    """One task, retried up to ``attempts`` times: (its result JSON, or the last error, a
+    damaged file named (file, fragment); ms)."""
     task = CompactionTask.from_json(task_json)
     clock = time.monotonic()
     for attempt in range(attempts):
         try:
             result: RewriteResult = task.execute(dataset)
             return result.json(), None, int((time.monotonic() - clock) * 1000)
-        except Exception as e:  # noqa: B902 - Lance's or the store's: as a Spark task's failure
-            if attempt + 1 == attempts:
-                return None, e, int((time.monotonic() - clock) * 1000)
+        except BaseException as e:  # noqa: B036 - Lance's or the store's: as a Spark task's failure
+            panic = type(e).__name__ == "PanicException"
+            if not isinstance(e, Exception) and not panic:
+                raise
+            if attempt + 1 == attempts or panic:
+                named = name_damage(dataset, [f.id for f in task.fragments], e, storage_options)
+                if named is None and panic:
+                    raise  # a panic no damaged file explains: the engine reports it as one
+                failure = CompactionError(f"table {table}: {named}") if named else e
+                return None, failure, int((time.monotonic() - clock) * 1000)
     raise AssertionError("unreachable")
 
 
@@ -131,7 +142,8 @@ def run_in_engine(request: CompactionRequest, batch: Batch, number: int, dataset
             if cancelled:
                 break
             position, (task_id, task_json) = waiting.pop(0)
-            running[_POOL.submit(_execute, task_json, dataset, attempts)] = (position, task_id)
+            running[_POOL.submit(_execute, task_json, dataset, attempts, request.table,
+                                  request.storage_options)] = (position, task_id)
         if not running:
             break
         done, _ = wait(running, return_when=FIRST_COMPLETED)

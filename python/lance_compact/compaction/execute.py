@@ -9,6 +9,7 @@ from lance.optimize import CompactionTask
 
 from ..errors import CompactionError
 from ..runtime.tables import open_dataset
+from .fragments import name_damage
 
 
 def check_same_pylance(driver_version: str) -> None:
@@ -37,5 +38,13 @@ def execute_task(table: str, uri: str, storage_options: dict[str, str],
     started = time.monotonic()
     task = CompactionTask.from_json(task_json)
     dataset = open_dataset(table, uri, storage_options, version=task.read_version)
-    result = task.execute(dataset)
+    try:
+        result = task.execute(dataset)
+    except BaseException as e:  # noqa: B036 - Lance's errors and panics; a damaged file is named (file, fragment)
+        if not isinstance(e, Exception) and type(e).__name__ != "PanicException":
+            raise
+        named = name_damage(dataset, [f.id for f in task.fragments], e, storage_options)
+        if named is None:
+            raise
+        raise CompactionError(f"table {table}: {named}") from None
     return TaskOutcome(task_id, result.json(), int((time.monotonic() - started) * 1000))

@@ -86,3 +86,73 @@ def fragments_matching(dataset: lance.LanceDataset, where: str, table: str) -> s
         raise CompactionError(f"table {table}: where {where!r} is not a predicate Lance can evaluate on "
                               f"this table ({str(e).splitlines()[0][:200]})") from None
     return fragments
+
+
+def damaged_files(dataset: lance.LanceDataset, fragment_ids: Iterable[int],
+                  storage_options: dict[str, str] | None = None, limit: int = 3) -> list[tuple[int, str, str]]:
+    """The data files of ``fragment_ids`` that Lance cannot read, as (fragment id, path under
+    ``data/``, Lance's words), at most ``limit``: every file's footer and metadata first (Lance's
+    file reader, one small read a file), then, when no footer is refused, the fragments' rows one
+    fragment at a time (a damaged page). For a failure already named corrupt: which file it is."""
+    from lance.file import LanceFileReader
+
+    from ..runtime.failures import first_part
+
+    wanted = set(fragment_ids)
+    fragments = [f for f in dataset.get_fragments() if f.fragment_id in wanted]
+    root = dataset.uri.rstrip("/")
+    found: list[tuple[int, str, str]] = []
+    for f in fragments:
+        for d in f.metadata.data_files():
+            try:
+                LanceFileReader(f"{root}/data/{d.path}", storage_options=storage_options or None).metadata()
+            except (KeyboardInterrupt, SystemExit):
+                raise
+            except BaseException as e:  # noqa: B036 - any refusal of the file (a Lance panic too) is what we look for
+                found.append((f.fragment_id, d.path, first_part(str(e), 200)))
+                if len(found) >= limit:
+                    return found
+    if found:
+        return found
+    for f in fragments:
+        try:
+            for _ in f.to_batches(batch_size=65_536):
+                pass
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as e:  # noqa: B036
+            paths = [d.path for d in f.metadata.data_files()]
+            found.append((f.fragment_id, paths[0] if len(paths) == 1 else ", ".join(paths), first_part(str(e), 200)))
+            if len(found) >= limit:
+                break
+    return found
+
+
+def damage_text(found: list[tuple[int, str, str]]) -> str:
+    """``found`` (:func:`damaged_files`) in words: 'the data file data/X of fragment N is damaged
+    (a corrupt or unreadable file: Lance's words)', and what to do."""
+    parts = [f"the data file data/{path} of fragment {fid} is damaged (a corrupt or unreadable file: {why})"
+             for fid, path, why in found]
+    return ("; ".join(parts) + "; restore the file from a backup, or restore an earlier version of the "
+            "table that does not reference it")
+
+
+def name_damage(dataset: lance.LanceDataset, fragment_ids: Iterable[int], error: BaseException | str,
+                storage_options: dict[str, str] | None = None) -> str | None:
+    """When ``error`` (a failed read of ``fragment_ids``) is a corrupt file (runtime/failures.py)
+    or a Lance panic (which a damaged file can cause), the words naming the damaged file and its
+    fragment (:func:`damage_text`); None when it is another failure or no file of those
+    fragments is refused now."""
+    from ..runtime.failures import CORRUPT, classify
+
+    text = str(error)
+    panic = type(error).__name__ == "PanicException" or "PanicException" in text or "panicked" in text
+    if not panic and classify(error).kind != CORRUPT:
+        return None
+    try:
+        found = damaged_files(dataset, fragment_ids, storage_options)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException:  # noqa: B036 - the probe is a courtesy; the original error stands
+        return None
+    return damage_text(found) if found else None

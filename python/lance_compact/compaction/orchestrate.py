@@ -5,7 +5,9 @@
 2. per batch: the tasks run as one Spark job on executors (a :class:`BatchRunner`), then the
    finished ones are committed atomically here; on a conflicting concurrent change what
    it left alone is committed and the rest re-planned as a new batch (``max_retries``);
-3. the measured result row.
+3. every index that covers less than the table is restored (``index_restore.py``,
+   ``restore_indices``, default true), whoever left it so;
+4. the measured result row.
 
 Both the CALL procedure and the PySpark API reach this through the engine process
 (``engine.py``); the run's state lives in memory for the length of the call.
@@ -193,6 +195,7 @@ class Run:
         self.totals: dict[str, Any] = {}
         self.refusals: list[str] = []  # why conflicted tasks were not carried over
         self.committed_versions: list[int] = []  # in the order they were committed
+        self.coverage: Any = None  # index_restore.IndexCoverage: indices found covering less than the table
 
     def execute(self, runner: BatchRunner) -> None:
         """Run every batch. A failure or a cancel ends the run with a message that says what
@@ -216,6 +219,18 @@ class Run:
             raise CompactionError(f"table {self.request.table}: the compaction failed: "
                                   f"{type(e).__name__}: {describe(e)}; "
                                   f"{committed_phrase(self.versions)}") from None
+        self.ended = time.time()
+
+    def restore_indices(self) -> None:
+        """After the batches: every index covering less than the table is optimized
+        (``index_restore.py``), counted as a commit of this run; a failure says which versions
+        this run committed before it."""
+        from .index_restore import restore
+        self.coverage = restore(self.request, set(), self.versions, self.dataset)
+        if self.coverage is not None and self.coverage.restored:
+            self.committed_versions.append(self.coverage.version)
+            self.counts["commits"] += 1
+            self.totals["new_version"] = self.coverage.version
         self.ended = time.time()
 
     def _execute(self, runner: BatchRunner) -> None:
@@ -365,7 +380,8 @@ class Run:
             "fragments_left": self.fragments_left,
             "elapsed_ms": int(((self.ended or time.time()) - self.started) * 1000),
             "conflicts": self._conflicts(),
-            "sort_order": None, "index_coverage": None,  # clustering's (clustering/run.py)
+            "sort_order": None,  # clustering's (clustering/run.py)
+            "index_coverage": self.coverage.text(self.request.table) if self.coverage else None,
             **self.counts,
         }
         for name, _ in result_columns():
@@ -402,4 +418,5 @@ def compact(request: CompactionRequest, runner: BatchRunner) -> tuple:
     log.info("table %s: planned %d tasks in %d ms", request.table,
              sum(len(b.ids) for b in run.pending), (time.time() - started) * 1000)
     run.execute(runner)
+    run.restore_indices()
     return run.result_row()

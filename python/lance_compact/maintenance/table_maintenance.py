@@ -78,6 +78,8 @@ def compact_step(t: Target, args: dict[str, Any], runner: Any, dry: bool,
         strategy = None
         clustered = clustering_step(params, options, args.get("sort_order"), ds.config() or {},
                                     args.get("max_bytes"))
+        if not clustered:  # indices behind the table: the optimize_indices step next decides, by the policy
+            options["restore_indices"] = "false"
         if args.get("max_bytes") is not None and not clustered:  # a budget: the best tasks first, committed as they finish
             strategy = "io_bounded"
             options["max_bytes"] = str(args["max_bytes"])

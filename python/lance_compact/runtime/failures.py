@@ -7,15 +7,20 @@ into one of:
 - ``conflict``: another writer committed an incompatible change (which operation: Delete,
   Update, Rewrite, Overwrite, Restore, Merge, CreateIndex, ...);
 - ``storage``: the object store was unreachable or refused (timeout, connection, HTTP 403,
-  404, throttling 429/503, 5xx);
+  404, throttling 429/503, 5xx), or the storage is full (no space left on a disk, a disk
+  quota, an object store's quota or HTTP 507 Insufficient Storage): a storage failure, not a
+  bug;
 - ``missing``: the table (its ``_versions`` folder) does not exist;
-- ``corrupt``: a file the table references is corrupt, truncated or missing;
+- ``corrupt``: a file the table references is corrupt, truncated or missing (Lance's file
+  reader refusing a footer or metadata it cannot make sense of included: it calls that
+  "invalid user input");
 - ``config``: the table's config holds a ``lance.compaction.*`` value Lance cannot use
   (written by another tool): every compaction fails until it is fixed or removed;
 - ``bug``: anything else (not recognized: possibly a bug, ours or Lance's).
 
 Messages built from a :class:`Failure` always contain, for other code and tests to rely on:
-"object store" for storage faults, "concurrent" and the operation for conflicts, "does not
+"object store" for storage faults ("storage failure" and "full" for a full disk or
+quota), "concurrent" and the operation for conflicts, "does not
 exist" for a missing table.
 """
 from __future__ import annotations
@@ -42,7 +47,17 @@ _STORE = ("generic s3 error", "generic gcs error", "generic azure error", "gener
 _CORRUPT = ("invalid range", "does not have sufficient data", "corrupt", "unexpected eof",
             "failed to fill whole buffer", "unexpected end of file",
             "invalid file", "not a lance file", "file size is too small", "bad magic", "magic number", "checksum",
-            "failed to decode", "decode error", "protobuf", "invalid footer", "out of range for")
+            "failed to decode", "decode error", "protobuf", "invalid footer", "out of range for",
+            # Lance's file reader on a damaged footer or metadata ("Invalid user input: ...")
+            "lance-file/src/reader", "error reading file metadata", "not aligned to",
+            "global buffer", "metadata region", "outside file of size", "tail read position",
+            "does not appear to be a lance file", "invalid magic")
+# A full disk or quota: ENOSPC (errno 28) and EDQUOT (122) as Python and Lance word them, and
+# object stores' quota refusals (HTTP 507 Insufficient Storage, QuotaExceeded, ...).
+_FULL = ("no space left on device", "os error 28", "errno 28]", "disk quota exceeded", "os error 122",
+         "errno 122]", "insufficient storage", "insufficientstorage", "status code: 507", "quotaexceeded",
+         "quota exceeded", "exceeded the quota", "exceeded your quota", "over quota", "storage quota",
+         "enospc", "edquot")
 _HTTP_WHAT = {
     400: "the store rejected the request",
     401: "the store did not accept the credentials",
@@ -53,6 +68,7 @@ _HTTP_WHAT = {
     412: "a conditional write was refused",
     429: "the store is throttling requests: retry later or with fewer concurrent tasks",
     500: "the store failed: retry later",
+    507: "the store is out of space or over its quota (a storage failure): free space or raise the quota",
     502: "a gateway in front of the store failed: retry later",
     503: "the store is unavailable or throttling (SlowDown): retry later",
     504: "a gateway in front of the store timed out: retry later",
@@ -108,6 +124,18 @@ def _storage(low: str) -> str:
     return "object store error"
 
 
+def _full(low: str) -> str:
+    """The phrase for a full disk or quota."""
+    what = "a storage failure, not a lance_compact bug: free space or raise the quota, then run it again"
+    if "507" in low or "insufficient storage" in low or "insufficientstorage" in low:
+        return f"storage full: the object store is out of space or over its quota (HTTP 507 Insufficient Storage); {what}"
+    if any(s in low for s in _STORE) or ("quota" in low and ("s3" in low or "gcs" in low or "azure" in low)):
+        return f"storage full: the object store refused the write (quota exceeded); {what}"
+    if "quota" in low or "os error 122" in low or "errno 122]" in low or "edquot" in low:
+        return f"storage full: the disk quota is used up (EDQUOT); {what}"
+    return f"storage full: no space left on the device (ENOSPC); {what}"
+
+
 def classify(error: BaseException | str) -> Failure:
     """Name what ``error`` (an exception from Lance, or its text) is."""
     text = str(error)
@@ -138,6 +166,8 @@ def classify(error: BaseException | str) -> Failure:
         if _VERSION_GONE.search(low):  # an old version cleanup removed, not the table
             return Failure(MISSING, "a version of the table does not exist (removed by cleanup, or never written)", None, detail)
         return Failure(MISSING, "the table does not exist", None, detail)
+    if any(s in low for s in _FULL):
+        return Failure(STORAGE, _full(low), None, detail)
     if any(s in low for s in _STORE):
         return Failure(STORAGE, _storage(low), None, detail)
     if "commit result" in low and "unknown" in low:

@@ -15,6 +15,7 @@ application's static ``spark.lance.compact.test.taskSleepMs`` / ``driverPauseMs`
 """
 from __future__ import annotations
 
+import errno
 import importlib
 import os
 import signal
@@ -25,8 +26,9 @@ from ..options import hooks_enabled
 
 
 def task_fault(hooks: dict[str, Any], task_id: int, attempt: int) -> None:
-    """``test_fail_task = '<task>:<attempt|all>:<raise|kill|kill_executor>'``: fail that task
-    attempt (kill ends its Python worker; kill_executor its executor JVM, on a cluster)."""
+    """``test_fail_task = '<task>:<attempt|all>:<raise|kill|kill_executor|enospc>'``: fail that
+    task attempt (kill ends its Python worker; kill_executor its executor JVM, on a cluster;
+    enospc raises a full disk's error as Lance raises it)."""
     spec = hooks.get("test_fail_task")
     if not spec:
         return
@@ -38,7 +40,41 @@ def task_fault(hooks: dict[str, Any], task_id: int, attempt: int) -> None:
     if mode == "kill_executor":
         os.kill(_jvm_pid(), signal.SIGKILL)
         os._exit(137)
+    if mode in INJECTED:
+        raise INJECTED[mode](f"task {task_id}, attempt {attempt}")
     raise RuntimeError(f"injected failure of task {task_id}, attempt {attempt}")
+
+
+# Failures as Lance raises them (an OSError with the Rust error's text), by name.
+INJECTED = {
+    "enospc": lambda where: OSError(errno.ENOSPC, f"LanceError(IO): No space left on device (os error 28) "
+                                                  f"(injected at {where})"),
+    "quota": lambda where: OSError(f"LanceError(IO): Generic S3 error: Error performing PUT: HTTP status client "
+                                   f"error (507 Insufficient Storage) status code: 507 (injected at {where})"),
+    "store": lambda where: OSError(f"LanceError(IO): Generic S3 error: Error performing GET: HTTP status server "
+                                   f"error (503 Service Unavailable) status code: 503 (injected at {where})"),
+}
+# Where ``test_fail_at`` can fail a run (the chaos tester's markers).
+POINTS = ("sampling", "write", "commit", "record", "index_restore")
+
+
+def fault_at(request: Any, point: str) -> None:
+    """``test_fail_at = '<point>:<enospc|quota|store|kill|module.function>'`` (points:
+    :data:`POINTS`): at that moment of a run, on the driver, raise a failure as Lance raises
+    it, kill the driver, or call ``module.function(uri, storage_options)`` (a test filling the
+    disk, say). ``request``: anything with ``hooks``, ``uri``, ``storage_options``."""
+    spec = request.hooks.get("test_fail_at") if hooks_enabled() else None
+    if not spec:
+        return
+    where, _, action = spec.partition(":")
+    if where != point:
+        return
+    if action == "kill":
+        _kill_driver()
+    if action in INJECTED:
+        raise INJECTED[action](f"the {point} point")
+    module, _, func = action.rpartition(".")
+    getattr(importlib.import_module(module), func)(request.uri, request.storage_options)
 
 
 def _jvm_pid() -> int:

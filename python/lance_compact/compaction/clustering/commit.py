@@ -5,7 +5,8 @@ A concurrent Delete or Update of a source fragment makes Lance refuse the Rewrit
 retryable conflict): the rewritten rows were read before that change, so committing them
 would resurrect deleted rows. The caller runs the group again at the new version. Indices
 keep their fragment bitmaps: the new fragments are not covered until ``optimize_indices``
-adds them (queries stay right meanwhile, scanning what is not covered).
+adds them (queries stay right meanwhile, scanning what is not covered): the run restores them
+at its end (``compaction/index_restore.py``).
 """
 from __future__ import annotations
 
@@ -66,31 +67,6 @@ def remove_files(uri: str, dataset: lance.LanceDataset, fragments: list[Fragment
     return remove_uncommitted(uri, dataset, (d.path for f in fragments for d in f.data_files()))
 
 
-@dataclass(frozen=True)
-class IndexCoverage:
-    """Indices that covered rewritten fragments (so lose the rewritten rows until optimized),
-    and what became of them."""
-
-    lost: tuple[str, ...]
-    restored: bool
-    version: int | None = None  # the version optimize_indices committed
-
-    def text(self, table: str) -> str | None:
-        if not self.lost:
-            return None
-        names = ", ".join(self.lost)
-        if self.restored:
-            return f"{names}: lost coverage of the rewritten rows; restored by optimize_indices (version {self.version})"
-        return (f"{names}: do not cover the rewritten rows (restore_indices=false): run "
-                f"CALL lance.optimize_indices(table => '{table}')")
-
-
 def indices_covering(dataset: lance.LanceDataset, fragment_ids: set[int]) -> list[str]:
     """Names of the user indices covering any of ``fragment_ids``."""
     return sorted(n for n, e in index_state(dataset).items() if e["covered"] & fragment_ids)
-
-
-def restore_indices(dataset: lance.LanceDataset, names: list[str]) -> int:
-    """Cover the new fragments again (Lance's optimize_indices); the version after."""
-    dataset.optimize.optimize_indices(index_names=names)
-    return dataset.version

@@ -15,7 +15,13 @@ the engine process:
    overlapping: the conflicted groups), up to ``max_retries`` times, then they are reported;
    with partial progress a group whose task fails its last attempt is counted in
    ``tasks_failed`` and the others land;
-5. indices that lost coverage are optimized (``restore_indices``, default true);
+5. indices that cover less than the table are optimized (``restore_indices``, default true):
+   those the Rewrite left uncovered and any left so before (an interrupted run, appends):
+   ``compaction/index_restore.py``;
+
+A failure after a commit names the table and the versions committed (and that nothing after
+was); a commit that fails for another reason than a concurrent change removes the files the
+run wrote (local tables); a damaged source file is named (file, fragment).
 6. the result row (parameters.json ``result_columns``).
 """
 from __future__ import annotations
@@ -28,17 +34,20 @@ from typing import Any
 import lance
 
 from ...runtime import cancellation
-from ...runtime.failures import committed_phrase, job_failure
+from ...runtime.failures import committed_phrase, describe, job_failure
 
 from ...runtime import hooks
 from ...errors import CompactionError
 from ...options import result_columns
 from ..commit import is_retryable_conflict
+from ..fragments import name_damage
+from .. import index_restore
+from ..index_restore import IndexCoverage
 from ..request import CompactionRequest
 from ...runtime.tables import open_dataset
 from . import jobs
-from .commit import (IndexCoverage, changed_fragments, commit_rewrite, indices_covering, new_fragments,
-                     remove_files, restore_indices)
+from .commit import (CommitResult, changed_fragments, commit_rewrite, indices_covering, new_fragments,
+                     remove_files)
 from .plan import ClusterGroup, ClusterPlan, plan_clustering
 from .sort_order import SortOrder, check_columns, parse_sort_order
 from .state import STATE_KEY, ClusteringState, make_domain, open_domain
@@ -199,7 +208,11 @@ def _remove(request: CompactionRequest, fragments: list) -> int:
     return remove_files(request.uri, open_dataset(request.table, request.uri, request.storage_options), fragments)
 
 
-def _job_error(request: CompactionRequest, totals: _Totals, e: Exception, removed: int) -> Exception:
+def _job_error(request: CompactionRequest, totals: _Totals, e: Exception, removed: int,
+               dataset: lance.LanceDataset | None = None, ids: tuple[int, ...] = ()) -> Exception:
+    """A failed sampling or sort/write job: cancelled, a damaged source file (named: file,
+    fragment), or the executor's own error; with what was committed and what became of the
+    files."""
     why = cancellation.job_cancelled(str(e))
     files = (f"the {removed} files finished tasks wrote were removed; any other is left for "
              f"CALL lance.cleanup(table => '{request.table}', delete_unverified => true)")
@@ -207,7 +220,9 @@ def _job_error(request: CompactionRequest, totals: _Totals, e: Exception, remove
     if why:
         return cancellation.Cancelled(f"table {request.table}: the clustering was cancelled ({why}); "
                                       f"{done}; {files}")
-    return CompactionError(f"table {request.table}: the clustering job failed: {job_failure(e)}; {done}; {files}")
+    damaged = name_damage(dataset, ids, e, request.storage_options) if dataset is not None and ids else None
+    return CompactionError(f"table {request.table}: the clustering job failed: {damaged or job_failure(e)}; "
+                           f"{done}; {files}")
 
 
 def _attempt(sc: Any, request: CompactionRequest, order: SortOrder, dataset: lance.LanceDataset,
@@ -230,6 +245,7 @@ def _attempt(sc: Any, request: CompactionRequest, order: SortOrder, dataset: lan
     faults = jobs.Faults(bool(request.run.get("partial_progress")), max_task_attempts(sc),
                          hooks.with_slowdowns(request.hooks), request.storage_options)
     try:
+        hooks.fault_at(request, "sampling")
         samples = jobs.sample_groups(sc, source, order, [(list(g.fragment_ids), g.rows, g.partitions) for g in groups])
         domain = state.domain if state is not None else make_domain(samples[0], order)
         columns = open_domain(domain) if order.zorder else None
@@ -242,11 +258,16 @@ def _attempt(sc: Any, request: CompactionRequest, order: SortOrder, dataset: lan
                                        plan.max_bytes_per_file, domain, faults)
     except jobs.RewriteFailed as e:
         removed = _remove(request, [m for w in e.written for m in new_fragments(list(w.fragments))])
-        raise _job_error(request, totals, e.error, removed) from None
+        raise _job_error(request, totals, e.error, removed, dataset, ids) from None
     except Exception as e:
-        raise _job_error(request, totals, e, 0) from None
+        raise _job_error(request, totals, e, 0, dataset, ids) from None
     finally:
         sc.setJobDescription(None)
+    try:
+        hooks.fault_at(request, "write")  # tests: as if the write job failed after its tasks wrote
+    except Exception as e:
+        removed = _remove(request, [m for w in written for m in new_fragments(list(w.fragments))])
+        raise _job_error(request, totals, e, removed) from None
     log.info("table %s: %d partitions written, %d rows; largest partition %d rows; peak worker memory %d MB",
              request.table, len(written), sum(w.rows for w in written), max((w.rows for w in written), default=0),
              max((w.peak_rss for w in written), default=0) >> 20)
@@ -288,8 +309,7 @@ def _commit(request: CompactionRequest, order: SortOrder, dataset: lance.LanceDa
                                      f"({why}); {committed_phrase(totals.versions, 'the cancel')}; "
                                      f"{removed} new files removed")
     olds = {d.index: [dataset.get_fragment(i).metadata for i in d.group.fragment_ids] for d in batch}
-    result = commit_rewrite(request.uri, request.storage_options, plan.read_version,
-                            [(olds[d.index], d.new) for d in batch])
+    result = _commit_rewrite(request, plan, olds, batch, totals)
     if result.version is None:
         totals.conflicts.append(result.conflict or "conflict")
         latest = open_dataset(request.table, request.uri, request.storage_options)
@@ -300,8 +320,7 @@ def _commit(request: CompactionRequest, order: SortOrder, dataset: lance.LanceDa
         if not keep or not lose:  # nothing to tell apart: the whole batch runs again
             _remove(request, [m for d in keep for m in d.new])
             return len(batch)
-        result = commit_rewrite(request.uri, request.storage_options, plan.read_version,
-                                [(olds[d.index], d.new) for d in keep])
+        result = _commit_rewrite(request, plan, olds, keep, totals)
         if result.version is None:
             totals.conflicts.append(result.conflict or "conflict")
             _remove(request, [m for d in keep for m in d.new])
@@ -309,6 +328,41 @@ def _commit(request: CompactionRequest, order: SortOrder, dataset: lance.LanceDa
         batch = keep
     _committed(request, order, dataset, plan, state, domain, batch, totals, result.version)
     return len(olds) - len(batch)
+
+
+def _commit_rewrite(request: CompactionRequest, plan: ClusterPlan, olds: dict[int, list], batch: list[_Done],
+                    totals: _Totals) -> CommitResult:
+    """The Rewrite of ``batch`` (:func:`commit_rewrite`). A failure that is not a concurrent
+    change: when the store's answer was lost but the commit landed, its version; else the
+    batch's files are removed (local tables) and the error says so, with what this run
+    committed before."""
+    try:
+        hooks.fault_at(request, "commit")
+        return commit_rewrite(request.uri, request.storage_options, plan.read_version,
+                              [(olds[d.index], d.new) for d in batch])
+    except Exception as e:  # noqa: B902 - Lance's OSError, the store's, a panic's text
+        error = e
+    new = [m for d in batch for m in d.new]
+    files = {p.path for m in new for p in m.data_files()}
+    try:
+        latest = open_dataset(request.table, request.uri, request.storage_options)
+    except CompactionError as e:
+        raise CompactionError(
+            f"table {request.table}: committing the clustering failed: {describe(error)}; whether this commit "
+            f"landed could not be checked ({e.message}): see SELECT * FROM lance.{request.table}.versions; "
+            f"{committed_phrase(totals.versions)} before it; its files are left for CALL lance.cleanup(table => "
+            f"'{request.table}', delete_unverified => true)") from None
+    if files and files <= {p.path for f in latest.get_fragments() for p in f.metadata.data_files()}:
+        log.warning("table %s: the clustering's commit failed (%s) but landed, as version %d", request.table,
+                    error, latest.version)
+        return CommitResult(latest.version)
+    removed = remove_files(request.uri, latest, new)
+    local = "://" not in request.uri or request.uri.startswith("file://")
+    left = (f"the {removed} files it wrote were removed" if local else
+            f"the files it wrote are left for CALL lance.cleanup(table => '{request.table}', delete_unverified => true)")
+    raise CompactionError(
+        f"table {request.table}: committing the clustering failed: {describe(error)}; this commit did not land "
+        f"(the table is at version {latest.version}); {committed_phrase(totals.versions)}; {left}") from None
 
 
 def _committed(request: CompactionRequest, order: SortOrder, dataset: lance.LanceDataset, plan: ClusterPlan,
@@ -353,6 +407,7 @@ def record_clustering(request: CompactionRequest, order: SortOrder, domain: tupl
     logged, not raised: the new fragments then count as unclustered, which is safe. The
     version written, or None."""
     try:
+        hooks.fault_at(request, "record")
         for attempt in range(RECORD_ATTEMPTS):
             latest = open_dataset(request.table, request.uri, request.storage_options)
             ranges = _merged_ranges(request, order, domain, state, written, latest)
@@ -414,27 +469,33 @@ def cluster(request: CompactionRequest, sc: Any) -> tuple:
     totals = _Totals(read_version=0)
     first_read = dataset.version
     retries = int(request.run.get("max_retries", 3))
-    while True:
-        conflicted = _attempt(sc, request, order, dataset, totals)
-        if not conflicted:
-            break
-        if totals.retries >= retries:
-            totals.conflicted = conflicted
-            break
-        dataset = open_dataset(request.table, request.uri, request.storage_options)
-        totals.retries += 1
-        log.info("table %s: clustering conflicted (%s); running it again", request.table, totals.conflicts[-1])
-    if totals.lost:
-        lost = tuple(sorted(totals.lost))
-        if request.run.get("restore_indices", True):
-            latest = open_dataset(request.table, request.uri, request.storage_options)
-            restore_indices(latest, list(lost))
-            restored = open_dataset(request.table, request.uri, request.storage_options).version
-            totals.coverage = IndexCoverage(lost, True, restored)
-            totals.commits += 1
-            totals.new_version = restored
-        else:
-            totals.coverage = IndexCoverage(lost, False)
+    try:
+        while True:
+            conflicted = _attempt(sc, request, order, dataset, totals)
+            if not conflicted:
+                break
+            if totals.retries >= retries:
+                totals.conflicted = conflicted
+                break
+            dataset = open_dataset(request.table, request.uri, request.storage_options)
+            totals.retries += 1
+            log.info("table %s: clustering conflicted (%s); running it again", request.table, totals.conflicts[-1])
+    except cancellation.Cancelled:
+        raise
+    except CompactionError as e:  # its words say what was committed, when anything was
+        if totals.versions and "committed" not in e.message:
+            raise CompactionError(f"{e.message}; {committed_phrase(totals.versions)}") from None
+        raise
+    except Exception as e:  # noqa: B902 - Lance's or ours: name it, and say what was committed
+        log.exception("table %s: the clustering failed", request.table)
+        raise CompactionError(f"table {request.table}: the clustering failed: {type(e).__name__}: {describe(e)}; "
+                              f"{committed_phrase(totals.versions)}") from None
+    # Every index covering less than the table, whoever left it so (raises naming what was committed).
+    totals.coverage = index_restore.restore(request, totals.lost, totals.versions)
+    if totals.coverage is not None and totals.coverage.restored:
+        totals.commits += 1
+        totals.new_version = totals.coverage.version
+        totals.versions.append(totals.coverage.version)
     return _row(request, order, totals, first_read, started)
 
 
