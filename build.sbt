@@ -9,6 +9,10 @@ val sparkVersion = {
 ThisBuild / organization := "io.github.lancecompact"
 ThisBuild / scalaVersion := "2.13.18"
 ThisBuild / version := "0.1.0"
+// Apache-2.0, as Lance and Spark: LICENSE and NOTICE at the root, in the jar's META-INF and
+// named in its manifest (pyproject.toml says the same for the wheel).
+ThisBuild / organizationName := "The lance-spark-compact authors"
+ThisBuild / licenses := Seq("Apache-2.0" -> url("https://www.apache.org/licenses/LICENSE-2.0.txt"))
 
 lazy val root = (project in file("."))
   .settings(
@@ -28,7 +32,13 @@ lazy val root = (project in file("."))
       "--add-opens=java.base/java.nio=ALL-UNNAMED", "--add-opens=java.base/java.lang=ALL-UNNAMED",
       "--add-opens=java.base/java.util=ALL-UNNAMED", "--add-opens=java.base/sun.util.calendar=ALL-UNNAMED"),
     Test / parallelExecution := false,
-    Compile / packageBin / artifactPath := target.value / "lance-spark-compact.jar"
+    Compile / packageBin / artifactPath := target.value / "lance-spark-compact.jar",
+    Compile / packageBin / mappings ++= Seq(
+      baseDirectory.value / "LICENSE" -> "META-INF/LICENSE",
+      baseDirectory.value / "NOTICE" -> "META-INF/NOTICE"),
+    Compile / packageBin / packageOptions += Package.ManifestAttributes(
+      "Bundle-License" -> "Apache-2.0",
+      "Bundle-Name" -> name.value)
   )
 
 // The option spec the engine validates with also declares the CALL parameters.
