@@ -171,3 +171,43 @@ def test_quoted_column_names(spark, warehouse):
     assert "`a b`" in described[at:] and "`x-y`" in described[at:], described[at:]
     r = spark.sql("CALL lance.compact(table => 'db.cbquoted')").collect()[0]
     assert r.sort_order == "hilbert(`a b`, `x-y`)" and lance.dataset(uri).count_rows() == 3
+
+
+def test_clustering_decay_makes_a_table_due(spark, warehouse):
+    """A clustered table whose appends leave under 10% of its rows unclustered, but make a key
+    lookup read several times the fragments it read right after clustering, is due, scores below
+    100, and scores the same in table_health and maintain_warehouse at one moment; maintain then
+    brings the depth back down."""
+    uri = make_table(warehouse, "cbdecay", fragments=8, per=500, indices=False)
+    spark.sql("ALTER TABLE lance.db.cbdecay CLUSTER BY (tenant)")
+    spark.sql("CALL lance.compact(table => 'db.cbdecay', target_rows_per_fragment => 500)").collect()
+
+    def health():
+        return spark.sql("SELECT health_score, due, clustering_depth, unclustered_row_share, reasons "
+                         "FROM lance.system.table_health WHERE namespace = 'db' AND table = 'cbdecay'").collect()[0]
+
+    fresh = health()
+    assert fresh.clustering_depth < 2 and fresh.health_score == 100 and fresh.due == [], fresh
+    for i in range(5):  # 5 x 20 rows: 2.7% of the rows, each in a fragment of its own
+        lance.write_dataset(rows(90_000 + i * 20, 20, 300 + i), uri, mode="append")
+    decayed = health()
+    assert decayed.unclustered_row_share < 0.1, decayed
+    assert decayed.clustering_depth > 4 and decayed.due == ["compact"], decayed
+    assert "clustering depth" in decayed.reasons["compact"] and "above 4" in decayed.reasons["compact"], decayed
+    assert decayed.health_score < 100, decayed
+    before = [r for r in spark.sql("CALL lance.maintain_warehouse(namespace => 'db', dry_run => true)").collect()
+              if r.table == "db.cbdecay"]
+    assert before and {r.health_before for r in before} == {decayed.health_score}, before
+    # the call's thresholds decide what runs, not the number: still table_health's score
+    other = [r for r in spark.sql("CALL lance.maintain_warehouse(namespace => 'db', dry_run => true, "
+                                  "target_rows_per_fragment => 100, min_small_fragments => 2)").collect()
+             if r.table == "db.cbdecay"]
+    assert other and {r.health_before for r in other} == {decayed.health_score}, other
+
+    # a higher max_clustering_depth (call or table property) leaves it alone
+    out = {r.step: r for r in maintain(spark, "db.cbdecay", max_clustering_depth=50.0, dry_run=True).collect()}
+    assert not out["compact"].ran and out["compact"].reason.startswith("not due"), out["compact"]
+    out = {r.step: r for r in maintain(spark, "db.cbdecay", target_rows_per_fragment=500).collect()}
+    assert out["compact"].ran, out["compact"]
+    after = health()
+    assert after.clustering_depth < decayed.clustering_depth - 3 and after.due == [], after

@@ -13,7 +13,9 @@ so they cannot disagree.
   what Lance's planner will use). The **threshold** is the option given, else the table's
   ``lance.compaction.materialize_deletions_threshold``, else Lance's 0.1.
 * **compact** is due when at least ``min_small_fragments`` fragments (and more than one) are
-  small, or any fragment is over the deletion threshold.
+  small, or any fragment is over the deletion threshold; for a table kept clustered (CLUSTER
+  BY), also when :data:`UNCLUSTERED_DUE` of its rows are not yet clustered, or when its
+  clustering depth is above ``max_clustering_depth`` and some fragment is not yet clustered.
 * **optimize_indices** is due when an index leaves at least ``min_unindexed_fragments``
   fragments uncovered.
 * **cleanup** is due when a version other than the current one (and the newest
@@ -96,12 +98,14 @@ class CompactionNeed:
     facts: str
     min_small: int
     unclustered_share: float | None = None  # for a table kept clustered (CLUSTER BY)
+    max_depth: float | None = None          # its max_clustering_depth
 
     @property
     def reason(self) -> str:
         if self.due:
             return "due: " + self.facts
-        clustered = (f", and under {UNCLUSTERED_DUE:.0%} of rows not yet clustered"
+        clustered = (f", under {UNCLUSTERED_DUE:.0%} of rows not yet clustered"
+                     + (f" and the clustering depth at most {self.max_depth:g}" if self.max_depth is not None else "")
                      if self.unclustered_share is not None else "")
         return (f"not due (fewer than {self.min_small} small fragments and none over the deletion "
                 f"threshold{clustered}): {self.facts}")
@@ -116,12 +120,17 @@ UNCLUSTERED_DUE = 0.1
 
 def compaction_need(fragments: Iterable[Any], thresholds: Thresholds, min_small: int,
                     unclustered_share: float | None = None,
-                    clustered_ids: frozenset[int] = frozenset()) -> CompactionNeed:
+                    clustered_ids: frozenset[int] = frozenset(),
+                    depth: float | None = None, unclustered_fragments: int = 0,
+                    max_depth: float | None = None) -> CompactionNeed:
     """maintain's rule for compaction over the fragments' metadata; ``unclustered_share``: the
     share of rows not yet clustered by the table's own clustering (None when it has none or the
     call does not apply it); ``clustered_ids``: its clustered fragments, which do not count as
     small (a clustering run leaves each range's last fragment short of the target, and an
-    incremental run does not merge clustered fragments: a full re-cluster does)."""
+    incremental run does not merge clustered fragments: a full re-cluster does); ``depth``,
+    ``unclustered_fragments``: its clustering depth now and its fragments not yet clustered;
+    ``max_depth``: the policy's max_clustering_depth (a run is due above it while a fragment
+    is unclustered: depth that only the clustered layers make is not cured by a run)."""
     small = heavy = 0
     for m in fragments:
         live, deleted = live_and_deleted(m)
@@ -130,10 +139,15 @@ def compaction_need(fragments: Iterable[Any], thresholds: Thresholds, min_small:
     facts = (f"{small} fragments under {thresholds.target:,} rows, {heavy} over the deletion threshold "
              f"{thresholds.threshold:g}")
     unclustered = unclustered_share is not None and unclustered_share >= UNCLUSTERED_DUE
-    if unclustered_share is not None:
+    clustered = unclustered_share is not None
+    deep = (clustered and depth is not None and max_depth is not None and unclustered_fragments > 0
+            and depth > max_depth)
+    if clustered:
         facts += f", {unclustered_share:.0%} of rows not yet clustered by the table's clustering"
-    return CompactionNeed((small >= min_small and small > 1) or heavy > 0 or unclustered, small, heavy, facts,
-                          min_small, unclustered_share)
+        if depth is not None:
+            facts += (f", clustering depth {depth:g}" + (f" (above {max_depth:g})" if deep else ""))
+    return CompactionNeed((small >= min_small and small > 1) or heavy > 0 or unclustered or deep, small, heavy,
+                          facts, min_small, unclustered_share, max_depth if clustered else None)
 
 
 def compaction_due(fragments: Iterable[Any], target: int, threshold: float,

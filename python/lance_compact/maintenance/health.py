@@ -7,7 +7,10 @@ thresholds (policy.py), so ``maintain`` and ``maintain_warehouse`` agree:
 
 * ``compact``: at least ``min_small_fragments`` fragments (and more than one) hold fewer live
   rows than ``target_rows_per_fragment``, or a fragment's deleted fraction exceeds the table's
-  ``materialize_deletions_threshold`` (Lance's ``lance.compaction.*`` setting, else 0.1);
+  ``materialize_deletions_threshold`` (Lance's ``lance.compaction.*`` setting, else 0.1); for a
+  table kept clustered (CLUSTER BY), also when 10% of its rows are not yet clustered, or its
+  clustering depth is above ``max_clustering_depth`` (default 4) while a fragment is not yet
+  clustered;
 * ``optimize_indices``: an index leaves at least ``min_unindexed_fragments`` fragments uncovered;
 * ``cleanup``: a version other than the current one is older than ``older_than`` and is not
   among the newest ``retain_versions`` (unset: only the current version is kept).
@@ -22,13 +25,17 @@ part                weight  need
 ==================  ======  ==============================================================
 small fragments       35    log2(fragments / ideal) / 10, at most 1; ideal = ceil(rows /
                             target) (1024 times the ideal count is all of it)
+  or clustering decay       for a clustered table, log2(depth) / 10 when that is more
+                            (depth 1: fresh; 11: a key lookup reads 11 fragments, 12
+                            points); the two share the 35 points
 deleted rows          25    1.25 * r / (r + 0.25), r = deleted_row_ratio (10%: 0.36,
                             50%: 0.83, all: 1)
 index lag             25    max over indices of unindexed fragments / fragments
 old versions          15    reclaimable_versions / (reclaimable_versions + 10)
 ==================  ======  ==============================================================
 
-Small fragments cost every scan per fragment opened, so their part measures how many times
+Small fragments cost every scan per fragment opened, and clustering decay costs every key
+lookup the same way (depth is the fragments a lookup reads), so their part measures how many times
 more fragments the table has than it needs, on a log scale (16, 24, 40, 60, 90 and 120 small
 fragments of one small table score 86, 84, 81, 79, 77 and 76 on this part alone). Deleted
 rows are read and thrown away by every scan. Both are cured by compaction, so they count when
@@ -91,8 +98,10 @@ def needs(parts: Mapping[str, Any]) -> dict[str, float]:
     ideal = max(1, math.ceil(rows / max(1, parts["target_rows_per_fragment"])))
     r = parts["deleted_row_ratio"]
     n = parts["reclaimable_versions"]
+    depth = parts.get("clustering_depth")
     return {
         "small_fragments": min(1.0, math.log2(fragments / ideal) / 10) if fragments > ideal else 0.0,
+        "clustering": min(1.0, math.log2(depth) / 10) if depth is not None and depth > 1 else 0.0,
         "deleted_rows": 1.25 * r / (r + 0.25),
         "index_lag": min(1.0, parts["unindexed_fragments"] / fragments) if fragments else 0.0,
         "old_versions": n / (n + 10),
@@ -103,7 +112,7 @@ def _score(parts: Mapping[str, Any], due: list[str]) -> int:
     need = needs(parts)
     penalty = 0.0
     if "compact" in due:
-        penalty += max(1.0, WEIGHTS["small_fragments"] * need["small_fragments"]
+        penalty += max(1.0, WEIGHTS["small_fragments"] * max(need["small_fragments"], need["clustering"])
                        + WEIGHTS["deleted_rows"] * need["deleted_rows"])
     if "optimize_indices" in due:
         penalty += max(1.0, WEIGHTS["index_lag"] * need["index_lag"])
@@ -133,7 +142,8 @@ def table_health(ds: lance.LanceDataset, policy: Policy, now: datetime | None = 
     metas = [f.metadata for f in ds.get_fragments()]
     clustering = measure_table(ds, metas)  # the table's own clustering (CLUSTER BY), if it has one
     need = rules.compaction_need(metas, thresholds, min_small, clustering.unclustered_share,
-                                 clustering.clustered_ids)
+                                 clustering.clustered_ids, clustering.depth, clustering.unclustered_fragments,
+                                 policy.get("max_clustering_depth"))
     compact, small, heavy = need.due, need.small, need.heavy
     live = deleted = 0
     for m in metas:

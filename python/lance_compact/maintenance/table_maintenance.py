@@ -68,7 +68,10 @@ def compact_step(t: Target, args: dict[str, Any], runner: Any, dry: bool,
         need = rules.compaction_need(metas, rules.Thresholds.of_maintenance(ds.config() or {}, args),
                                      args["min_small_fragments"],
                                      clustering.unclustered_share if clustering else None,
-                                     clustering.clustered_ids if clustering else frozenset())
+                                     clustering.clustered_ids if clustering else frozenset(),
+                                     clustering.depth if clustering else None,
+                                     clustering.unclustered_fragments if clustering else 0,
+                                     args.get("max_clustering_depth"))
         due, reason = need.due, need.reason
     row = {"step": "compact", "ran": False, "version": ds.version, "outcome": None, "bytes_rewritten": 0,
            "reason": reason}
@@ -101,11 +104,6 @@ def compact_step(t: Target, args: dict[str, Any], runner: Any, dry: bool,
     return row
 
 
-def optimize_indices_step(t: Target, args: dict[str, Any], runner: Any, dry: bool,
-                          ds: lance.LanceDataset | None = None, decided: str | None = None) -> dict[str, Any]:
-    """Lance's index optimization when an index leaves enough fragments unindexed."""
-    ds = ds if ds is not None else t.open()
-    state = index_state(ds)
 def _with_origin(message: str, given: dict[str, Any], origin: str | None) -> str:
     """``message`` with where the policy's target_rows_per_fragment came from."""
     if not given or not origin or origin.startswith("parameter"):
@@ -114,6 +112,11 @@ def _with_origin(message: str, given: dict[str, Any], origin: str | None) -> str
     return message.replace(named, f"{named} (the {origin})", 1)
 
 
+def optimize_indices_step(t: Target, args: dict[str, Any], runner: Any, dry: bool,
+                          ds: lance.LanceDataset | None = None, decided: str | None = None) -> dict[str, Any]:
+    """Lance's index optimization when an index leaves enough fragments unindexed."""
+    ds = ds if ds is not None else t.open()
+    state = index_state(ds)
     lagging = rules.lagging_indices(state, args["min_unindexed_fragments"])
     row = {"step": "optimize_indices", "ran": False, "version": ds.version, "outcome": None,
            "reason": rules.optimize_indices_reason(state, lagging, args["min_unindexed_fragments"])}

@@ -3,8 +3,10 @@ evaluated from its health, the due ones maintained with ``maintain``'s steps, wo
 first (then priority), within budgets; one row per table and step.
 
 1. evaluate (side by side, metadata only): open each table, resolve its policy (call
-   arguments, then table properties, then catalog settings, then defaults), score its
-   health; unreadable, opted-out, excluded and healthy tables get one ``all`` row saying why;
+   arguments, then table properties, then catalog settings, then defaults), decide what is
+   due with it, and score the table's health with its own policy (no call arguments), so
+   ``health_before``/``health_after`` are the numbers ``lance.system.table_health`` shows;
+   unreadable, opted-out, excluded and healthy tables get one ``all`` row saying why;
 2. order the due ones (health, then priority, then name) and apply ``max_tables`` and
    ``max_bytes`` (estimated from the manifest);
 3. maintain them ``parallelism`` at a time: each table in its own thread runs
@@ -61,6 +63,7 @@ class Table:
     target: Target
     policy: Any = None
     health: Any = None
+    own: Any = None  # the table's own policy (no call arguments): what its score is measured with
     error: str | None = None
     estimate: int = 0  # bytes its compaction would read, from the manifest
     rank: int | None = None
@@ -73,7 +76,10 @@ class Table:
 
     @property
     def score(self) -> int | None:
-        return None if self.health is None else self.health.score
+        """The table's health score under its own policy, as lance.system.table_health and
+        describe_layout show it at the same moment (the call's thresholds decide what runs,
+        not the number): one score for a table everywhere."""
+        return None if self.health is None else self.health.score if self.own is None else self.own.score
 
     @property
     def priority(self) -> int | None:
@@ -148,6 +154,9 @@ def _evaluate(t: Table, call_args: dict[str, Any], settings: dict[str, str], cat
         policy = resolve_policy(call_args, ds.config() or {}, settings, t.target.table, catalog)
         # no history lookup: neither the score nor what is due depends on the last compaction
         health = table_health(ds, policy, history=False, storage_options=t.target.storage_options)
+        own_policy = resolve_policy(None, ds.config() or {}, settings, t.target.table, catalog)
+        if own_policy.values != policy.values:  # the call overrides a threshold: score as table_health does
+            t.own = table_health(ds, own_policy, history=False, storage_options=t.target.storage_options)
         if "compact" in health.due and estimate_bytes:  # only max_bytes asks (reads every fragment's metadata)
             estimate = _compaction_bytes(ds, policy)
     except Exception as e:  # unreadable table, invalid policy: its row says so
@@ -249,8 +258,10 @@ def _maintain_steps(t: Table, jobs: SharedJobs, dry: bool, budget: Budget, chose
         try:
             # the last step's open: at the table's version (cleanup commits nothing); its
             # versions and indices are read afresh
-            t.health_after = table_health(ds if ds is not None else t.target.open(), t.policy,
-                                          history=False, storage_options=t.target.storage_options).score
+            ds = ds if ds is not None else t.target.open()
+            own = resolve_policy(None, ds.config() or {}, t.target.maintain_settings, t.target.table,
+                                 t.target.catalog)  # as score measures it
+            t.health_after = table_health(ds, own, history=False, storage_options=t.target.storage_options).score
         except Exception as e:
             log.warning("maintain_warehouse: table %s: health after: %s", t.target.table,
                         _error_text(e, t.target.storage_options))
