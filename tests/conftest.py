@@ -45,6 +45,14 @@ def engine_settings(settings: dict):
         driver_conf.load([])
 
 
+@pytest.fixture
+def no_version_floor():
+    """The version-retention check off for the engine code a test calls in this process (as
+    an operator's versionMinAge=0s), for tests that clean up versions seconds old."""
+    with engine_settings(NO_VERSION_FLOOR):
+        yield
+
+
 @pytest.fixture(scope="session", autouse=True)
 def writer_state(tmp_path_factory):
     """Where the concurrent-writer hooks (tests/writers.py) keep their state during this run;

@@ -12,10 +12,12 @@ import lance
 import pytest
 
 from aged_tables import AGED, build
-from conftest import refused
+from conftest import NO_VERSION_FLOOR, refused
 from index_checks import index_agrees_with_scan
 from oracle import content
 from lance_compact import api
+
+SPARK_CONF = NO_VERSION_FLOOR  # the operator's: cleanup of versions seconds old
 
 NAMES = list(AGED)
 

@@ -258,6 +258,7 @@ def test_interrupting_the_statement_thread_stops_the_run(spark, table):
     assert not orphans(path)
 
 
+@pytest.mark.usefixtures("no_version_floor")
 def test_maintain_stops_between_steps_when_cancelled(warehouse, request):
     """maintain asks before each step (in the engine the probe asks the JVM; here it says
     cancelled after the first question): the compaction ran, the rest did not."""
@@ -281,6 +282,7 @@ def test_maintain_stops_between_steps_when_cancelled(warehouse, request):
     assert lance.dataset(str(path)).version == version
 
 
+@pytest.mark.usefixtures("no_version_floor")
 def test_maintain_warehouse_stops_every_table_when_cancelled(tmp_path):
     """maintain_warehouse's table threads ask the statement's probe before each step: after the
     cancel no step starts on any table, and the call fails saying nothing was changed."""

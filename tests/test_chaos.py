@@ -19,7 +19,7 @@ from pathlib import Path
 import lance
 import pytest
 
-from conftest import CLEANUP_FLOOR_KEY, ROOT
+from conftest import CLEANUP_FLOOR_KEY, ROOT, VERSION_FLOOR_KEY
 from oracle import batch, content, degraded_table
 from table_files import cleanup_everything, orphans_and_missing, rewrites_since
 
@@ -40,6 +40,7 @@ def lance_spark_sql(warehouse: Path, sql: str, engine_log: Path) -> subprocess.P
          "--hiveconf", "hive.cli.print.header=true",
          "--conf", f"spark.lance.compact.engine.log={engine_log}",
          "--conf", f"{CLEANUP_FLOOR_KEY}=0 seconds",  # the operator's: cleanup_everything's orphans are young
+         "--conf", f"{VERSION_FLOOR_KEY}=0s",  # and so are its versions
          "-e", sql],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
 

@@ -9,12 +9,14 @@ import lance
 import pyarrow as pa
 import pytest
 
-from conftest import CLEANUP_FLOOR_KEY, refused
+from conftest import CLEANUP_FLOOR_KEY, NO_VERSION_FLOOR, VERSION_FLOOR_KEY, engine_settings, refused
 from inflight_writer import CLEANUP_FORMS, assert_commit_reads_back, run_form, start_writer, table_with_history
 from lance_compact.maintenance.version_cleanup import unreferenced_files
 from oracle import batch
 
-SPARK_CONF = {CLEANUP_FLOOR_KEY: "1 hour"}
+# the version-retention check off ('0s', Delta's retentionDurationCheck.enabled=false): these
+# tables' versions are seconds old
+SPARK_CONF = {CLEANUP_FLOOR_KEY: "1 hour", **NO_VERSION_FLOOR}
 MINUTES = 60
 
 
@@ -104,7 +106,7 @@ def test_an_invalid_operator_floor_removes_nothing_and_says_which_setting(wareho
     writer = start_writer(uri)
     writer.age(120 * MINUTES)
     request = json.dumps({"table": t, "uri": uri, "params": {"delete_unverified": True}})
-    driver_conf.load([(CLEANUP_FLOOR_KEY, setting)])
+    driver_conf.load([(CLEANUP_FLOOR_KEY, setting), *NO_VERSION_FLOOR.items()])
     try:
         with refused(uri, f"the driver setting {CLEANUP_FLOOR_KEY} expects .* from '0 seconds' to '7 days'"):
             cleanup_row(request)

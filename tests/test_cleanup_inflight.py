@@ -11,10 +11,11 @@ from datetime import datetime, timedelta, timezone
 import lance
 import pytest
 
-from conftest import CLEANUP_FLOOR_KEY, refused
+from conftest import CLEANUP_FLOOR_KEY, NO_VERSION_FLOOR, refused
 from inflight_writer import CLEANUP_FORMS, assert_commit_reads_back, run_form, start_writer, table_with_history
 
 HOURS = 3600
+SPARK_CONF = NO_VERSION_FLOOR  # the operator's: versions seconds old may go (the unverified floor stays 7 days)
 
 @pytest.fixture
 def table(warehouse, request):

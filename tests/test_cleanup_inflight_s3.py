@@ -8,7 +8,7 @@ from __future__ import annotations
 import lance
 import pytest
 
-from conftest import CLEANUP_FLOOR_KEY, lance_session
+from conftest import CLEANUP_FLOOR_KEY, NO_VERSION_FLOOR, lance_session
 from inflight_writer import CLEANUP_FORMS, assert_commit_reads_back, run_form, start_writer, table_with_history
 
 SPARK_MASTER = "local[2]"
@@ -21,7 +21,7 @@ def wh(s3):
 
 @pytest.fixture(scope="module")
 def spark(s3, wh):
-    session = lance_session(SPARK_MASTER, "lance-compact-cleanup-s3-tests", wh, {CLEANUP_FLOOR_KEY: "1 hour"},
+    session = lance_session(SPARK_MASTER, "lance-compact-cleanup-s3-tests", wh, {CLEANUP_FLOOR_KEY: "1 hour", **NO_VERSION_FLOOR},
                             storage_options=s3.storage_options)
     yield session
     session.stop()

@@ -15,7 +15,10 @@ import pytest
 
 from lance_compact.compaction.clustering.plan import MAX_LAYERS, layers, tiered
 from lance_compact.compaction.clustering.state import STATE_KEY, ClusteringState, components, depth
+from conftest import NO_VERSION_FLOOR
 from test_clustering import rows
+
+SPARK_CONF = NO_VERSION_FLOOR  # the operator's: a test cleans up versions seconds old
 
 
 def test_depth_definition():

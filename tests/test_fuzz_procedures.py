@@ -51,7 +51,11 @@ TEXTS = ["''", "' '", "'x'", "'\u65e5\u672c\u8a9e \u2603'", "'''; DROP TABLE x; 
          "'\\\\0'", "'NULL'", "'%s'", "'../../etc'", "'db.fuzz'", "'*'"]
 DURATION_TEXTS = ["'0 seconds'", "'-5 days'", "'100000000 days'", "'9999-12-31T00:00:00Z'",
                   "'0001-01-01T00:00:00Z'", "'1 second'", "'2 weeks'", "'1e400 days'", "'-0 days'",
-                  "'2262-04-12T00:00:00Z'", "'P1D'", "'9223372036854775807 seconds'"]
+                  "'2262-04-12T00:00:00Z'", "'P1D'", "'9223372036854775807 seconds'",
+                  # Spark's own types and the short forms (runtime/durations.py)
+                  "INTERVAL -5 DAYS", "INTERVAL '100000000' DAY", "INTERVAL '1-2' YEAR TO MONTH",
+                  "INTERVAL 1000000 YEARS", "TIMESTAMP '0001-01-01 00:00:00'", "TIMESTAMP_NTZ '9999-12-31 23:59:59'",
+                  "'7d'", "'0s'", "'1.5 months'", "'1 day 12 hours'"]
 WHERES = ["'id = 1'", "'1 = 1'", "'id > 9223372036854775807'", "'nonexistent = 1'", "''''", "'id IN ()'",
           "'_rowid = 0'", "'id / 0 = 1'",
           "'" + "id + " * 700 + "1 = 2'",  # killed the engine (SIGSEGV in Lance's planner)

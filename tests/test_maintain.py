@@ -6,8 +6,11 @@ import time
 import lance
 import pytest
 
+from conftest import NO_VERSION_FLOOR
 from oracle import batch, content, degraded_table
 from index_checks import index_agrees_with_scan
+
+SPARK_CONF = NO_VERSION_FLOOR  # the operator's: versions a second old may be cleaned up
 
 
 @pytest.fixture

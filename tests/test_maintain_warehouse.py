@@ -424,3 +424,17 @@ def test_the_service_flags_take_every_form_and_its_rounds_the_floor(spark, young
     with pytest.raises(Exception, match=f"older_than '1 hour' is below the version retention floor.*{VERSION_FLOOR_KEY}"):
         service.round(1)
     assert lance.dataset(str(path)).version == version
+
+
+def test_set_in_a_session_does_not_turn_the_retention_check_off(spark, young):
+    """The floor is the driver's static setting, read when the engine starts: SET changes nothing."""
+    t, path = young
+    try:
+        spark.sql(f"SET {VERSION_FLOOR_KEY}=0s").collect()
+    except Exception:  # a Spark that refuses to SET it is as good
+        pass
+    try:
+        with refused(path, f"below the version retention floor '7 days'.*{VERSION_FLOOR_KEY}"):
+            spark.sql(f"CALL lance.cleanup(table => '{t}', older_than => '0 seconds')").collect()
+    finally:
+        spark.sql(f"RESET {VERSION_FLOOR_KEY}").collect()

@@ -15,6 +15,8 @@ from lance_compact.compaction.request import CompactionRequest
 from lance_compact.maintenance.table_maintenance import maintain
 from lance_compact.runtime.envelope import Envelope
 
+pytestmark = pytest.mark.usefixtures("no_version_floor")  # cleanups of versions seconds old
+
 
 @pytest.fixture()
 def opens(monkeypatch):

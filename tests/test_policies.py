@@ -16,6 +16,9 @@ from lance_compact.maintenance.policy import PROPERTY_PREFIX, resolve_policy
 from lance_compact.catalog import table_properties
 from lance_compact.runtime.envelope import Envelope, Result
 
+# older_than '3 days' and '0 seconds' below: the version floor off, as an operator may set it
+pytestmark = pytest.mark.usefixtures("no_version_floor")
+
 
 def alter_properties(request_json: str):
     """The engine's alter_properties, its request parsed as the engine parses it."""

@@ -6,6 +6,7 @@ import lance
 import pytest
 from lance.optimize import Compaction
 
+from conftest import NO_VERSION_FLOOR
 from oracle import batch, content, layout
 from lance_compact import FragmentHistogram, cleanup, describe_layout, plan_compaction
 from lance_compact.compaction.planners import get_planner
@@ -13,7 +14,7 @@ from lance_compact.compaction.planners.io_bounded import benefit
 
 # Every rewrite a Spark job, as on a cluster (local mode would rewrite these small batches in
 # the engine process: engine_rewrite.py, tested in test_engine_rewrite.py and by most modules).
-SPARK_CONF = {"spark.lance.compact.engineRewrite.maxBytes": "0"}
+SPARK_CONF = {"spark.lance.compact.engineRewrite.maxBytes": "0", **NO_VERSION_FLOOR}  # cleanup of young versions
 
 
 def random_layout(path, seed, index=True):

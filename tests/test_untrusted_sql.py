@@ -19,6 +19,7 @@ import pyarrow as pa
 import pytest
 
 import client_servers as cs
+from conftest import NO_VERSION_FLOOR
 from lance_compact.api import CATALOG_CLASS
 from oracle import degraded_table
 
@@ -90,8 +91,9 @@ def shared(tmp_path_factory, s3):
     degraded_table(f"{lake}/db/t.lance", fragments=6, rows_per_fragment=20, storage_options=s3.storage_options)
     storage = dict(s3.storage_options, aws_access_key_id=KEY_ID, aws_secret_access_key=SECRET)
     # moto accepts any key: the operator's are stand-ins that must never travel anywhere else
+    # the operator switched the version-retention check off (its tables are seconds old)
     conf = {"spark.sql.catalog.lake": CATALOG_CLASS, "spark.sql.catalog.lake.warehouse": lake,
-            **{f"spark.sql.catalog.lake.storage.{k}": v for k, v in storage.items()}}
+            **{f"spark.sql.catalog.lake.storage.{k}": v for k, v in storage.items()}, **NO_VERSION_FLOOR}
     props = workdir / "operator.properties"
     props.write_text("".join(f"{k}={v}\n" for k, v in conf.items()))
     props.chmod(0o600)

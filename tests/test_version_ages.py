@@ -14,6 +14,8 @@ import pytest
 from lance_compact.compaction import rules
 from lance_compact.maintenance.health import table_health
 from lance_compact.maintenance.policy import resolve_policy
+
+pytestmark = pytest.mark.usefixtures("no_version_floor")  # policies with older_than '0 seconds'
 from lance_compact.maintenance.version_ages import (listed_versions, reclaimable, version_facts,
                                                     version_number)
 

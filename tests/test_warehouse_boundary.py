@@ -14,7 +14,7 @@ from pathlib import Path
 import lance
 import pytest
 
-from conftest import lance_session
+from conftest import NO_VERSION_FLOOR, lance_session
 from oracle import degraded_table
 
 OUTSIDE = "is outside the warehouse"
@@ -43,7 +43,7 @@ def places(tmp_path_factory):
 @pytest.fixture(scope="module")
 def spark(places):
     session = lance_session("local[2]", "warehouse-boundary", str(places["wh"]),
-                            {"spark.lance.compact.engine.log": str(places["log"])})
+                            {"spark.lance.compact.engine.log": str(places["log"]), **NO_VERSION_FLOOR})
     yield session
     session.stop()
 
