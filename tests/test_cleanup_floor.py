@@ -118,3 +118,65 @@ def test_an_invalid_operator_floor_removes_nothing_and_says_which_setting(wareho
     with pytest.raises(CompactionError, match="below the floor '7 days'"):  # the default again
         cleanup_row(json.dumps({"table": t, "uri": uri,
                                 "params": {"delete_unverified": True, "unverified_min_age": "1 hour"}}))
+
+
+def _stored(uri) -> set[str]:
+    from pathlib import Path
+
+    return {str(p.relative_to(uri)) for p in Path(uri).rglob("*") if p.is_file()}
+
+
+def test_with_the_version_check_off_a_dry_run_lists_exactly_what_cleanup_removes(spark, warehouse):
+    """The operator's versionMinAge=0s (this module's session) lets cleanup remove versions
+    seconds old; the dry run's files are the files the real run then removes."""
+    from lance_compact import cleanup
+
+    t, uri = fresh(warehouse, "dry_run_files")
+    lance.dataset(uri).optimize.compact_files(target_rows_per_fragment=1000)  # replaced data files to go
+    lance.dataset(uri).create_scalar_index("id", "BTREE")
+    lance.dataset(uri).optimize.compact_files(target_rows_per_fragment=100_000)
+    before = _stored(uri)
+    dry = cleanup(spark, t, older_than="0s", dry_run=True).collect()[0]
+    assert dry.dry_run and dry.old_versions >= 3 and dry.data_files_removed >= 1
+    assert dry.files_total == len(dry.files) == (dry.old_versions + dry.data_files_removed
+                                                 + dry.deletion_files_removed + dry.index_files_removed
+                                                 + dry.transaction_files_removed)
+    assert dry.files == sorted(dry.files) and all(f in before for f in dry.files), dry.files
+    assert any(f.startswith("_versions/") for f in dry.files) and any(f.startswith("data/") for f in dry.files)
+    assert _stored(uri) == before  # a dry run removes nothing
+    done = spark.sql(f"CALL lance.cleanup(table => '{t}', older_than => INTERVAL 0 SECONDS)").collect()[0]
+    assert before - _stored(uri) == set(dry.files)
+    assert done.files is None and done.files_total == dry.files_total and done.old_versions == dry.old_versions
+
+
+def test_the_operator_settings_take_every_duration_form(warehouse):
+    """The engine's own cleanup in this process with the floors an operator's driver settings
+    give it: short forms ('1h', '0s'), the text forms, a bad value refused naming the setting;
+    a floor above the shared default raises the default instead of refusing every call."""
+    import json
+
+    from lance_compact.errors import CompactionError
+    from lance_compact.maintenance.version_cleanup import cleanup
+    from lance_compact.runtime.envelope import Envelope
+
+    t, uri = fresh(warehouse, "settings_forms")
+
+    def run(**params) -> dict:
+        envelope = Envelope.parse("cleanup", json.dumps({"table": t, "uri": uri, "params": params}))
+        return cleanup(envelope.require_target(), envelope.args, envelope.options)
+
+    with engine_settings({VERSION_FLOOR_KEY: "1h"}):
+        with refused(uri, f"older_than '30m' is below the version retention floor '1h'.*{VERSION_FLOOR_KEY}"):
+            run(older_than="30m", dry_run=True)
+        assert run(older_than="2 hours", dry_run=True)["old_versions"] == 0
+    with engine_settings({VERSION_FLOOR_KEY: "30 days"}):  # above the default 7 days: the default follows
+        assert run(dry_run=True)["old_versions"] == 0
+        with refused(uri, "older_than '8 days' is below the version retention floor '30 days'"):
+            run(older_than="8 days", dry_run=True)
+    with engine_settings({VERSION_FLOOR_KEY: "soon"}):
+        with refused(uri, f"the driver setting {VERSION_FLOOR_KEY} expects '<n> days.*got 'soon'.*no version is removed"):
+            run(dry_run=True)
+    with engine_settings({CLEANUP_FLOOR_KEY: "1h", **NO_VERSION_FLOOR}):
+        with pytest.raises(CompactionError, match="unverified_min_age '30m' is below the floor '1h'"):
+            run(delete_unverified=True, unverified_min_age="30m")
+        assert run(older_than="0s", dry_run=True)["old_versions"] >= 1
