@@ -130,9 +130,14 @@ def damaged_files(dataset: lance.LanceDataset, fragment_ids: Iterable[int],
 
 def damage_text(found: list[tuple[int, str, str]]) -> str:
     """``found`` (:func:`damaged_files`) in words: 'the data file data/X of fragment N is damaged
-    (a corrupt or unreadable file: Lance's words)', and what to do."""
-    parts = [f"the data file data/{path} of fragment {fid} is damaged (a corrupt or unreadable file: {why})"
-             for fid, path, why in found]
+    (a corrupt or unreadable file: Lance's words)' (or 'is missing (a data file the table
+    references is missing: ...)'), and what to do."""
+    def one(fid: int, path: str, why: str) -> str:
+        low = why.lower()
+        if "not found" in low or "no such file" in low:
+            return f"the data file data/{path} of fragment {fid} is missing (a data file the table references is missing: {why})"
+        return f"the data file data/{path} of fragment {fid} is damaged (a corrupt or unreadable file: {why})"
+    parts = [one(*f) for f in found]
     return ("; ".join(parts) + "; restore the file from a backup, or restore an earlier version of the "
             "table that does not reference it")
 
