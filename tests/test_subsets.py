@@ -47,7 +47,7 @@ def test_where_keeps_other_fragments_untouched(spark, table, strategy):
 
 def test_a_bad_where_is_named(spark, table):
     t, path = table
-    with refused(path, "where 'nope > 1' is not a predicate Lance can evaluate"):
+    with refused(path, "where 'nope > 1' cannot be resolved against the table's columns: .*`nope` cannot be resolved"):
         spark.sql(f"CALL lance.compact(table => '{t}', where => 'nope > 1')").collect()
 
 
@@ -96,3 +96,105 @@ def test_task_order_is_checked(spark, table):
     t, _ = table
     with pytest.raises(Exception, match="task_order must be one of plan, bytes_desc, bytes_asc, fragments_desc"):
         spark.sql(f"CALL lance.compact(table => '{t}', task_order => 'random')").collect()
+
+
+# ---- where in Spark SQL ------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def typed(warehouse):
+    """12 fragments of 10 rows: fragment k holds ids 10k..10k+9, ts k days and an hour before
+    now (UTC instants), d 2026-01-01 + k days, s per fragment (quotes, prefixes), n NULL in
+    fragments 4 and 5."""
+    import datetime as dt
+
+    import pyarrow as pa
+
+    path = warehouse / "db" / "typed.lance"
+    shutil.rmtree(path, ignore_errors=True)
+    now = dt.datetime.now(dt.timezone.utc) - dt.timedelta(hours=1)
+    words = ["a", "b", "c", "d", "e", "f", "prefix1", "prefix2", "it's", "it's", "z", "z"]
+    rows = [(10 * k + i, k) for k in range(12) for i in range(10)]
+    lance.write_dataset(pa.table({
+        "id": pa.array([r for r, _ in rows], pa.int64()),
+        "ts": pa.array([now - dt.timedelta(days=k) for _, k in rows], pa.timestamp("us", "UTC")),
+        "d": pa.array([dt.date(2026, 1, 1) + dt.timedelta(days=k) for _, k in rows], pa.date32()),
+        "s": pa.array([words[k] for _, k in rows]),
+        "n": pa.array([None if k in (4, 5) else k for _, k in rows], pa.int64()),
+    }), str(path), max_rows_per_file=10)
+    return "db.typed", path
+
+
+def planned(spark, table, where):
+    """The fragments plan_compaction would merge under ``where`` (SQL text, quotes doubled)."""
+    rows = spark.sql(f"CALL lance.plan_compaction(table => '{table}', target_rows_per_fragment => 1000, "
+                     f"where => '{where}')").collect()
+    return set().union(*[set(r.fragment_ids) for r in rows if r.selected])
+
+
+# Spark SQL -> the fragments holding a matching row (each a run of at least two, so the plan
+# merges exactly them); Lance's dialect of the same, where both read it alike (None: Spark only)
+WHERES = [
+    ("ts > current_timestamp() - INTERVAL 3 DAYS", {0, 1, 2}, None),
+    ("ts <= now() - INTERVAL '9' DAY", {9, 10, 11}, None),
+    ("d >= DATE '2026-01-10'", {9, 10, 11}, "d >= DATE '2026-01-10'"),
+    ("d < date_add(DATE '2026-01-01', 2)", {0, 1}, None),
+    ("id IN (5, 15, 25)", {0, 1, 2}, "id IN (5, 15, 25)"),
+    ("n IS NULL", {4, 5}, "n IS NULL"),
+    ("n IS NOT NULL AND id < 20", {0, 1}, "n IS NOT NULL AND id < 20"),
+    ("s LIKE 'prefix%'", {6, 7}, None),
+    ("s = 'it''s'", {8, 9}, "s = 'it''s'"),
+    ("(id < 20 OR id >= 100) AND NOT (id = 5)", {0, 1, 10, 11}, "(id < 20 OR id >= 100) AND NOT (id = 5)"),
+    ("id BETWEEN 30 AND 59", {3, 4, 5}, None),
+    ("id + 0 < 2 * 10", None, None),  # arithmetic on a column: refused below
+]
+
+
+@pytest.mark.parametrize("where,fragments,lance_text", [w for w in WHERES if w[1] is not None],
+                         ids=[w[0] for w in WHERES if w[1] is not None])
+def test_where_is_spark_sql(spark, typed, where, fragments, lance_text):
+    """Comparisons, IN, IS NULL, AND/OR/NOT, LIKE 'prefix%', timestamps with
+    current_timestamp() - INTERVAL, dates, quoted strings: the fragments with matching rows are
+    the candidates, the same ones Lance's own dialect picked for what both read alike."""
+    from lance_compact.compaction.fragments import fragments_matching
+
+    t, path = typed
+    assert planned(spark, t, where.replace("'", "''")) == fragments
+    if lance_text:
+        assert fragments_matching(lance.dataset(str(path)), lance_text, t) == fragments
+
+
+@pytest.mark.parametrize("where,part", [
+    ("plus_one(id) > 3", "plus_one"),                      # a UDF
+    ("id IN (SELECT 1)", "(a subquery)"),                 # a subquery
+    ("rand() < 0.5", "rand("),                             # nondeterministic
+    ("id + 0 < 2 * 10", "(id + 0L) < 20L"),                # no exact Lance equivalent
+    ("s LIKE '%x%y'", "s LIKE"),
+])
+def test_a_where_lance_cannot_express_is_refused_naming_the_part(spark, typed, where, part):
+    spark.udf.register("plus_one", lambda x: x + 1, "bigint")
+    t, path = typed
+    with refused(path, "where '.*' has a part Lance's filter cannot express: ") as e:
+        spark.sql(f"CALL lance.compact(table => '{t}', where => '{where.replace(chr(39), chr(39) * 2)}')").collect()
+    assert part.lower() in str(e.value).lower(), str(e.value)
+    assert ".rs:" not in str(e.value)
+
+
+def test_a_where_on_an_unknown_column_says_so_in_sparks_words(spark, typed):
+    t, path = typed
+    with refused(path, r"where 'nope > 1' cannot be resolved against the table's columns: .*UNRESOLVED_COLUMN"
+                       r".*`nope`") as e:
+        spark.sql(f"CALL lance.compact(table => '{t}', where => 'nope > 1')").collect()
+    assert e.value.getCondition() == "LANCE_INVALID_ARGUMENT" and e.value.getSqlState() == "22023"
+    with refused(path, r"where 'id >' is not a Spark SQL expression"):
+        spark.sql(f"CALL lance.compact(table => '{t}', where => 'id >')").collect()
+
+
+def test_where_in_the_options_map_and_from_python_is_spark_sql_too(spark, typed):
+    from lance_compact import plan_compaction
+
+    t, _ = typed
+    rows = spark.sql(f"CALL lance.plan_compaction(table => '{t}', target_rows_per_fragment => 1000, "
+                     "options => map('where', 'ts > current_timestamp() - INTERVAL 3 DAYS'))").collect()
+    assert set().union(*[set(r.fragment_ids) for r in rows if r.selected]) == {0, 1, 2}
+    rows = plan_compaction(spark, t, target_rows_per_fragment=1000, where="s LIKE 'prefix%'").collect()
+    assert set().union(*[set(r.fragment_ids) for r in rows if r.selected]) == {6, 7}

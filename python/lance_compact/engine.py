@@ -11,7 +11,7 @@ server's concurrent statements run side by side), under its caller's job group a
 Each request is parsed once into a typed ``Envelope`` (runtime/envelope.py); each handler
 answers a ``Result`` that owns its columns, made into rows only in :func:`handle`.
 Responses are JSON: ``{"ok": true, "schema": DDL, "rows": [[...]]}`` or ``{"ok": false,
-"error": message}``. Nothing here logs a request: it holds storage credentials.
+"error": message, "kind": what kind of failure}`` (:func:`failure_kind`). Nothing here logs a request: it holds storage credentials.
 """
 from __future__ import annotations
 
@@ -116,18 +116,44 @@ def handle(handlers: dict[str, Handler], action: str, request: str) -> dict[str,
             result = handlers[action](envelope)
             return {"ok": True, "schema": result.schema, "rows": result.json_rows()}
         except CompactionError as e:
-            return {"ok": False, "error": redact(e.message, storage)}
+            return {"ok": False, "error": redact(e.message, storage), "kind": failure_kind(e)}
         except Exception as e:  # a bug or an unexpected Lance error: say what, keep serving
-            from .runtime.failures import describe
+            from .runtime.failures import classify, describe
 
             log.error("engine: %s failed: %s", action, redact(traceback.format_exc(), storage))
             return {"ok": False, "error": redact(
-                f"lance_compact engine: {action} failed: {type(e).__name__}: {describe(e)}", storage)}
+                f"lance_compact engine: {action} failed: {type(e).__name__}: {describe(e)}", storage),
+                    "kind": classify(e).kind}
         except _LoseResponse:
             raise
         except BaseException as e:  # noqa: B036 - a panic, SystemExit, KeyboardInterrupt
             log.error("engine: %s failed: %s", action, redact(traceback.format_exc(), storage))
             return {"ok": False, "error": redact(_base_exception_message(action, e), storage)}
+
+
+# The words runtime/failures.py promises in messages built from a Failure, by kind; the first
+# match wins (a conflict's message may also name the store).
+_KIND_WORDS = (("conflict", ("concurrent",)),
+               ("storage", ("object store", "storage failure")),
+               ("corrupt", ("corrupt or unreadable file", "a data file the table references is missing")),
+               ("missing", ("does not exist (no lance dataset", "is not a lance dataset",
+                            "no such table", "version of the table does not exist")))
+
+
+def failure_kind(e: Exception) -> str:
+    """What kind of failure a :class:`CompactionError` is, for the JVM's error condition: its
+    own ``kind``, else the words its message holds (runtime/failures.py's phrases), else bad
+    input."""
+    from .errors import INVALID
+
+    kind = getattr(e, "kind", None)
+    if kind:
+        return kind
+    low = getattr(e, "message", str(e)).lower()
+    for name, words in _KIND_WORDS:
+        if any(w in low for w in words):
+            return name
+    return INVALID
 
 
 def _base_exception_message(action: str, e: BaseException) -> str:

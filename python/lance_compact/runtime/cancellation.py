@@ -16,7 +16,7 @@ import threading
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
-from ..errors import CompactionError
+from ..errors import CANCELLED, CompactionError
 
 _local = threading.local()
 
@@ -27,6 +27,9 @@ _JOB_CANCELLED = re.compile(r"Job \d+ cancelled\s*([^\n]*)")
 
 class Cancelled(CompactionError):
     """The statement was cancelled; the message says what was committed before."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, kind=CANCELLED)
 
 
 class Statement:

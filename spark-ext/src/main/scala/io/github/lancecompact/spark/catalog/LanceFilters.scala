@@ -5,7 +5,10 @@ import org.apache.spark.sql.connector.expressions.filter.Predicate
 import org.apache.spark.sql.types._
 
 /** Spark's V2 predicates as Lance filter SQL, for the ones that translate exactly
- * (comparisons, IN, IS [NOT] NULL, AND, OR, NOT over plain columns and literals). */
+ * (comparisons, IN, IS [NOT] NULL, STARTS_WITH / ENDS_WITH / CONTAINS (what LIKE 'ab%' becomes),
+ * AND, OR, NOT over plain columns and literals: numbers, booleans, strings, dates, timestamps).
+ * Used for pushed filters (Spark checks the rows again) and for the procedures' `where`
+ * ([[io.github.lancecompact.spark.procedures.WhereClause]]). */
 object LanceFilters {
   private val Plain = "[A-Za-z_][A-Za-z0-9_]*".r
 
@@ -20,6 +23,10 @@ object LanceFilters {
         val parts = c.toSeq.map(operand)
         if (parts.forall(_.isDefined)) Some(s"${parts.head.get} IN (${parts.tail.map(_.get).mkString(", ")})")
         else None
+      case f @ ("STARTS_WITH" | "ENDS_WITH" | "CONTAINS") if c.length == 2 =>
+        for (l <- operand(c(0)); r <- operand(c(1))) yield s"${f.toLowerCase}($l, $r)"
+      case "ALWAYS_TRUE" => Some("TRUE")
+      case "ALWAYS_FALSE" => Some("FALSE")
       case "AND" => both(c, "AND")
       case "OR" => both(c, "OR")
       case "NOT" if c.length == 1 => c(0) match {
@@ -30,9 +37,14 @@ object LanceFilters {
     }
   }
 
+  /** `a AND b`: a chain of one operator unparenthesized (`a OR b OR c`: Lance recurses once per
+   * operator and parenthesis, and the engine bounds a filter's tokens), the other one in
+   * parentheses. */
   private def both(c: Array[org.apache.spark.sql.connector.expressions.Expression], op: String) =
     (c(0), c(1)) match {
-      case (a: Predicate, b: Predicate) => for (x <- sql(a); y <- sql(b)) yield s"($x) $op ($y)"
+      case (a: Predicate, b: Predicate) =>
+        def side(p: Predicate) = sql(p).map(x => if (Set("AND", "OR")(p.name()) && p.name() != op) s"($x)" else x)
+        for (x <- side(a); y <- side(b)) yield s"$x $op $y"
       case _ => None
     }
 
@@ -49,6 +61,12 @@ object LanceFilters {
     case (_, FloatType | DoubleType) if !v.toString.exists(_.isLetter) => Some(v.toString)
     case (_, BooleanType) => Some(v.toString.toUpperCase)
     case (_, StringType) => Some("'" + v.toString.replace("'", "''") + "'")
+    // Spark's internal values: days since the epoch; microseconds since the epoch (UTC for
+    // TIMESTAMP, wall time for TIMESTAMP_NTZ). An instant compares exactly with a column of any
+    // time zone only as a typed value (a TIMESTAMP '...' text is read in the column's zone).
+    case (d: Int, DateType) => Some(s"DATE '${java.time.LocalDate.ofEpochDay(d.toLong)}'")
+    case (m: Long, TimestampType) => Some(s"""arrow_cast($m, 'Timestamp(Microsecond, Some("UTC"))')""")
+    case (m: Long, TimestampNTZType) => Some(s"arrow_cast($m, 'Timestamp(Microsecond, None)')")
     case _ => None
   }
 }

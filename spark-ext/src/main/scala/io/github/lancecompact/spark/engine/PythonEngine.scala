@@ -9,19 +9,44 @@ import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.connector.read.LocalScan
 import org.apache.spark.sql.types.StructType
 
-/** A user's error (bad input, a conflicting writer, a failed task), with the message the
- * engine or the catalog wrote for the user. An AnalysisException (procedures run while the
- * CALL is analysed), so spark-sql, PySpark and the Thrift server show the message itself
- * rather than a stack trace.
+/** A failure of a procedure or of the catalog, with the message the engine or the catalog wrote
+ * for the user and an error condition and SQLSTATE saying which kind of failure it is
+ * ([[LanceCompactException.Kind]]: bad input, a missing table, a concurrent writer, the object
+ * store, a corrupt file, a cancel, our bug). An AnalysisException (procedures run while the CALL
+ * is analysed), so spark-sql, PySpark, Connect and the Thrift server show the message itself
+ * rather than a stack trace, and `getCondition` / `getSqlState` (Spark's SparkThrowable) name
+ * the kind. The message starts with `[CONDITION]`, as Spark's own errors do.
  */
-final class LanceCompactException(message: String, cause: Throwable)
-  extends AnalysisException(message, None, None, Option(cause), None, Map.empty[String, String],
-    Array.empty[QueryContext]) {
-  // spark-sql prints a stack trace for errors without a SQLSTATE (or an internal XX one).
-  override def getSqlState: String = "42000"
+final class LanceCompactException(message: String, cause: Throwable,
+                                  val kind: LanceCompactException.Kind = LanceCompactException.InvalidArgument)
+  extends AnalysisException(s"[${kind.condition}] $message", None, None, Option(cause), Some(kind.condition),
+    Map("message" -> message), Array.empty[QueryContext]) {
+  override def getSqlState: String = kind.sqlState
 }
 
 object LanceCompactException {
+  /** A kind of failure: its error condition and SQLSTATE (docs/failures-and-cancellation.md). */
+  final case class Kind(condition: String, sqlState: String)
+
+  val InvalidArgument: Kind = Kind("LANCE_INVALID_ARGUMENT", "22023")
+  val TableNotFound: Kind = Kind("LANCE_TABLE_NOT_FOUND", "42P01")
+  val ConcurrentWrite: Kind = Kind("LANCE_CONCURRENT_WRITE", "40001")
+  val StorageError: Kind = Kind("LANCE_STORAGE_ERROR", "58030")
+  val CorruptFile: Kind = Kind("LANCE_CORRUPT_FILE", "XX001")
+  val Cancelled: Kind = Kind("LANCE_CANCELLED", "HY008")
+  val InternalError: Kind = Kind("LANCE_INTERNAL_ERROR", "XX000")
+
+  /** The engine's failure kinds (runtime/failures.py, errors.py) as conditions. */
+  def ofEngine(kind: String): Kind = kind match {
+    case "invalid" | "config" => InvalidArgument
+    case "missing" => TableNotFound
+    case "conflict" => ConcurrentWrite
+    case "storage" => StorageError
+    case "corrupt" => CorruptFile
+    case "cancelled" => Cancelled
+    case _ => InternalError
+  }
+
   /** Runs `body`, turning the catalog's IllegalArgumentExceptions into LanceCompactException. */
   def userErrors[T](body: => T): T =
     try body
@@ -64,14 +89,14 @@ object PythonEngine {
 
   private def run(action: String, request: String): ResultScan = {
     val engine = try EngineProcess.get(SparkSession.active) catch {
-      case e: IllegalStateException => throw new LanceCompactException(e.getMessage, e)
+      case e: IllegalStateException => throw new LanceCompactException(e.getMessage, e, LanceCompactException.InternalError)
     }
     val response = try mapper.readTree(engine.call(action, request)) catch {
-      case e: IllegalStateException => throw new LanceCompactException(e.getMessage, e)
+      case e: IllegalStateException => throw new LanceCompactException(e.getMessage, e, LanceCompactException.InternalError)
     }
     if (!response.path("ok").asBoolean(false)) {
       val message = response.path("error").asText("the lance_compact engine failed")
-      throw new LanceCompactException(message, null)
+      throw new LanceCompactException(message, null, LanceCompactException.ofEngine(response.path("kind").asText("bug")))
     }
     val schema = schemaOf(response.get("schema").asText())
     val rows = response.get("rows").elements().asScala.map(r => JsonRows.row(r, schema)).toArray

@@ -10,7 +10,7 @@ import org.apache.spark.sql.connector.catalog.procedures.ProcedureParameter
 import org.apache.spark.sql.internal.SQLConf
 import org.apache.spark.sql.types._
 
-import io.github.lancecompact.spark.catalog.LanceCatalog
+import io.github.lancecompact.spark.catalog.{LanceCatalog, LanceTable, TableRef}
 import io.github.lancecompact.spark.engine.EngineRequest
 
 /** The arguments the procedures share, and their binding into the engine's request.
@@ -190,7 +190,10 @@ object CompactionArguments {
     val tableArg = row.getUTF8String(0).toString
     val uri = catalog.resolveTable(tableArg)
 
-    Bound(tableArg, uri, bindRest(catalog, tableArg, params, row, Some(tableArg), Some(uri), Nil)(_ => ()))
+    // `where` is Spark SQL: translated to Lance's filter against the table's schema, read only when given.
+    lazy val schema = new LanceTable(TableRef(tableArg, uri, catalog.storageOptions)).schema()
+    def where(text: String) = if (text.trim.isEmpty) text else WhereClause.lanceFilter(tableArg, schema, text)
+    Bound(tableArg, uri, bindRest(catalog, tableArg, params, row, Some(tableArg), Some(uri), Nil, where)(_ => ()))
   }
 
   /** Bind maintain_warehouse's row: the namespace's tables (listed by the catalog, the way
@@ -212,7 +215,8 @@ object CompactionArguments {
    * parameters and options map, the catalog's storage options and maintain.* settings. */
   private def bindRest(catalog: LanceCatalog, tableArg: String, params: Array[ProcedureParameter],
                        row: InternalRow, table: Option[String], uri: Option[String],
-                       tables: Seq[(String, String, String)])(fill: ObjectNode => Unit): String =
+                       tables: Seq[(String, String, String)],
+                       where: String => String = identity)(fill: ObjectNode => Unit): String =
     EngineRequest(table = table, uri = uri, storage = catalog.storageOptions, catalog = Some(catalog.name()),
                   maintainSettings = catalog.maintainSettings, tables = tables) { request =>
     fill(request)
@@ -227,9 +231,12 @@ object CompactionArguments {
             val key = map.keyArray().getUTF8String(j).toString
             if (!seen.add(key.toLowerCase)) throw new IllegalArgumentException(s"table $tableArg: option $key is given twice")
             val v = map.valueArray()
-            optionMap.put(key, if (v.isNullAt(j)) null else v.getUTF8String(j).toString)
+            optionMap.put(key, if (v.isNullAt(j)) null
+              else if (key.equalsIgnoreCase("where")) where(v.getUTF8String(j).toString)
+              else v.getUTF8String(j).toString)
           }
         case "strategy" => request.put("strategy", row.getUTF8String(i).toString)
+        case "where" => values.put("where", where(row.getUTF8String(i).toString))
         case name => p.dataType match {
           case LongType => values.put(name, row.getLong(i))
           case DoubleType => values.put(name, row.getDouble(i))
