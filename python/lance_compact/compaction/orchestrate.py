@@ -226,6 +226,10 @@ class Run:
         (``index_restore.py``), counted as a commit of this run; a failure says which versions
         this run committed before it."""
         from .index_restore import restore
+        config = self.dataset.config() or {}
+        if self.request.options.get("defer_index_remap") or str(
+                config.get("lance.compaction.defer_index_remap", "")).lower() == "true":
+            return  # the caller deferred index work (Lance's fragment-reuse index keeps queries right)
         self.coverage = restore(self.request, set(), self.versions, self.dataset)
         if self.coverage is not None and self.coverage.restored:
             self.committed_versions.append(self.coverage.version)
