@@ -205,7 +205,8 @@ def test_describe_layout_and_histogram(spark, warehouse):
     assert [(i.name, i.unindexed_fragments) for i in d.indices] == [("id_idx", 2)]
     assert d.last_compacted_version is None
 
-    r = spark.sql(f"CALL lance.compact(table => '{table}')").collect()[0]
+    # restore_indices off: the appended fragments stay unindexed (else the run's index restore is its last commit)
+    r = spark.sql(f"CALL lance.compact(table => '{table}', options => map('restore_indices', 'false'))").collect()[0]
     after = describe_layout(spark, table).collect()[0]
     # Lance's Rewrite transaction is the record: no commit of ours after it.
     assert after.last_compacted_version == r.new_version == after.version
