@@ -207,12 +207,12 @@ class Run:
         except CompactionError as e:
             landed = getattr(e, "landed_version", None)
             if landed is None:
-                raise CompactionError(f"{e.message}; {committed_phrase(self.versions)}") from None
+                raise CompactionError(f"{e.message}; {committed_phrase(self.versions)}", e.kind) from None
             # The failed commit landed all the same (its message says so, with the version).
             earlier = self.versions
             before = (f"; earlier in this run {'versions' if len(earlier) > 1 else 'version'} "
                       f"{', '.join(map(str, earlier))} committed" if earlier else "")
-            raise CompactionError(f"{e.message}{before}; nothing after") from None
+            raise CompactionError(f"{e.message}{before}; nothing after", e.kind) from None
         except Exception as e:  # Lance's or ours: name it, and say what was committed
             log.error("table %s: run failed: %s", self.request.table,
                       redact(traceback.format_exc(), self.request.storage_options))
