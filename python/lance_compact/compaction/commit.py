@@ -135,7 +135,7 @@ def _incompatible(request: CompactionRequest, error: Exception,
     if version is None and not landed.startswith("whether"):
         landed += f"; {_remove_unlanded(request, results or [])}"
     error = CompactionError(f"table {request.table}: committing failed: {failure.phrase} "
-                            f"({failure.detail}); {landed}")
+                            f"({failure.detail}); {landed}", failure.kind)
     error.landed_version = version  # the run counts it among what was committed
     return error
 

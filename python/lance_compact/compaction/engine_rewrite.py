@@ -33,7 +33,7 @@ from lance.optimize import CompactionTask, RewriteResult
 
 from ..errors import CompactionError
 from ..runtime import cancellation, hooks
-from ..runtime.failures import BUG, classify, first_part
+from ..runtime.failures import BUG, CORRUPT, classify, first_part
 from ..runtime.secrets import redact
 from .execute import TaskOutcome
 from .fragments import name_damage
@@ -116,7 +116,7 @@ def _execute(task_json: str, dataset: lance.LanceDataset, attempts: int,
                 named = name_damage(dataset, [f.id for f in task.fragments], e, storage_options)
                 if named is None and panic:
                     raise  # a panic no damaged file explains: the engine reports it as one
-                failure = CompactionError(f"table {table}: {named}") if named else e
+                failure = CompactionError(f"table {table}: {named}", CORRUPT) if named else e
                 return None, failure, int((time.monotonic() - clock) * 1000)
     raise AssertionError("unreachable")
 

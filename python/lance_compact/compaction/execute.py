@@ -10,6 +10,7 @@ from lance.optimize import CompactionTask
 from ..errors import CompactionError
 from ..runtime.tables import open_dataset
 from .fragments import name_damage
+from ..runtime.failures import CORRUPT
 
 
 def check_same_pylance(driver_version: str) -> None:
@@ -46,5 +47,5 @@ def execute_task(table: str, uri: str, storage_options: dict[str, str],
         named = name_damage(dataset, [f.id for f in task.fragments], e, storage_options)
         if named is None:
             raise
-        raise CompactionError(f"table {table}: {named}") from None
+        raise CompactionError(f"table {table}: {named}", CORRUPT) from None
     return TaskOutcome(task_id, result.json(), int((time.monotonic() - started) * 1000))

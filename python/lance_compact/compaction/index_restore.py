@@ -13,7 +13,7 @@ from typing import Any
 
 from ..errors import CompactionError
 from ..runtime import hooks
-from ..runtime.failures import committed_phrase, describe
+from ..runtime.failures import classify, committed_phrase, describe
 from ..runtime.tables import open_dataset
 from .commit import is_retryable_conflict
 from .fragments import index_state
@@ -88,5 +88,5 @@ def restore(request: Any, lost: set[str], versions: list[int], dataset: Any = No
             f"table {request.table}: restoring the indices after the compaction failed: {describe(e)}; "
             f"{committed_phrase(versions)}; the index restore did not land: {left} (queries stay correct, "
             f"scanning what an index does not cover); the next compact or maintain, or CALL "
-            f"lance.optimize_indices(table => '{request.table}'), restores them") from None
+            f"lance.optimize_indices(table => '{request.table}'), restores them", classify(e).kind) from None
     return IndexCoverage(lost_now, True, latest.version, found)
