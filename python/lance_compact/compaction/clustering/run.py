@@ -34,7 +34,7 @@ from typing import Any
 import lance
 
 from ...runtime import cancellation
-from ...runtime.failures import committed_phrase, describe, job_failure
+from ...runtime.failures import CORRUPT, classify, committed_phrase, describe, job_failure
 
 from ...runtime import hooks
 from ...errors import CompactionError
@@ -222,7 +222,7 @@ def _job_error(request: CompactionRequest, totals: _Totals, e: Exception, remove
                                       f"{done}; {files}")
     damaged = name_damage(dataset, ids, e, request.storage_options) if dataset is not None and ids else None
     return CompactionError(f"table {request.table}: the clustering job failed: {damaged or job_failure(e)}; "
-                           f"{done}; {files}")
+                           f"{done}; {files}", CORRUPT if damaged else None)
 
 
 def _attempt(sc: Any, request: CompactionRequest, order: SortOrder, dataset: lance.LanceDataset,
@@ -351,7 +351,7 @@ def _commit_rewrite(request: CompactionRequest, plan: ClusterPlan, olds: dict[in
             f"table {request.table}: committing the clustering failed: {describe(error)}; whether this commit "
             f"landed could not be checked ({e.message}): see SELECT * FROM lance.{request.table}.versions; "
             f"{committed_phrase(totals.versions)} before it; its files are left for CALL lance.cleanup(table => "
-            f"'{request.table}', delete_unverified => true)") from None
+            f"'{request.table}', delete_unverified => true)", classify(error).kind) from None
     if files and files <= {p.path for f in latest.get_fragments() for p in f.metadata.data_files()}:
         log.warning("table %s: the clustering's commit failed (%s) but landed, as version %d", request.table,
                     error, latest.version)
@@ -362,7 +362,8 @@ def _commit_rewrite(request: CompactionRequest, plan: ClusterPlan, olds: dict[in
             f"the files it wrote are left for CALL lance.cleanup(table => '{request.table}', delete_unverified => true)")
     raise CompactionError(
         f"table {request.table}: committing the clustering failed: {describe(error)}; this commit did not land "
-        f"(the table is at version {latest.version}); {committed_phrase(totals.versions)}; {left}") from None
+        f"(the table is at version {latest.version}); {committed_phrase(totals.versions)}; {left}",
+        classify(error).kind) from None
 
 
 def _committed(request: CompactionRequest, order: SortOrder, dataset: lance.LanceDataset, plan: ClusterPlan,
@@ -484,12 +485,12 @@ def cluster(request: CompactionRequest, sc: Any) -> tuple:
         raise
     except CompactionError as e:  # its words say what was committed, when anything was
         if totals.versions and "committed" not in e.message:
-            raise CompactionError(f"{e.message}; {committed_phrase(totals.versions)}") from None
+            raise CompactionError(f"{e.message}; {committed_phrase(totals.versions)}", e.kind) from None
         raise
     except Exception as e:  # noqa: B902 - Lance's or ours: name it, and say what was committed
         log.exception("table %s: the clustering failed", request.table)
         raise CompactionError(f"table {request.table}: the clustering failed: {type(e).__name__}: {describe(e)}; "
-                              f"{committed_phrase(totals.versions)}") from None
+                              f"{committed_phrase(totals.versions)}", classify(e).kind) from None
     # Every index covering less than the table, whoever left it so (raises naming what was committed).
     totals.coverage = index_restore.restore(request, totals.lost, totals.versions)
     if totals.coverage is not None and totals.coverage.restored:
