@@ -189,3 +189,45 @@ def test_a_bound_holds_when_the_value_is_a_table_property(spark, bounded, prop, 
     if prop.startswith("lance.compaction."):  # Lance's own key also reaches a plain CALL
         _refused(spark, bounded, f"CALL lance.compact(table => '{BOUNDED}'{order})",
                  f"refused by the bound {bound}", f"target_rows_per_fragment 1 (the table property {prop})")
+
+
+# ---- what kind of failure: an error condition and SQLSTATE for each (docs/failures-and-cancellation.md)
+
+KINDS = [
+    # (kind, the options map of the CALL (None: no table), condition, SQLSTATE)
+    ("bad input", {"target_row_per_fragment": "5"}, "LANCE_INVALID_ARGUMENT", "22023"),
+    ("not a table", None, "LANCE_TABLE_NOT_FOUND", "42P01"),
+    ("concurrent writer", {"test_before_commit": "writers.restore_previous"}, "LANCE_CONCURRENT_WRITE", "40001"),
+    ("storage full", {"test_fail_task": "0:all:enospc"}, "LANCE_STORAGE_ERROR", "58030"),
+    ("corrupt file", {}, "LANCE_CORRUPT_FILE", "XX001"),
+]
+
+
+@pytest.mark.parametrize("how", ["sql", "pyspark"])
+@pytest.mark.parametrize("kind,options,condition,state", KINDS, ids=[k[0] for k in KINDS])
+def test_each_kind_of_failure_has_its_error_condition(spark, warehouse, victim, kind, options, condition, state, how):
+    """SQL (spark.sql) and PySpark (compact()) both see the condition and SQLSTATE, and the
+    message names it first, as Spark's own errors do."""
+    from pyspark.errors import AnalysisException
+
+    from lance_compact import compact
+
+    name = f"kind_{condition.lower()}_{how}"
+    path = warehouse / "db" / f"{name}.lance"
+    table = f"{warehouse}/db/plain" if options is None else f"db.{name}"
+    if options is not None:
+        degraded_table(str(path), fragments=8, rows_per_fragment=40)
+    if kind == "corrupt file":  # a data file cut short
+        data = sorted((path / "data").iterdir())[0]
+        data.write_bytes(data.read_bytes()[:64])
+    with pytest.raises(AnalysisException) as e:
+        if how == "sql":
+            pairs = ", ".join(f"'{k}', '{v}'" for k, v in (options or {}).items())
+            spark.sql(f"CALL lance.compact(table => '{table}', target_rows_per_fragment => 300"
+                      + (f", options => map({pairs})" if pairs else "") + ")").collect()
+        else:
+            compact(spark, table, target_rows_per_fragment=300, options=options or None).collect()
+    assert (e.value.getCondition(), e.value.getSqlState()) == (condition, state), str(e.value)[:2000]
+    assert str(e.value).startswith(f"[{condition}] "), str(e.value)[:500]
+    if kind == "bad input":
+        assert "'target_row_per_fragment' (did you mean 'target_rows_per_fragment'?)" in str(e.value)

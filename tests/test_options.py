@@ -110,3 +110,69 @@ def test_removing_uncommitted_files_never_touches_committed_ones(tmp_path):
     assert remove_new_files(request, results) == sum(len(f.files) for r in results[1:]
                                                       for f in r.new_fragments)
     assert content(lance.dataset(uri)) == before
+
+
+# ---- the Python API is the spec's: signatures, docs, suggestions --------------------------
+
+def test_every_procedure_function_has_exactly_the_specs_parameters():
+    """compact, plan_compaction, describe_layout, cleanup, optimize_indices, maintain and
+    maintain_warehouse: keyword-only parameters named as in parameters.json, in its order, None
+    (the procedure's default) as default, with type hints; the docstring lists each with the
+    spec's default."""
+    import inspect
+
+    from lance_compact import api
+
+    own = {"spark", "table", "namespace", "catalog", "strategy", "options"}
+    for procedure in api.PROCEDURE_SECTIONS:
+        fn = getattr(api, procedure)
+        params = inspect.signature(fn).parameters
+        spec = api.procedure_parameters(procedure)
+        assert [n for n in params if n not in own] == [e["name"] for e in spec], procedure
+        for e in spec:
+            p = params[e["name"]]
+            assert p.kind is inspect.Parameter.KEYWORD_ONLY and p.default is None, (procedure, p)
+            assert p.annotation is not inspect.Parameter.empty, (procedure, p)
+            assert f"{e['name']} (" in fn.__doc__ and f"Default: {api._default_text(e)}." in fn.__doc__
+        assert params["catalog"].kind is inspect.Parameter.KEYWORD_ONLY
+
+
+def test_a_misspelled_keyword_gets_a_suggestion_in_python():
+    from lance_compact import api
+
+    with pytest.raises(TypeError, match=r"compact\(\) got an unexpected keyword argument 'target_row_per_fragment' "
+                                        r"\(did you mean 'target_rows_per_fragment'\?\)"):
+        api.compact(None, "db.t", target_row_per_fragment=5)
+    with pytest.raises(TypeError, match=r"'histogramm' \(did you mean 'histogram'\?\)"):
+        api.describe_layout(None, "db.t", histogramm=True)
+    with pytest.raises(TypeError, match=r"unexpected keyword argument 'colour'$"):
+        api.maintain(None, "db.t", colour="blue")
+
+
+def test_a_misspelled_options_map_key_gets_a_suggestion_from_the_engine():
+    with pytest.raises(CompactionError, match=r"unknown options map key 'target_row_per_fragment' "
+                                              r"\(did you mean 'target_rows_per_fragment'\?\); valid options are: "):
+        lance_options("t", None, {"target_row_per_fragment": "5"})
+
+
+def test_the_engine_answers_each_failure_with_its_kind():
+    """The kinds the JVM maps to error conditions (LanceCompactException.Kind): bad input,
+    a cancel, the object store, a missing table (from the message's words), our bug."""
+    from lance_compact import engine
+    from lance_compact.runtime.cancellation import Cancelled
+
+    def failing(error):
+        def handler(envelope):
+            raise error
+        return {"layout": handler}
+
+    request = json.dumps({"table": "db.t", "uri": "/nowhere/t.lance"})
+    cases = [(CompactionError("table db.t: option x must be >= 1"), "invalid"),
+             (Cancelled("table db.t: compact was cancelled; nothing was committed"), "cancelled"),
+             (CompactionError("table db.t: /w/t.lance does not exist (no Lance dataset there)"), "missing"),
+             (CompactionError("table db.t: cannot open /w: object store unreachable (connection refused)"), "storage"),
+             (OSError("LanceError(IO): Generic S3 error: connection refused"), "storage"),
+             (KeyError("x"), "bug")]
+    for error, kind in cases:
+        answer = engine.handle(failing(error), "layout", request)
+        assert answer["ok"] is False and answer["kind"] == kind, (error, answer)

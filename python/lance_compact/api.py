@@ -10,14 +10,19 @@ Spark needs the catalog (``spark.sql.catalog.lance``) and the jar: a session bui
 """
 from __future__ import annotations
 
+import functools
+import inspect
 import os
 import sys
+from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, Sequence, TypeVar
 
-from .options import option_specs
+from .options import spec as _spec
 from .runtime.envelope import DEFAULT_CATALOG
 from .runtime.private_conf import split, write_properties
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 PICTURE_DIR = "spark.lance.compact.picture.dir"
 
@@ -149,6 +154,14 @@ def _submit_with_properties(private: Mapping[str, str]) -> None:
     os.environ["PYSPARK_SUBMIT_ARGS"] = shlex.join(["--properties-file", str(path), *extra, *args])
 
 
+@functools.lru_cache(maxsize=None)
+def _sql_parameters() -> frozenset[str]:
+    """The compaction options, settings and run settings that are named CALL parameters
+    (``sql`` in parameters.json); the others go in the options map."""
+    return frozenset(e["name"] for section in ("options", "settings", "run_settings")
+                     for e in _spec()[section] if e.get("sql"))
+
+
 class LanceCompaction:
     """A compaction of one table, configured step by step, run by :meth:`execute`.
 
@@ -170,8 +183,7 @@ class LanceCompaction:
             for k, v in value.items():
                 self.option(k, v)
             return self
-        spec = option_specs().get(key)
-        if spec is not None and spec.sql and not isinstance(value, (list, tuple)):
+        if key in _sql_parameters() and not isinstance(value, (list, tuple)):
             self._params[key] = value
         else:
             self._options[key] = ",".join(map(str, value)) if isinstance(value, (list, tuple)) \
@@ -190,6 +202,34 @@ class LanceCompaction:
         :func:`configure_spark_with_lance_compact`)."""
         self._strategy = name
         return self
+
+    def where(self, predicate: str) -> "LanceCompaction":
+        """Compact only fragments holding rows that match ``predicate``, a Spark SQL predicate
+        on the table's columns (``"ts > current_timestamp() - INTERVAL 1 DAY"``)."""
+        return self.option("where", predicate)
+
+    def sort_order(self, order: str) -> "LanceCompaction":
+        """Cluster while compacting: ``"tenant ASC NULLS LAST, ts DESC"``,
+        ``"zorder(tenant, ts)"``, ``"hilbert(tenant, ts)"``, or ``"none"`` (a plain compaction
+        of a clustered table)."""
+        return self.option("sort_order", order)
+
+    def zorder_by(self, *columns: str) -> "LanceCompaction":
+        """Cluster along a Z-order curve through ``columns`` (two or more), as Delta's ZORDER BY."""
+        return self.sort_order(f"zorder({', '.join(columns)})")
+
+    def hilbert_by(self, *columns: str) -> "LanceCompaction":
+        """Cluster along a Hilbert curve through ``columns`` (two or more)."""
+        return self.sort_order(f"hilbert({', '.join(columns)})")
+
+    def target_rows_per_fragment(self, rows: int) -> "LanceCompaction":
+        """Rows each output fragment should hold."""
+        return self.option("target_rows_per_fragment", rows)
+
+    def partial_progress(self, enabled: bool = True, max_commits: int | None = None) -> "LanceCompaction":
+        """Commit in groups as they finish (up to ``max_commits``) rather than all at once."""
+        self.option("partial_progress", enabled)
+        return self.option("max_commits", max_commits) if max_commits is not None else self
 
     def execute(self) -> Any:
         """Run the compaction; returns a one-row DataFrame of measured metrics."""
@@ -229,7 +269,87 @@ def call_procedure(spark: Any, procedure: str, table: str | None, catalog: str =
     return spark.sql(f"CALL {target}.{procedure}({', '.join(named)})", args=args)
 
 
-def describe_layout(spark: Any, table: str, catalog: str = DEFAULT_CATALOG, **params: Any) -> Any:
+# ---- the procedures as Python functions -------------------------------------------------
+#
+# Each function's parameters are the procedure's parameters in parameters.json (the one spec:
+# tests/test_options.py checks every function against it), keyword-only, None meaning "not
+# given" (the procedure's default applies: the table's policy or setting, else the spec's
+# default, which each docstring lists from the spec). A misspelled name fails with a
+# suggestion (:func:`_discoverable`).
+
+_PY_TYPES = {"long": "int", "double": "float", "boolean": "bool", "string": "str",
+             "long_list": "Sequence[int]", "duration": "str | timedelta", "age": "str | datetime | timedelta"}
+
+# Which spec sections make each procedure's parameters (after its table or namespace).
+PROCEDURE_SECTIONS: dict[str, tuple[str, ...]] = {
+    "compact": ("options", "settings", "run_settings"),
+    "plan_compaction": ("options", "settings", "run_settings"),
+    "describe_layout": ("options:target_rows_per_fragment,materialize_deletions_threshold", "layout_parameters"),
+    "cleanup": ("cleanup_parameters",),
+    "optimize_indices": ("optimize_indices_parameters",),
+    "maintain": ("maintain_parameters",),
+    "maintain_warehouse": ("maintain_warehouse_parameters",),
+}
+
+
+def procedure_parameters(procedure: str) -> list[dict[str, Any]]:
+    """The spec's entries (parameters.json) of ``procedure``'s parameters after its table or
+    namespace, in positional order, without test hooks."""
+    found: list[dict[str, Any]] = []
+    for section in PROCEDURE_SECTIONS[procedure]:
+        name, _, only = section.partition(":")
+        entries = _spec()[name]
+        found += [e for e in entries if not only or e["name"] in only.split(",")]
+    return found
+
+
+def _default_text(entry: Mapping[str, Any]) -> str:
+    if entry.get("default") is not None:
+        return repr(entry["default"])
+    if entry.get("lance_default") is not None:
+        return f"the table's lance.compaction.{entry['name']}, else {entry['lance_default']!r}"
+    return "the procedure's (see the reference)"
+
+
+def _discoverable(procedure: str) -> Callable[[F], F]:
+    """Make ``fn`` a documented, checked procedure call: its docstring gains every parameter of
+    the spec with its type, meaning and default; a misspelled keyword fails at once with the
+    closest name (``TypeError: compact() got an unexpected keyword argument
+    'target_row_per_fragment' (did you mean 'target_rows_per_fragment'?)``)."""
+    from .options import did_you_mean
+
+    def wrap(fn: F) -> F:
+        signature = inspect.signature(fn)
+
+        @functools.wraps(fn)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            unknown = [k for k in kwargs if k not in signature.parameters]
+            if unknown:
+                raise TypeError(f"{fn.__name__}() got an unexpected keyword argument {unknown[0]!r}"
+                                f"{did_you_mean(unknown[0], signature.parameters)}")
+            return fn(*args, **kwargs)
+
+        lines = [f"    {e['name']} ({_PY_TYPES.get(e['type'], e['type'])}): {e['doc']} "
+                 f"Default: {_default_text(e)}." for e in procedure_parameters(procedure)]
+        call.__doc__ = (fn.__doc__ or "").rstrip() + (
+            f"\n\n    Parameters of ``CALL lance.{procedure}`` (from parameters.json; None: not given):\n\n"
+            + "\n".join(lines) + "\n")
+        return call  # type: ignore[return-value]
+    return wrap
+
+
+def _given(procedure: str, values: Mapping[str, Any]) -> dict[str, Any]:
+    """The spec's parameters of ``procedure`` that were given (not None), by name."""
+    return {e["name"]: values[e["name"]] for e in procedure_parameters(procedure)
+            if values.get(e["name"]) is not None}
+
+
+@_discoverable("describe_layout")
+def describe_layout(spark: Any, table: str, *, catalog: str = DEFAULT_CATALOG,
+                    target_rows_per_fragment: int | None = None,
+                    materialize_deletions_threshold: float | None = None,
+                    histogram: bool | None = None, picture: str | None = None,
+                    compare_version: int | None = None) -> Any:
     """The layout report as a one-row DataFrame (``CALL lance.describe_layout``).
 
     ``histogram=True``: the fragment-size histogram as text instead, a row per line (column
@@ -240,67 +360,219 @@ def describe_layout(spark: Any, table: str, catalog: str = DEFAULT_CATALOG, **pa
 
     >>> print("\\n".join(r.histogram for r in describe_layout(spark, "db.events", histogram=True).collect()))
     """
-    return call_procedure(spark, "describe_layout", table, catalog, params)
+    return call_procedure(spark, "describe_layout", table, catalog, _given("describe_layout", locals()))
 
 
-def cleanup(spark: Any, table: str, catalog: str = DEFAULT_CATALOG, **params: Any) -> Any:
-    """Lance's cleanup of old versions and orphaned files (``CALL lance.cleanup``):
-    ``older_than='7 days'``, ``retain_versions``, ``delete_unverified``, ``dry_run``."""
-    return call_procedure(spark, "cleanup", table, catalog, params)
+@_discoverable("cleanup")
+def cleanup(spark: Any, table: str, *, catalog: str = DEFAULT_CATALOG,
+            older_than: str | datetime | timedelta | None = None, retain_versions: int | None = None,
+            delete_unverified: bool | None = None, dry_run: bool | None = None,
+            unverified_min_age: str | datetime | timedelta | None = None) -> Any:
+    """Lance's cleanup of old versions and orphaned files (``CALL lance.cleanup``); a one-row
+    DataFrame of what was (or, with ``dry_run``, would be) removed.
+
+    >>> cleanup(spark, "db.events", older_than="14 days", dry_run=True).show()
+    """
+    return call_procedure(spark, "cleanup", table, catalog, _given("cleanup", locals()))
 
 
-def optimize_indices(spark: Any, table: str, catalog: str = DEFAULT_CATALOG, **params: Any) -> Any:
-    """Lance's index optimization (``CALL lance.optimize_indices``): ``indices='a,b'``,
-    ``num_indices_to_merge``, ``retrain``, ``dry_run``; a one-row DataFrame."""
-    return call_procedure(spark, "optimize_indices", table, catalog, params)
+@_discoverable("optimize_indices")
+def optimize_indices(spark: Any, table: str, *, catalog: str = DEFAULT_CATALOG,
+                     indices: str | None = None, num_indices_to_merge: int | None = None,
+                     retrain: bool | None = None, dry_run: bool | None = None) -> Any:
+    """Lance's index optimization (``CALL lance.optimize_indices``); a one-row DataFrame of
+    what changed.
+
+    >>> optimize_indices(spark, "db.events", indices="id_idx").show()
+    """
+    return call_procedure(spark, "optimize_indices", table, catalog, _given("optimize_indices", locals()))
 
 
-def maintain(spark: Any, table: str, catalog: str = DEFAULT_CATALOG, **params: Any) -> Any:
+@_discoverable("maintain")
+def maintain(spark: Any, table: str, *, catalog: str = DEFAULT_CATALOG,
+             target_rows_per_fragment: int | None = None, min_small_fragments: int | None = None,
+             min_unindexed_fragments: int | None = None,
+             older_than: str | datetime | timedelta | None = None, retain_versions: int | None = None,
+             max_bytes: int | None = None, dry_run: bool | None = None, sort_order: str | None = None,
+             max_clustering_depth: float | None = None) -> Any:
     """Everyday maintenance (``CALL lance.maintain``): compaction, index optimization and
-    cleanup, each when due (``min_small_fragments``, ``min_unindexed_fragments``,
-    ``older_than``, ``retain_versions``, ``target_rows_per_fragment``, ``dry_run``);
-    a DataFrame with a row per step.
+    cleanup, each when due; a DataFrame with a row per step (ran or skipped, and why).
 
     >>> maintain(spark, "db.events", older_than="1 day").show()
     """
-    return call_procedure(spark, "maintain", table, catalog, params)
+    return call_procedure(spark, "maintain", table, catalog, _given("maintain", locals()))
 
 
-def maintain_warehouse(spark: Any, namespace: str | None = None, catalog: str = DEFAULT_CATALOG,
-                       **params: Any) -> Any:
+@_discoverable("maintain_warehouse")
+def maintain_warehouse(spark: Any, namespace: str | None = None, *, catalog: str = DEFAULT_CATALOG,
+                       dry_run: bool | None = None, max_tables: int | None = None,
+                       max_bytes: int | None = None, max_duration: str | timedelta | None = None,
+                       parallelism: int | None = None, exclude: str | None = None,
+                       target_rows_per_fragment: int | None = None, min_small_fragments: int | None = None,
+                       min_unindexed_fragments: int | None = None,
+                       older_than: str | datetime | timedelta | None = None,
+                       retain_versions: int | None = None, sort_order: str | None = None,
+                       max_clustering_depth: float | None = None) -> Any:
     """Maintain every table of the warehouse, or of ``namespace``, that needs it
     (``CALL lance.maintain_warehouse``): worst health first, then priority, within
-    ``max_tables``, ``max_bytes`` and ``max_duration``; the maintain thresholds
-    (``target_rows_per_fragment``, ``min_small_fragments``, ``older_than``, ...) as defaults
+    ``max_tables``, ``max_bytes`` and ``max_duration``; the maintain thresholds as defaults
     for every table; ``dry_run=True`` writes nothing. A DataFrame with a row per table and step.
 
     >>> maintain_warehouse(spark, "db", max_duration="10 minutes").show()
     """
+    params = _given("maintain_warehouse", locals())
     if namespace is not None:
         params = {"namespace": namespace, **params}
     return call_procedure(spark, "maintain_warehouse", None, catalog, params)
 
 
-def _compaction(spark: Any, table: str, catalog: str, strategy: str | None,
-                options: Mapping[str, Any]) -> LanceCompaction:
+def _compaction(spark: Any, table: str, catalog: str, strategy: str | None, given: Mapping[str, Any],
+                options: Mapping[str, Any] | None) -> "LanceCompaction":
     """The compaction :func:`compact` runs and :func:`plan_compaction` plans."""
-    job = LanceCompaction(spark, table, catalog).options(**options)
+    job = LanceCompaction(spark, table, catalog).options(**given)
+    if options:
+        job.option("options", options)
     return job.strategy(strategy) if strategy else job
 
 
+@_discoverable("plan_compaction")
 def plan_compaction(spark: Any, table: str, *, catalog: str = DEFAULT_CATALOG, strategy: str | None = None,
-                    **options: Any) -> Any:
-    """Dry run of :func:`compact`: a DataFrame with a row per task; writes nothing."""
-    return _compaction(spark, table, catalog, strategy, options).plan()
+                    options: Mapping[str, Any] | None = None,
+                    target_rows_per_fragment: int | None = None, max_rows_per_group: int | None = None,
+                    max_bytes_per_file: int | None = None, materialize_deletions: bool | None = None,
+                    materialize_deletions_threshold: float | None = None, defer_index_remap: bool | None = None,
+                    compaction_mode: str | None = None, num_threads: int | None = None,
+                    batch_size: int | None = None, io_buffer_size: int | None = None,
+                    binary_copy_read_batch_bytes: int | None = None, max_source_fragments: int | None = None,
+                    max_source_rows: int | None = None, max_source_bytes: int | None = None,
+                    excluded_fragment_ids: Sequence[int] | None = None, data_storage_version: str | None = None,
+                    since_version: int | None = None, max_bytes: int | None = None, max_rows: int | None = None,
+                    max_fragments: int | None = None, partial_progress: bool | None = None,
+                    max_commits: int | None = None, max_retries: int | None = None,
+                    carry_over_deletes: bool | None = None, where: str | None = None,
+                    min_input_fragments: int | None = None, task_order: str | None = None,
+                    sort_order: str | None = None, full: bool | None = None,
+                    restore_indices: bool | None = None) -> Any:
+    """Dry run of :func:`compact`: a DataFrame with a row per task it would run or leave for
+    later, and why; writes nothing."""
+    return _compaction(spark, table, catalog, strategy, _given("plan_compaction", locals()), options).plan()
 
 
+@_discoverable("compact")
 def compact(spark: Any, table: str, *, catalog: str = DEFAULT_CATALOG, strategy: str | None = None,
-            **options: Any) -> Any:
+            options: Mapping[str, Any] | None = None,
+            target_rows_per_fragment: int | None = None, max_rows_per_group: int | None = None,
+            max_bytes_per_file: int | None = None, materialize_deletions: bool | None = None,
+            materialize_deletions_threshold: float | None = None, defer_index_remap: bool | None = None,
+            compaction_mode: str | None = None, num_threads: int | None = None,
+            batch_size: int | None = None, io_buffer_size: int | None = None,
+            binary_copy_read_batch_bytes: int | None = None, max_source_fragments: int | None = None,
+            max_source_rows: int | None = None, max_source_bytes: int | None = None,
+            excluded_fragment_ids: Sequence[int] | None = None, data_storage_version: str | None = None,
+            since_version: int | None = None, max_bytes: int | None = None, max_rows: int | None = None,
+            max_fragments: int | None = None, partial_progress: bool | None = None,
+            max_commits: int | None = None, max_retries: int | None = None,
+            carry_over_deletes: bool | None = None, where: str | None = None,
+            min_input_fragments: int | None = None, task_order: str | None = None,
+            sort_order: str | None = None, full: bool | None = None,
+            restore_indices: bool | None = None) -> Any:
     """Compact ``table``; returns a one-row DataFrame of measured metrics.
 
-    ``sort_order="tenant ASC NULLS LAST, ts DESC"``, ``sort_order="hilbert(tenant, ts)"`` or ``"zorder(tenant, ts)"``
-    clusters the rows while compacting (a sort on executors; see parameters.json's sort_order).
+    ``where`` is a Spark SQL predicate (``"ts > current_timestamp() - INTERVAL 1 DAY"``): only
+    fragments holding matching rows are compacted. ``sort_order="tenant ASC NULLS LAST, ts
+    DESC"``, ``"hilbert(tenant, ts)"`` or ``"zorder(tenant, ts)"`` clusters the rows while
+    compacting. ``strategy`` picks the planner (``default``, ``io_bounded``, ``deletion_only``,
+    ``incremental`` or one registered with the catalog); ``options`` is the options map, for
+    a registered strategy's own settings.
 
     >>> compact(spark, "db.events", target_rows_per_fragment=1_048_576).show()
     """
-    return _compaction(spark, table, catalog, strategy, options).execute()
+    return _compaction(spark, table, catalog, strategy, _given("compact", locals()), options).execute()
+
+
+# ---- warehouse views -------------------------------------------------------------------
+
+def _system_table(spark: Any, name: str, table: str | None, catalog: str) -> Any:
+    """``<catalog>.system.<name>``, narrowed to one ``namespace.table`` (filters the catalog
+    pushes down: only that table is read)."""
+    from pyspark.sql import functions as F
+
+    frame = spark.table(".".join(f"`{p}`" for p in [*catalog.split("."), "system", name]))
+    if table is None:
+        return frame
+    parts = table.split(".")
+    if len(parts) > 2 and parts[0] == catalog:
+        parts = parts[1:]
+    if len(parts) < 2:
+        raise ValueError(f"table {table!r} needs a namespace: write <namespace>.<table>, for example db.events")
+    return frame.where((F.col("namespace") == ".".join(parts[:-1])) & (F.col("table") == parts[-1]))
+
+
+def table_health(spark: Any, table: str | None = None, *, catalog: str = DEFAULT_CATALOG) -> Any:
+    """Health of every table of the warehouse, or of ``table`` (``namespace.table``), from
+    metadata only: a DataFrame of ``lance.system.table_health`` (a row per table: its score,
+    the steps due and why, fragments, deletions, unindexed fragments, versions, clustering).
+
+    >>> table_health(spark).orderBy("health_score").show()
+    """
+    return _system_table(spark, "table_health", table, catalog)
+
+
+def history(spark: Any, table: str | None = None, *, catalog: str = DEFAULT_CATALOG) -> Any:
+    """The versions of every table of the warehouse, or of ``table``, and which were
+    maintenance (compaction, index optimization, cleanup): a DataFrame of
+    ``lance.system.maintenance_history`` (a row per table and version).
+
+    >>> history(spark, "db.events").where("maintenance").show()
+    """
+    return _system_table(spark, "maintenance_history", table, catalog)
+
+
+class LanceTable:
+    """One table, for everything this package does to it, the way Delta's ``DeltaTable`` reads::
+
+        t = LanceTable.for_name(spark, "db.events")
+        t.optimize().where("day >= current_date() - INTERVAL 7 DAYS").sort_order("zorder(tenant, ts)") \\
+            .target_rows_per_fragment(1 << 20).execute()
+        t.cleanup(older_than="14 days")
+        t.health().show(); t.history().show(); t.layout().show()
+
+    Every call is the same ``CALL`` SQL users run (works over Spark Connect too).
+    """
+
+    def __init__(self, spark: Any, name: str, catalog: str = DEFAULT_CATALOG) -> None:
+        self._spark, self.name, self.catalog = spark, name, catalog
+
+    @classmethod
+    def for_name(cls, spark: Any, name: str, catalog: str = DEFAULT_CATALOG) -> "LanceTable":
+        """The table ``name`` (``namespace.table`` of ``catalog``, or a dataset path in its warehouse)."""
+        return cls(spark, name, catalog)
+
+    def optimize(self) -> "LanceCompaction":
+        """A compaction of this table to configure (``where``, ``sort_order``,
+        ``target_rows_per_fragment``, ...) and run with ``execute()`` (or ``plan()``)."""
+        return LanceCompaction(self._spark, self.name, self.catalog)
+
+    def cleanup(self, **params: Any) -> Any:
+        """:func:`cleanup` of this table."""
+        return cleanup(self._spark, self.name, catalog=self.catalog, **params)
+
+    def maintain(self, **params: Any) -> Any:
+        """:func:`maintain` of this table."""
+        return maintain(self._spark, self.name, catalog=self.catalog, **params)
+
+    def optimize_indices(self, **params: Any) -> Any:
+        """:func:`optimize_indices` of this table."""
+        return optimize_indices(self._spark, self.name, catalog=self.catalog, **params)
+
+    def layout(self, **params: Any) -> Any:
+        """:func:`describe_layout` of this table."""
+        return describe_layout(self._spark, self.name, catalog=self.catalog, **params)
+
+    def health(self) -> Any:
+        """:func:`table_health` of this table (one row)."""
+        return table_health(self._spark, self.name, catalog=self.catalog)
+
+    def history(self) -> Any:
+        """:func:`history` of this table (a row per version)."""
+        return history(self._spark, self.name, catalog=self.catalog)

@@ -134,7 +134,7 @@ def handle(handlers: dict[str, Handler], action: str, request: str) -> dict[str,
 # The words runtime/failures.py promises in messages built from a Failure, by kind; the first
 # match wins (a conflict's message may also name the store).
 _KIND_WORDS = (("conflict", ("concurrent",)),
-               ("storage", ("object store", "storage failure")),
+               ("storage", ("object store", "storage failure", "storage full", "no space left")),
                ("corrupt", ("corrupt or unreadable file", "a data file the table references is missing")),
                ("missing", ("does not exist (no lance dataset", "is not a lance dataset",
                             "no such table", "version of the table does not exist")))

@@ -5,6 +5,7 @@ lives in exactly one place.
 """
 from __future__ import annotations
 
+import difflib
 import json
 import math
 import os
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import lru_cache
 from importlib import resources
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from .errors import CompactionError
 
@@ -206,6 +207,12 @@ def setting_strategies(name: str) -> tuple[str, ...]:
     return tuple(next(o for o in spec()["settings"] if o["name"] == name)["strategies"])
 
 
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """`` (did you mean 'x'?)`` for the known name closest to a misspelled ``name``, else ''."""
+    close = difflib.get_close_matches(name.strip().lower(), sorted(set(known)), n=1, cutoff=0.75)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
 def parse_options(table: str, strategy: str, planner_settings: Mapping[str, OptionSpec],
                   params: Mapping[str, Any] | None, extra: Mapping[str, Any] | None
                   ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any], dict[str, Any]]:
@@ -240,8 +247,9 @@ def parse_options(table: str, strategy: str, planner_settings: Mapping[str, Opti
                     f"table {table}: setting {name} belongs to strategy "
                     f"{' or '.join(setting_strategies(name))}, not {strategy}")
             else:
+                known = [*lance_specs, *run_specs(), *setting_specs()]
                 raise CompactionError(
-                    f"table {table}: unknown {source} {key!r}; valid options are: "
+                    f"table {table}: unknown {source} {key!r}{did_you_mean(str(name), known)}; valid options are: "
                     + ", ".join(sorted(lance_specs) + sorted(run_specs()))
                     + (f"; settings of strategy {strategy}: " + ", ".join(sorted(planner_settings))
                        if planner_settings else ""))

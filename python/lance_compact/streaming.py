@@ -35,7 +35,7 @@ def with_maintenance(spark: Any, table: str, write: Callable[[Any, int], None], 
                      **params: Any) -> Callable[[Any, int], None]:
     """``write`` followed, every ``every`` micro-batches, by ``maintain(spark, table,
     **params)`` (``max_bytes`` bounds the compaction step; see ``CALL lance.maintain``)."""
-    return _every(write, every, table, lambda: maintain(spark, table, catalog, **params).collect(), on_result)
+    return _every(write, every, table, lambda: maintain(spark, table, catalog=catalog, **params).collect(), on_result)
 
 
 def with_warehouse_maintenance(spark: Any, write: Callable[[Any, int], None], every: int = 10,
@@ -51,7 +51,7 @@ def with_warehouse_maintenance(spark: Any, write: Callable[[Any, int], None], ev
     """
     what = f"namespace {namespace}" if namespace else "the warehouse"
     return _every(write, every, what,
-                  lambda: maintain_warehouse(spark, namespace, catalog, **params).collect(), on_result)
+                  lambda: maintain_warehouse(spark, namespace, catalog=catalog, **params).collect(), on_result)
 
 
 def _every(write: Callable[[Any, int], None], every: int, what: str, run_maintenance: Callable[[], list],

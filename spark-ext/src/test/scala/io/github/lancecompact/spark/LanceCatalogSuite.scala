@@ -105,10 +105,14 @@ class LanceCatalogSuite extends AnyFunSuite with BeforeAndAfterAll {
     assert(first.getAs[Long]("new_version") == first.getAs[Long]("read_version"))
   }
 
-  test("engine errors arrive with the engine's message") {
-    val e = intercept[Exception](spark.sql(
+  test("engine errors arrive with the engine's message, their error condition and SQLSTATE") {
+    val e = intercept[org.apache.spark.sql.AnalysisException](spark.sql(
       "CALL lance.compact(table => 'db.events', options => map('bogus', '1'))").collect())
-    assert(e.getMessage.startsWith("table db.events: unknown options map key 'bogus'"), e.getMessage)
+    assert(e.getMessage.startsWith("[LANCE_INVALID_ARGUMENT] table db.events: unknown options map key 'bogus'"), e.getMessage)
+    assert(e.getCondition == "LANCE_INVALID_ARGUMENT" && e.getSqlState == "22023")
+    val typo = intercept[org.apache.spark.sql.AnalysisException](spark.sql(
+      "CALL lance.compact(table => 'db.events', options => map('target_row_per_fragment', '1'))").collect())
+    assert(typo.getMessage.contains("'target_row_per_fragment' (did you mean 'target_rows_per_fragment'?)"), typo.getMessage)
   }
 
   test("a streaming query maintains a table from its foreachBatch every N batches") {
