@@ -26,7 +26,7 @@ final class EngineBridge(sc: SparkContext) {
                               val properties: Map[String, String]) {
     /** Its place among the requests the engine took (0: still queued). */
     @volatile var taken: Long = 0L
-    /** Whether it keeps a cancel watch (CancelWatch.scala). */
+    /** Whether its cancels are watched for while no job of it runs (CancelWatch.scala). */
     val watched: Boolean = Watched.contains(action)
     val response = new CompletableFuture[String]()
     /** The job tag of this request's Spark jobs. */
@@ -47,7 +47,7 @@ final class EngineBridge(sc: SparkContext) {
   /** Keeps a cancel sent while no job of a statement runs (CancelWatch.scala). */
   private val watch = new CancelWatch(sc, (id, why) => cancelledBySpark(id, why))
   sc.addSparkListener(watch)
-  /** Whether statements keep a cancel watch (`spark.lance.compact.cancelWatch`, default true). */
+  /** Whether statements' cancels are watched for (`spark.lance.compact.cancelWatch`, default true). */
   @volatile var cancelWatch: Boolean = sc.getConf.getBoolean(CancelWatchConf, true)
 
   /** The driver's SparkContext, which the engine wraps in a PySpark SparkContext. */
@@ -104,21 +104,15 @@ final class EngineBridge(sc: SparkContext) {
     val request = Option(pending.get(id))
     val props = request.map(_.properties).getOrElse(Map.empty)
     Inherited.foreach(k => sc.setLocalProperty(k, props.getOrElse(k, null)))
-    request.foreach { r =>
-      sc.addJobTag(r.tag)
-      if (r.watched && cancelWatch) watch.watch(r.id, r.tag, r.properties)
-    }
+    request.foreach(r => sc.addJobTag(r.tag))
   }
 
   /** Run the engine's `rdd` to its end as one Spark job, on the calling (engine-paired) thread,
    * so under the request's adopted job group, tags and pool; throws the job's failure as
-   * `SparkContext.runJob` does. Its request's cancel watch is handed over to the job as soon as
-   * the job is queued in the DAGScheduler (CancelWatch.handOver): the watch's executor slot is
-   * free before the job's tasks are scheduled, and no cancel finds neither active. */
+   * `SparkContext.runJob` does. */
   def runJob(rdd: JavaRDD[Array[Byte]]): Unit = {
     val r = rdd.rdd
     val job = sc.submitJob(r, Drain, 0 until r.partitions.length, (_: Int, _: Unit) => (), ())
-    watch.handOver(sc.getJobTags(), job.jobIds.head)
     Await.ready(job, Duration.Inf)
     job.value.foreach(_.get)
   }
@@ -138,8 +132,8 @@ final class EngineBridge(sc: SparkContext) {
       cancelJobs(r)
     }
 
-  /** A Spark job of request `id` (its own or its cancel watch) was cancelled: the whole
-   * statement is, with Spark's reason ("Job 7 cancelled part of cancelled job group g"). */
+  /** Request `id`'s statement was cancelled through Spark (a cancel of its job group, tags or all
+   * jobs, or of one of its jobs: CancelWatch): the whole statement is, with Spark's reason. */
   private def cancelledBySpark(id: String, why: String): Unit =
     Option(pending.get(id)).foreach { r =>
       if (r.cancelReason == null) r.cancelReason = why
@@ -161,6 +155,8 @@ final class EngineBridge(sc: SparkContext) {
     val props = if (tags.isEmpty) own else own + ("spark.job.tags" -> tags.mkString(","))
     val r = new Request(id, action, body, props)
     pending.put(id, r)
+    // watched from now: a cancel sent while it waits for the engine is kept too
+    if (r.watched && cancelWatch) watch.watch(r.id, r.tag, r.properties)
     queue.put(r)
     (id, r.response)
   }
@@ -186,13 +182,13 @@ object EngineBridge {
   val Inherited: Seq[String] = Seq("spark.jobGroup.id", "spark.job.interruptOnCancel",
     "spark.job.tags", "spark.scheduler.pool")
 
-  /** Actions whose statements keep a cancel watch: those that run Spark jobs and commit. */
+  /** Actions whose statements' cancels are watched for: those that run Spark jobs and commit. */
   val Watched: Set[String] = Set("compact", "maintain", "maintain_warehouse")
   val CancelWatchConf = "spark.lance.compact.cancelWatch"
 
   /** What a job of [[EngineBridge.runJob]] does with each partition: compute it (the engine's
    * tasks report through accumulators). An object, not a lambda: Spark's closure cleaner
-   * passes it as it is instead of reading its class file on every job (CancelWatch.Hold). */
+   * passes it as it is instead of reading its class file on every job. */
   private object Drain extends (Iterator[Array[Byte]] => Unit) with Serializable {
     override def apply(it: Iterator[Array[Byte]]): Unit = while (it.hasNext) it.next()
   }
