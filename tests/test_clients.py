@@ -200,12 +200,45 @@ def test_connect_errors(connect, remote):
                 run()
             assert "The table or view db.nope cannot be found" in str(e.value)
             assert e.value.getSqlState() == "42P01"
-        # An error of the engine process reaches the client with its message.
+        # An error of the engine process reaches the client with its message, error condition
+        # and SQLSTATE; a misspelled name gets a suggestion.
         ident, path, before = make_table(wh, "connect_bad")
         with pytest.raises(PySparkException) as e:
-            compact(remote, ident, colour="blue").collect()
+            compact(remote, ident, options={"colour": "blue"}).collect()
         assert f"table {ident}: unknown options map key 'colour'; valid options are:" in str(e.value)
+        assert (e.value.getCondition(), e.value.getSqlState()) == ("LANCE_INVALID_ARGUMENT", "22023")
+        with pytest.raises(AnalysisException) as e:
+            remote.sql(f"CALL lance.compact(table => '{ident}', options => map('target_row_per_fragment', '5'))").collect()
+        assert "(did you mean 'target_rows_per_fragment'?)" in str(e.value)
+        assert e.value.getCondition() == "LANCE_INVALID_ARGUMENT"
+        with pytest.raises(TypeError, match="did you mean 'target_rows_per_fragment'"):
+            compact(remote, ident, target_row_per_fragment=5)
         assert lance.dataset(str(path)).version == before.version
+
+
+def test_connect_table_builder_and_helpers(connect, remote):
+    """LanceTable's builder (where in Spark SQL, sort_order) and the table_health / history
+    DataFrames over Connect: the columns of parameters.json, the compaction among the history."""
+    from lance_compact import LanceTable, history, table_health
+    from lance_compact.options import result_columns
+
+    server, wh = connect
+    with server.logs_on_failure():
+        ident, path, before = make_table(wh, "connect_table")
+        t = LanceTable.for_name(remote, ident)
+        row = (t.optimize().where("id < 1200 AND category IS NOT NULL").sort_order("id DESC")
+               .target_rows_per_fragment(500).execute().collect()[0])
+        after = lance.dataset(str(path))
+        assert content(after) == content(before) and row.new_version == after.version
+        assert row.fragments_removed >= 2 and len(after.get_fragments()) < len(before.get_fragments())
+        health = t.health()
+        assert health.columns == [n for n, _ in result_columns("health_columns")]
+        assert [(r.namespace, r.table, r.version) for r in health.collect()] == [("db", "connect_table", after.version)]
+        versions = history(remote, ident)
+        assert versions.columns == [n for n, _ in result_columns("history_columns")]
+        assert any(r.version > before.version for r in versions.where("maintenance").collect())
+        assert "connect_table" in {r.table for r in table_health(remote).collect()}
+        assert t.layout().collect()[0].version == after.version
 
 
 def wait_for_cancelled(engine_log: Path, table: str, timeout: float = 30) -> str:

@@ -176,3 +176,14 @@ def test_the_engine_answers_each_failure_with_its_kind():
     for error, kind in cases:
         answer = engine.handle(failing(error), "layout", request)
         assert answer["ok"] is False and answer["kind"] == kind, (error, answer)
+
+
+def test_no_rust_source_path_reaches_the_user():
+    from lance_compact import engine
+
+    def handler(envelope):
+        raise CompactionError("table db.t: where 'id = 1.5' is not a predicate Lance can evaluate on this table "
+                              "(Invalid user input: Received literal Float64(1.5), /home/runner/work/lance/lance/"
+                              "rust/lance-datafusion/src/planner.rs:951:33)")
+    answer = engine.handle({"layout": handler}, "layout", json.dumps({"table": "db.t", "uri": "/w/t.lance"}))
+    assert answer["error"].endswith("Received literal Float64(1.5))") and ".rs:" not in answer["error"]

@@ -19,6 +19,7 @@ import json
 import importlib
 import logging
 import os
+import re
 import sys
 import threading
 import time
@@ -116,13 +117,13 @@ def handle(handlers: dict[str, Handler], action: str, request: str) -> dict[str,
             result = handlers[action](envelope)
             return {"ok": True, "schema": result.schema, "rows": result.json_rows()}
         except CompactionError as e:
-            return {"ok": False, "error": redact(e.message, storage), "kind": failure_kind(e)}
+            return {"ok": False, "error": redact(scrub(e.message), storage), "kind": failure_kind(e)}
         except Exception as e:  # a bug or an unexpected Lance error: say what, keep serving
             from .runtime.failures import classify, describe
 
             log.error("engine: %s failed: %s", action, redact(traceback.format_exc(), storage))
             return {"ok": False, "error": redact(
-                f"lance_compact engine: {action} failed: {type(e).__name__}: {describe(e)}", storage),
+                scrub(f"lance_compact engine: {action} failed: {type(e).__name__}: {describe(e)}"), storage),
                     "kind": classify(e).kind}
         except _LoseResponse:
             raise
@@ -138,6 +139,16 @@ _KIND_WORDS = (("conflict", ("concurrent",)),
                ("corrupt", ("corrupt or unreadable file", "a data file the table references is missing")),
                ("missing", ("does not exist (no lance dataset", "is not a lance dataset",
                             "no such table", "version of the table does not exist")))
+
+
+# A Rust source location in Lance's words (", /home/runner/work/lance/.../planner.rs:951:33"):
+# the user is shown what failed, not where in Lance's sources.
+_SOURCE_PATH = re.compile(r"(?:,\s*)?(?:/[^\s,()]*|[\w.-]+(?:/[\w.-]+)*)\.rs:\d+(?::\d+)?")
+
+
+def scrub(message: str) -> str:
+    """``message`` without Rust source locations."""
+    return _SOURCE_PATH.sub("", message)
 
 
 def failure_kind(e: Exception) -> str:
