@@ -97,7 +97,9 @@ def _session(master: str, warehouse: Path, plugin: bool = True, conf: dict | Non
     from lance_compact import configure_spark_with_lance_compact
 
     builder = (SparkSession.builder.master(master).appName("lance-compact-benchmark")
-               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false"))
+               .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
+               # the operator's: these tables' versions are seconds old (version-retention check off)
+               .config("spark.lance.compact.cleanup.versionMinAge", "0s"))
     for k, v in (conf or {}).items():
         builder = builder.config(k, v)
     spark = configure_spark_with_lance_compact(builder, warehouse=str(warehouse),

@@ -218,7 +218,8 @@ def main() -> int:
 
         engine_log = work / "engine.log"
         spark = lance_session("local[2]", "lance-compact-warehouse-scale", uri,
-                              {"spark.lance.compact.engine.log": str(engine_log)},
+                              {"spark.lance.compact.engine.log": str(engine_log),
+                               "spark.lance.compact.cleanup.versionMinAge": "0s"},  # versions seconds old
                               **({"storage_options": storage} if storage else {}))
         # warm the engine and its imports, but evaluate no table: the first dry run below is the
         # first time this engine reads the tables (what a fresh spark-sql's dry run costs)

@@ -115,7 +115,7 @@ EXAMPLES = {
     "describe_layout": "CALL lance.describe_layout(table => 'db.events', histogram => true)",
     "cleanup": "CALL lance.cleanup(table => 'db.events', older_than => '7 days', dry_run => true)",
     "optimize_indices": "CALL lance.optimize_indices(table => 'db.events')",
-    "maintain": "CALL lance.maintain(table => 'db.events', older_than => '1 day')",
+    "maintain": "CALL lance.maintain(table => 'db.events', older_than => INTERVAL 8 DAYS)",
     "maintain_warehouse": "CALL lance.maintain_warehouse(namespace => 'db', max_tables => 10,\n"
                           "                              max_duration => '30 minutes')",
 }
@@ -143,6 +143,10 @@ def sql_type(kind: str) -> str:
     """The spec's type as Spark SQL names it."""
     if kind == "long_list":
         return "bigint list (comma-separated)"
+    if kind == "duration":  # runtime/durations.py: text such as '10 minutes' or '10m', or an INTERVAL
+        return "string or interval"
+    if kind == "age":  # a duration, or a moment in the past
+        return "string, interval or timestamp"
     if kind == "duration":  # runtime/durations.py: text such as '10 minutes' or '10m', or an INTERVAL
         return "string or interval"
     if kind == "age":  # a duration, or a moment in the past

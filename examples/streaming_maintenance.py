@@ -18,6 +18,8 @@ import time
 
 import lance
 
+RETENTION = "10 seconds"  # maintain's older_than here: a demo's versions are seconds old
+
 
 def run(spark, warehouse: str, seconds: float, rows_per_second: int, every: int) -> dict:
     from pyspark.sql import functions as F
@@ -39,7 +41,7 @@ def run(spark, warehouse: str, seconds: float, rows_per_second: int, every: int)
         rounds.append((batch_id, [(r.step, r.ran, r.outcome or r.reason) for r in rows]))
 
     sink = with_maintenance(spark, "db.stream", write, every=every, max_bytes=64 << 20,
-                            min_small_fragments=4, older_than="10 seconds", on_result=maintained)
+                            min_small_fragments=4, older_than=RETENTION, on_result=maintained)
 
     def guarded(batch, batch_id):  # maintenance needs the table to exist
         if os.path.exists(uri) or batch.count():
@@ -72,7 +74,10 @@ def main() -> int:
     os.makedirs(os.path.join(a.warehouse, "db"), exist_ok=True)
     spark = configure_spark_with_lance_compact(
         SparkSession.builder.master("local[2]").appName("streaming-maintenance")
-        .config("spark.ui.enabled", "false"), warehouse=a.warehouse).getOrCreate()
+        .config("spark.ui.enabled", "false")
+        # the operator's version floor lowered to the demo's retention (default 7 days: no
+        # cleanup removes a younger version, as Delta's VACUUM)
+        .config("spark.lance.compact.cleanup.versionMinAge", RETENTION), warehouse=a.warehouse).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     out = run(spark, a.warehouse, a.seconds, a.rows_per_second, a.every)
     for batch_id, steps in out.pop("rounds"):

@@ -181,6 +181,8 @@ def connect_server(warehouse: Path, workdir: Path) -> SparkServer:
     args = [os.path.join(home, "bin", "spark-submit"), "--class", CONNECT_SERVER_CLASS,
             *local_args(workdir), *catalog_args(warehouse, engine_log),
             "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
+            # the operator's: the notebook cleans up versions seconds old (version-retention check off)
+            "--conf", "spark.lance.compact.cleanup.versionMinAge=0s",
             "--conf", f"spark.connect.grpc.binding.port={port}",
             "spark-internal"]
     return SparkServer("connect-server", args, port, workdir, extra_logs=[engine_log])

@@ -1,7 +1,12 @@
 """Maintenance from a real streaming query (examples/streaming_maintenance.py): a rate source
 writes a Lance table through foreachBatch, which also runs CALL lance.maintain every few
 batches; the table compacts while written and keeps exactly the rows the stream wrote."""
-from streaming_maintenance import run
+from conftest import VERSION_FLOOR_KEY
+from streaming_maintenance import RETENTION, run
+
+# the operator's, as the example's own session sets it: its maintain cleans up versions
+# older_than '10 seconds', below the default version floor (7 days)
+SPARK_CONF = {VERSION_FLOOR_KEY: RETENTION}
 
 
 def test_a_stream_maintains_its_own_table(spark, warehouse):

@@ -11,7 +11,7 @@ written, with a byte budget so the stream is held up only briefly::
 
     query = (stream.writeStream
              .foreachBatch(with_maintenance(spark, "db.events", write, every=20,
-                                            max_bytes=256 << 20, older_than="1 day"))
+                                            max_bytes=256 << 20, older_than="8d"))
              .start())
 
 Maintenance failures are logged and do not stop the stream (the next round tries again);

@@ -12,7 +12,7 @@ import org.apache.spark.sql.{DataFrame, Row}
  * compaction). A failed maintenance is logged and the stream goes on.
  * {{{
  * stream.writeStream.foreachBatch(LanceMaintenance.withMaintenance("db.events", every = 20,
- *   params = Map("max_bytes" -> (256L << 20), "older_than" -> "1 day")) { (batch, id) =>
+ *   params = Map("max_bytes" -> (256L << 20), "older_than" -> java.time.Duration.ofDays(8))) { (batch, id) =>
  *   ... the query's own write ...
  * }).start()
  * }}}
