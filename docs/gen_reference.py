@@ -147,10 +147,6 @@ def sql_type(kind: str) -> str:
         return "string or interval"
     if kind == "age":  # a duration, or a moment in the past
         return "string, interval or timestamp"
-    if kind == "duration":  # runtime/durations.py: text such as '10 minutes' or '10m', or an INTERVAL
-        return "string or interval"
-    if kind == "age":  # a duration, or a moment in the past
-        return "string, interval or timestamp"
     return re.sub(r"\blong\b", "bigint", kind)
 
 
