@@ -438,3 +438,33 @@ def test_set_in_a_session_does_not_turn_the_retention_check_off(spark, young):
             spark.sql(f"CALL lance.cleanup(table => '{t}', older_than => '0 seconds')").collect()
     finally:
         spark.sql(f"RESET {VERSION_FLOOR_KEY}").collect()
+
+
+def test_the_service_forgets_a_table_that_is_gone(spark, warehouse):
+    """What the service keeps between rounds is of the warehouse's tables now: a dropped table's
+    state goes with it (weeks of running must not keep every table that ever existed)."""
+    import pyarrow as pa
+
+    from lance_compact.maintenance_service import Service
+
+    for name in ("kept", "dropped"):
+        lance.write_dataset(pa.table({"id": pa.array(range(20), pa.int64())}), str(warehouse / "svcgone" / f"{name}.lance"))
+    service = Service(spark, "svcgone", {}, every=1, min_interval=0, backoff=1, max_backoff=1)
+    service.round(1)
+    assert set(service.tables) == {"svcgone.kept", "svcgone.dropped"}, service.tables
+    shutil.rmtree(warehouse / "svcgone" / "dropped.lance")
+    service.round(2)
+    assert set(service.tables) == {"svcgone.kept"}, service.tables
+
+
+def test_a_calendar_interval_is_taken_too(spark, young):
+    """With Spark's legacy intervals on, an INTERVAL literal is a CALENDAR INTERVAL: taken as well."""
+    t, path = young
+    spark.sql("SET spark.sql.legacy.interval.enabled=true")
+    try:
+        assert "older than 8 days" in _cleanup_reason(spark, t, "INTERVAL 8 DAYS")
+        assert "older than 1 months 12 hours" in _cleanup_reason(spark, t, "INTERVAL 1 MONTH 12 HOURS")
+        with refused(path, f"older_than '1 days' is below the version retention floor.*{VERSION_FLOOR_KEY}"):
+            spark.sql(f"CALL lance.cleanup(table => '{t}', older_than => INTERVAL 1 DAY)").collect()
+    finally:
+        spark.sql("RESET spark.sql.legacy.interval.enabled")

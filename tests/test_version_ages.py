@@ -161,3 +161,25 @@ def test_a_table_created_again_forgets_the_old_times(tmp_path):
     assert version_facts(new, {}, before, None) == (3, rules.reclaimable(new.versions(), before, None)) == (3, [])
     between = _cutoffs(new)[1]  # after the new version 1, before its version 2
     assert version_facts(new, {}, between, None) == (3, rules.reclaimable(new.versions(), between, None)) == (3, [1])
+
+
+def test_the_commit_times_kept_stay_within_their_bounds():
+    """The engine keeps commit times for its lifetime: at most ``tables`` tables and ``versions``
+    times in all, the least recently evaluated table forgotten first; one table over the whole
+    bound keeps its newest times. Without the count (weeks of a maintenance service over tables
+    keeping many versions) the kept times grew with every version of every table."""
+    from lance_compact.maintenance.version_ages import CommitTimes
+
+    now = datetime.now(timezone.utc)
+    kept = CommitTimes(tables=100, versions=1_000)
+    for t in range(50):
+        versions = list(range(1, 101))
+        kept.remember(f"t{t}", 100, {v: now for v in versions}, versions)
+        assert sum(len(e[1]) for e in kept._by_uri.values()) == kept._count <= 1_000
+    assert list(kept._by_uri) == [f"t{t}" for t in range(40, 50)]  # the ten most recent
+    assert kept.known("t0", 100) == {} and len(kept.known("t49", 100)) == 100
+    kept.remember("t49", 200, {v: now for v in range(1, 201)}, list(range(1, 201)))  # re-evaluated: counted once
+    assert kept._count == 1_000 and list(kept._by_uri)[0] == "t41"  # t49 counted once; t40 made room
+    kept.remember("big", 5_000, {v: now for v in range(1, 5_001)}, list(range(1, 5_001)))
+    assert list(kept._by_uri) == ["big"] and sorted(kept.known("big", 5_000))[0] == 4_001
+    assert "1000 versions (at most 1000)" in kept.figures()

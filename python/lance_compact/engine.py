@@ -335,10 +335,23 @@ def _read_driver_settings(sc: Any) -> None:
     secrets.install_log_redaction()
     secrets.remember_operator({k.rsplit(".", 1)[-1]: v for k, v in conf if ".storage." in k})
     driver_conf.load(conf)
+    from .runtime import tables
+    try:
+        tables.configure(dict(conf))
+    except ValueError as e:  # the operator's typo must not stop every statement: say it, keep the default
+        log.error("engine: %s; the default is used", e)
     if hooks_enabled():
         log.warning("test hooks are enabled ($LANCE_COMPACT_TEST_HOOKS=1): for tests only")
         from .runtime.hooks import load_slowdowns
         load_slowdowns(dict(conf))
+
+
+def _memory_figures() -> str:
+    """What the engine keeps, for the memory keeper's log line (runtime/memory.py)."""
+    from .runtime.tables import session_figures
+    figures = session_figures()
+    ages = sys.modules.get(f"{__package__}.maintenance.version_ages")  # only once a request used it
+    return figures + (f"; {ages.COMMIT_TIMES.figures()}" if ages is not None else "")
 
 
 def main() -> None:
@@ -365,6 +378,8 @@ def main() -> None:
     bridge.ready()
     serving = _Serving()
     threading.Thread(target=_heartbeat, args=(bridge, serving), daemon=True, name="heartbeat").start()
+    from .runtime.memory import Keeper
+    keeper = Keeper(_memory_figures).start()
     log.info("engine ready (pid %d)", os.getpid())
 
     def serve(request_id: str, action: str, request: str) -> None:
@@ -386,6 +401,7 @@ def main() -> None:
                     bridge.respond(request_id, text)  # first: the caller waits for nothing else
             finally:
                 serving.done(request_id)  # the JVM fails it if it was not answered
+                keeper.served()
                 try:
                     bridge.adopt("")  # clear the caller's job group and tags from this thread
                 except BaseException as e:  # noqa: B036

@@ -141,6 +141,11 @@ class Service:
         per_table: dict[str, list] = {}
         for r in rows:
             per_table.setdefault(r.table, []).append(r)
+        # Every table of the warehouse has a row (excluded, skipped and left ones too): one
+        # without is gone (dropped, renamed), and what was kept of it goes (weeks of running
+        # must not keep every table that ever existed).
+        for name in [n for n in self.tables if n not in per_table]:
+            del self.tables[name]
         maintained, failed = [], []
         for name, rs in per_table.items():
             s = self.tables.setdefault(name, TableState())

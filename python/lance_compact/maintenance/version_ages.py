@@ -81,11 +81,15 @@ class CommitTimes:
     created again and grown past the old one's versions between two evaluations is not told
     apart; its old times would only make cleanup look due, and Lance's cleanup decides with
     the manifests' own times). Only listed versions are kept (cleanup removes the others);
-    at most ``tables`` URIs, the least recently evaluated forgotten first."""
+    at most ``tables`` URIs and ``versions`` times in all (about 200 bytes each), the least
+    recently evaluated tables forgotten first, so the engine's memory stays flat however long
+    it runs and however many versions its tables keep."""
 
-    def __init__(self, tables: int = 4096) -> None:
+    def __init__(self, tables: int = 4096, versions: int = 100_000) -> None:
         self._lock = threading.Lock()
         self._tables = tables
+        self._versions = versions
+        self._count = 0  # times kept, over every table
         self._by_uri: OrderedDict[str, tuple[int, dict[int, datetime]]] = OrderedDict()
 
     def known(self, uri: str, version: int) -> dict[int, datetime]:
@@ -100,11 +104,22 @@ class CommitTimes:
     def remember(self, uri: str, version: int, times: Mapping[int, datetime], listed: list[int]) -> None:
         """Keep ``times`` for ``uri`` opened at ``version``, of the ``listed`` versions only."""
         present = set(listed)
+        kept = {v: t for v, t in times.items() if v in present}
+        if len(kept) > self._versions:  # one table past the whole bound: its newest times
+            kept = dict(sorted(kept.items())[-self._versions:])
         with self._lock:
-            self._by_uri[uri] = (version, {v: t for v, t in times.items() if v in present})
-            self._by_uri.move_to_end(uri)
-            while len(self._by_uri) > self._tables:
-                self._by_uri.popitem(last=False)
+            old = self._by_uri.pop(uri, None)
+            self._count -= len(old[1]) if old else 0
+            self._by_uri[uri] = (version, kept)
+            self._count += len(kept)
+            while len(self._by_uri) > self._tables or self._count > self._versions:
+                self._count -= len(self._by_uri.popitem(last=False)[1][1])
+
+    def figures(self) -> str:
+        """What is kept against the bounds, for the engine's log."""
+        with self._lock:
+            return (f"commit times of {len(self._by_uri)} tables (at most {self._tables}), "
+                    f"{self._count} versions (at most {self._versions})")
 
 COMMIT_TIMES = CommitTimes()
 

@@ -93,3 +93,15 @@ def max_task_attempts(sc: Any) -> int:
     if re.fullmatch(r"local(?:\[(?:\d+|\*)\])?", master):
         return 1
     return int(sc.getConf().get("spark.task.maxFailures", "4"))
+
+
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
+               "g": 1 << 30, "gb": 1 << 30}
+
+
+def size_bytes(key: str, text: str) -> int:
+    """A size setting's value ('67108864', '64m', '1g') in bytes; an error names the setting."""
+    m = re.fullmatch(r"\s*(\d+)\s*([a-zA-Z]*)\s*", str(text))
+    if m is None or m.group(2).lower() not in _SIZE_UNITS:
+        raise ValueError(f"{key} = {text!r}: expected a size such as 67108864, 64m or 1g")
+    return int(m.group(1)) * _SIZE_UNITS[m.group(2).lower()]

@@ -26,11 +26,29 @@ from .failures import MISSING, classify
 
 
 # The session's caches: bounded, because the engine lives as long as the driver (Lance's own
-# defaults, meant for one dataset's lifetime, are gigabytes).
-METADATA_CACHE_BYTES = 256 << 20
-INDEX_CACHE_BYTES = 256 << 20
+# defaults, meant for one dataset's lifetime, are gigabytes). Every commit adds a manifest (and
+# a rewrite new file footers) that no later open reads once its version is superseded, so a
+# long-lived engine fills the metadata cache to its bound (about 29 KiB a maintained table a
+# round, measured: 256 MiB, the earlier bound, after some 9,000 table-rounds); 64 MiB still
+# holds the newest manifests of thousands of small tables. The operator sets other bounds with
+# the driver's static settings below (read at engine start, :func:`configure`).
+METADATA_CACHE_BYTES = 64 << 20
+INDEX_CACHE_BYTES = 64 << 20
+METADATA_CACHE_SETTING = "spark.lance.compact.engine.metadataCacheBytes"
+INDEX_CACHE_SETTING = "spark.lance.compact.engine.indexCacheBytes"
+_cache_bytes = {"metadata": METADATA_CACHE_BYTES, "index": INDEX_CACHE_BYTES}
 _session: lance.Session | None = None
 _session_lock = threading.Lock()
+
+
+def configure(conf: Mapping[str, str]) -> None:
+    """The session's cache bounds from the driver's static settings (engine start, before the
+    session is made; executors keep the defaults)."""
+    from .driver_conf import size_bytes
+
+    for kind, key in (("metadata", METADATA_CACHE_SETTING), ("index", INDEX_CACHE_SETTING)):
+        if conf.get(key) is not None:
+            _cache_bytes[kind] = size_bytes(key, conf[key])
 
 
 def lance_session() -> lance.Session:
@@ -39,9 +57,16 @@ def lance_session() -> lance.Session:
     if _session is None:
         with _session_lock:
             if _session is None:
-                _session = lance.Session(index_cache_size_bytes=INDEX_CACHE_BYTES,
-                                         metadata_cache_size_bytes=METADATA_CACHE_BYTES)
+                _session = lance.Session(index_cache_size_bytes=_cache_bytes["index"],
+                                         metadata_cache_size_bytes=_cache_bytes["metadata"])
     return _session
+
+
+def session_figures() -> str:
+    """What the session's caches hold against their bounds, for the engine's log."""
+    held = _session.size_bytes() if _session is not None else 0
+    return (f"Lance session caches {held >> 20} MiB (bounds: metadata {_cache_bytes['metadata'] >> 20} MiB, "
+            f"index {_cache_bytes['index'] >> 20} MiB)")
 
 
 def options_digest(storage_options: Mapping[str, str] | None) -> str:
