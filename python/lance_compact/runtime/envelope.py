@@ -8,8 +8,13 @@ made from it only at the edge (``engine.handle``).
 Request fields (JSON object; all optional but what an action needs): ``table``, ``uri``,
 ``storage_options``, ``catalog``, ``maintain_settings``, ``version``, ``params`` (named CALL
 parameters, typed by Spark), ``options`` (the options map, text), ``strategy``, ``namespace``,
-``tables`` (``[{"namespace", "table", "uri"}]``), and per action its own (``op``, ``kind``,
-``columns``, ``filter``, ...: :attr:`Envelope.extras`).
+``tables`` (``[{"namespace", "table", "uri"}]``), ``warehouse`` (the catalog's warehouse, in
+normal form), and per action its own (``op``, ``kind``, ``columns``, ``filter``, ...:
+:attr:`Envelope.extras`).
+
+Every location a request names (``uri``, each of ``tables``, a directory namespace's ``root``)
+is checked here, once, on the text the engine will open (runtime/locations.py): Lance must
+read it as written, and it must lie inside ``warehouse`` when the catalog has one.
 """
 from __future__ import annotations
 
@@ -19,6 +24,7 @@ from typing import Any, Mapping, Sequence
 
 from ..errors import CompactionError
 from ..options import columns_ddl, procedure_args, result_columns, spec
+from .locations import check as check_location
 
 # The catalog a request belongs to when it names none (a handler called outside the JVM);
 # error hints then say spark.sql.catalog.lance.<key>. configure_spark_with_lance_compact and
@@ -27,7 +33,7 @@ DEFAULT_CATALOG = "lance"
 
 # Fields every request may carry; the others are the action's own (Envelope.extras).
 _COMMON = ("table", "uri", "storage_options", "catalog", "maintain_settings", "version", "params",
-           "options", "strategy", "namespace", "tables")
+           "options", "strategy", "namespace", "tables", "warehouse")
 
 # The parameters.json section of each procedure whose parameters the engine checks here.
 # compact, plan and layout take compaction options, checked with their strategy's settings
@@ -98,6 +104,7 @@ class Envelope:
     storage_options: Mapping[str, str] = field(default_factory=dict)
     catalog: str | None = None  # as sent: None when the request names none (see catalog_name)
     maintain_settings: Mapping[str, str] = field(default_factory=dict)
+    warehouse: str | None = None  # the catalog's warehouse (None: it has none)
 
     @property
     def catalog_name(self) -> str:
@@ -138,12 +145,14 @@ class Envelope:
             target = Target(table=raw.get("table") or raw["uri"], uri=raw["uri"], storage_options=storage,
                             catalog=catalog or DEFAULT_CATALOG, maintain_settings=settings,
                             version=int(version) if version is not None else None)
+        warehouse = raw.get("warehouse") or None
+        _check_locations(action, raw, target, warehouse, catalog or DEFAULT_CATALOG)
         envelope = Envelope(
             action=action, target=target, params=dict(raw.get("params") or {}),
             options=dict(raw.get("options") or {}), strategy=raw.get("strategy") or None,
             namespace=raw.get("namespace") or None, tables=_tables(raw.get("tables"), action),
             extras={k: v for k, v in raw.items() if k not in _COMMON},
-            storage_options=storage, catalog=catalog, maintain_settings=settings)
+            storage_options=storage, catalog=catalog, maintain_settings=settings, warehouse=warehouse)
         section = PARAMETER_SECTIONS.get(action)
         if section is not None:
             envelope = replace(envelope, args=checked_args(action, envelope.params, envelope.where))
@@ -162,6 +171,23 @@ def checked_args(procedure: str, params: Mapping[str, Any] | None, where: str) -
         if o.get("default") is not None and o["name"] not in policy:
             args.setdefault(o["name"], o["default"])
     return args
+
+
+def _check_locations(action: str, raw: Mapping[str, Any], target: Target | None, warehouse: str | None,
+                     catalog: str) -> None:
+    """Every location the request names, as the engine will open it: read by Lance as
+    written, inside the catalog's warehouse (runtime/locations.py)."""
+    if warehouse is not None:
+        check_location(warehouse, None, f"catalog {catalog}'s warehouse", catalog)
+    if target is not None:
+        what = f"table {target.table}" if raw.get("table") else f"the {action} request"
+        check_location(target.uri, warehouse, what, catalog)
+    for e in raw.get("tables") or []:
+        if isinstance(e, dict) and isinstance(e.get("uri"), str):
+            check_location(e["uri"], warehouse, f"table {e.get('namespace') or ''}.{e.get('table')}".replace(
+                "table .", "table "), catalog)
+    if isinstance(raw.get("root"), str):  # a Lance directory namespace's root (catalog/namespaces.py)
+        check_location(raw["root"], warehouse, f"catalog {catalog}'s root", catalog)
 
 
 def _text_map(value: Any, name: str, action: str) -> dict[str, str]:

@@ -23,6 +23,7 @@ from lance.file import LanceFileSession
 
 from ..errors import CompactionError
 from .failures import MISSING, classify
+from .locations import reinterpreted
 
 
 # The session's caches: bounded, because the engine lives as long as the driver (Lance's own
@@ -77,7 +78,11 @@ def options_digest(storage_options: Mapping[str, str] | None) -> str:
 
 def dataset(uri: str, storage_options: Mapping[str, str] | None = None,
             version: int | None = None) -> lance.LanceDataset:
-    """``lance.dataset`` through the process's session."""
+    """``lance.dataset`` through the process's session; a location Lance would read as another
+    one than its text says (``%2e%2e``, ``S3://``, ...: runtime/locations.py) is refused."""
+    why = reinterpreted(uri)
+    if why is not None:
+        raise CompactionError(f"location '{uri}' is refused: it holds {why}")
     return lance.dataset(uri, version=version, storage_options=dict(storage_options or {}) or None,
                          session=lance_session())
 
@@ -126,8 +131,13 @@ def open_dataset(table: str, uri: str, storage_options: dict[str, str] | None = 
     """Open ``uri`` (optionally at ``version``). A failure says what it is: the table does
     not exist (or is not a Lance dataset), the version does not, the object store failed, or
     a file is corrupt (``failures.py``)."""
+    if version is not None and not 1 <= version < 2 ** 64:
+        raise CompactionError(f"table {table}: version {version} does not exist: Lance numbers a table's "
+                              "versions from 1 (its versions metadata table lists them)")
     try:
         return dataset(uri, storage_options, version)
+    except CompactionError as e:
+        raise CompactionError(f"table {table}: {e.message}") from None
     except Exception as e:  # Lance raises ValueError, OSError or pyarrow errors
         failure = classify(e)
         if version is not None and failure.kind == MISSING:

@@ -60,7 +60,7 @@ class LanceCatalog extends TableCatalog with SupportsNamespaces with ProcedureCa
           throw new IllegalArgumentException(s"catalog $name: impl=dir needs spark.sql.catalog.$name.root"))
         new LanceDirectoryNamespace(name, nsRoot, storage,
           Option(options.get("single_level_ns")).exists(_.trim.toBoolean))
-      case None => new Warehouse(name, root, new ObjectStore(storage))
+      case None => new Warehouse(name, root, new ObjectStore(storage, root.map(WarehouseBoundary.normalise)))
     }
     maintain = options.asCaseSensitiveMap().asScala.collect {
       case (k, v) if k.toLowerCase.startsWith("maintain.") => k.substring("maintain.".length) -> v
@@ -83,6 +83,10 @@ class LanceCatalog extends TableCatalog with SupportsNamespaces with ProcedureCa
 
   /** Lance storage options from the catalog's `storage.*` settings. */
   def storageOptions: Map[String, String] = storage
+
+  /** The warehouse (or directory namespace root) in normal form, which every engine request
+   * carries: the engine refuses to open a location outside it. */
+  def warehouseRoot: Option[String] = warehouseRef.boundaryRoot
 
   /** Maintenance policy defaults from the catalog's `maintain.*` settings (key without the
    * prefix -> text), checked by the engine (python/lance_compact/policy.py). */
@@ -180,7 +184,7 @@ class LanceCatalog extends TableCatalog with SupportsNamespaces with ProcedureCa
 
   private def ref(ident: Identifier, location: String, version: Option[Long] = None) =
     TableRef(s"$catalogName.${(ident.namespace :+ ident.name).mkString(".")}", location, storage, version, readMaxRows,
-      distributedReads)
+      distributedReads, warehouseRoot)
 
   /** A table `ns.t`, a metadata table `ns.t.fragments` (`versions`, `indices`) of table `ns.t`,
    * or a system table `system.table_health` / `system.maintenance_history` (these two names
@@ -191,17 +195,30 @@ class LanceCatalog extends TableCatalog with SupportsNamespaces with ProcedureCa
       return new SystemTable(catalogName, ident.name,
         // a pushed namespace filter: only those namespaces are listed
         (namespaces: Option[Set[String]]) => namespaces.map(warehouseRef.tablesOf)
-          .getOrElse(warehouseRef.tablesUnder(Array.empty)), storage, maintain)
+          .getOrElse(warehouseRef.tablesUnder(Array.empty)), storage, maintain, warehouseRoot)
     }
     metadataOf(ident).getOrElse(new LanceTable(ref(ident, warehouseRef.requireTable(ident))))
   }
 
-  /** `SELECT ... FROM lance.db.t VERSION AS OF 12`: the table at that Lance version. */
+  /** `SELECT ... FROM lance.db.t VERSION AS OF 12`: the table at that Lance version (numbered
+   * from 1; one the table does not have is refused by the engine, naming the latest). */
   override def loadTable(ident: Identifier, version: String): Table = userErrors(ident) {
-    val v = scala.util.Try(version.toLong).getOrElse(throw new IllegalArgumentException(
-      s"table ${ident.name}: VERSION AS OF takes a Lance version number, got '$version'"))
+    val name = s"$catalogName.${(ident.namespace :+ ident.name).mkString(".")}"
+    val v = scala.util.Try(version.trim.toLong).toOption.filter(_ >= 1).getOrElse(throw new IllegalArgumentException(
+      s"table $name: VERSION AS OF '${Names.show(version)}' is not a version of the table: Lance numbers a table's " +
+        s"versions 1, 2, 3, ... (SELECT version, timestamp FROM $name.versions lists them)"))
     if (ident.namespace.isEmpty) throw new NoSuchTableException(ident)
     new LanceTable(ref(ident, warehouseRef.requireTable(ident), Some(v)))
+  }
+
+  /** `TIMESTAMP AS OF` is not served: a clear refusal naming the table and the moment (Spark's
+   * default would say the table does not exist). */
+  override def loadTable(ident: Identifier, timestamp: Long): Table = userErrors(ident) {
+    val name = s"$catalogName.${(ident.namespace :+ ident.name).mkString(".")}"
+    val moment = java.time.Instant.ofEpochSecond(Math.floorDiv(timestamp, 1000000L), Math.floorMod(timestamp, 1000000L) * 1000)
+    throw new IllegalArgumentException(
+      s"table $name: TIMESTAMP AS OF $moment is not supported by catalog $catalogName; read a version with " +
+        s"VERSION AS OF <n> (SELECT version, timestamp FROM $name.versions gives each version's time)")
   }
 
   private def metadataOf(ident: Identifier): Option[Table] = {

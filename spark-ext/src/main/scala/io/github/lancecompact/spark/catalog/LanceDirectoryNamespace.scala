@@ -19,9 +19,12 @@ final class LanceDirectoryNamespace(catalogName: String, root: String, storage: 
   // bounded by the root as in our own layout (one boundary: the Warehouse's).
   private val bounds = new Warehouse(catalogName, Some(root))
 
+  override def boundaryRoot: Option[String] = bounds.boundaryRoot
+
   private def ask(op: String, id: Seq[String]): Seq[(String, String)] = {
-    val request = EngineRequest(storage = storage) { r =>
-      r.put("op", op).put("root", root).put("single_level", singleLevel)
+    val request = EngineRequest(storage = storage, warehouse = boundaryRoot) { r =>
+      // Lance gets the root in normal form, as the boundary checks it
+      r.put("op", op).put("root", boundaryRoot.getOrElse(root)).put("single_level", singleLevel)
       val ids = r.putArray("id")
       id.foreach(ids.add)
     }

@@ -23,6 +23,22 @@ object Names {
       s"catalog $catalogName: $what '${show(value)}' contains a control character (newline, tab, ...); " +
         "names and table arguments may not")
 
+  /** The most bytes (UTF-8) a namespace's or table's folder name may have: NAME_MAX of local file
+   * systems (ext4, XFS, btrfs, APFS: 255; Lance fails on a longer one with an I/O error), kept on
+   * object stores too, so a warehouse can move between stores. A table's folder is `<name>.lance`. */
+  val MaxNameBytes = 255
+
+  /** Refuse a folder name (`folder`: a namespace's name, or `<table>.lance`) longer than [[MaxNameBytes]]. */
+  def checkLength(catalogName: String, what: String, folder: String): Unit = {
+    val bytes = folder.getBytes(java.nio.charset.StandardCharsets.UTF_8).length
+    if (bytes > MaxNameBytes) {
+      val suffix = if (what == "table") s" (${MaxNameBytes - Warehouse.TableSuffix.length} for a table name, whose folder adds ${Warehouse.TableSuffix})" else ""
+      throw new IllegalArgumentException(
+        s"catalog $catalogName: $what name '${show(folder.take(40))}...' is too long: its folder name has $bytes bytes; " +
+          s"names may have at most $MaxNameBytes bytes (UTF-8)$suffix, the limit of local file systems")
+    }
+  }
+
   def checkIdentifier(catalogName: String, what: String, parts: Seq[String]): Unit =
     if (parts.exists(_.exists(control))) checkText(catalogName, what, parts.mkString("."))
 

@@ -19,14 +19,15 @@ import io.github.lancecompact.spark.procedures.OptionSpec
  * so the engine opens only the tables (and decodes only the versions) asked for.
  */
 final class SystemTable(catalogName: String, kind: String, tables: Option[Set[String]] => Listed,
-                        storage: Map[String, String], maintainSettings: Map[String, String]) extends Table with SupportsRead {
+                        storage: Map[String, String], maintainSettings: Map[String, String],
+                        warehouse: Option[String] = None) extends Table with SupportsRead {
   /** The engine's answer for these pushed filters (none: every listed table); `namespaces`,
    * the pushed namespace filter's values: only those namespaces are listed. */
   private[catalog] def scan(filters: Option[com.fasterxml.jackson.databind.JsonNode],
                             namespaces: Option[Set[String]] = None) = {
     val listed = tables(namespaces)
     PythonEngine.query(kind, EngineRequest(storage = storage, catalog = Some(catalogName),
-      maintainSettings = maintainSettings,
+      maintainSettings = maintainSettings, warehouse = warehouse,
       tables = listed.tables.map { case (ns, t, l) => (ns.mkString("."), t, l) }) { r =>
       filters.foreach(f => r.set[com.fasterxml.jackson.databind.JsonNode]("filters", f))
       r.put("listed_namespaces", listed.listings)  // the engine logs it

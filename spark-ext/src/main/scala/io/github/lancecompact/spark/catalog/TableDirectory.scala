@@ -61,6 +61,10 @@ trait TableDirectory {
 
   /** A path or URI a user gave as a table, checked to lie inside the catalog's root. */
   def checkPath(path: String): String
+
+  /** The root every location lies in, as locations in it are written (normal form), if any:
+   * sent with every engine request, whose engine checks the location it opens against it. */
+  def boundaryRoot: Option[String]
 }
 
 /** Tables a walk of a [[TableDirectory]] found, (namespace, table, location), and how many

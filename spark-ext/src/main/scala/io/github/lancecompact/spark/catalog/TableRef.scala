@@ -7,10 +7,10 @@ import io.github.lancecompact.spark.engine.EngineRequest
 /** Where a table is and how to reach it: what every engine request about it carries. */
 final case class TableRef(name: String, location: String, storage: Map[String, String],
                           version: Option[Long] = None, readMaxRows: Long = 1000000L,
-                          distributedReads: Boolean = true) {
+                          distributedReads: Boolean = true, warehouse: Option[String] = None) {
   /** An engine request about this table (EngineRequest's envelope), with what `fill` adds. */
   def request(fill: ObjectNode => Unit = _ => ()): String =
-    EngineRequest(table = Some(name), uri = Some(location), storage = storage) { r =>
+    EngineRequest(table = Some(name), uri = Some(location), storage = storage, warehouse = warehouse) { r =>
       version.foreach(v => r.put("version", v))
       fill(r)
     }

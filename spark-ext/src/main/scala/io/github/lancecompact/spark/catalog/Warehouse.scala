@@ -27,6 +27,8 @@ final class Warehouse(catalogName: String, root: Option[String],
 
   def location: Option[String] = root
 
+  override def boundaryRoot: Option[String] = boundary.normalRoot
+
   private def requireRoot(what: String): String = root.getOrElse(throw new IllegalArgumentException(
     s"catalog $catalogName has no warehouse: set spark.sql.catalog.$catalogName.warehouse to use $what"))
 
@@ -37,10 +39,17 @@ final class Warehouse(catalogName: String, root: Option[String],
         s"$what '$part' escapes the warehouse of catalog $catalogName: names may not be empty, " +
           "'.' or '..', nor contain '/' or '\\'")
     }
+    Names.checkLength(catalogName, what, if (what == "table") part + TableSuffix else part)
+    // On an object store Lance reads a location as a URL: '%2e%2e' in a name would be '..'.
+    if (localRoot.isEmpty) boundary.normalRoot.filter(WarehouseBoundary.objectStore).foreach { _ =>
+      WarehouseBoundary.urlHazard(part).foreach { why =>
+        throw new IllegalArgumentException(s"$what '${Names.show(part)}' is refused in catalog $catalogName: it holds $why")
+      }
+    }
   }
 
   private def unchecked(namespace: Array[String]): String = {
-    val base = localRoot.map(_.toString).getOrElse(requireRoot(s"namespace ${namespace.mkString(".")}"))
+    val base = boundary.normalRoot.getOrElse(requireRoot(s"namespace ${namespace.mkString(".")}"))
     namespace.foreach(checkPart(_, "namespace"))
     // Lance's folders inside a table (`_versions`, ...) and tables themselves are no namespaces.
     namespace.find(Names.layoutName).foreach { part => throw new IllegalArgumentException(
@@ -60,10 +69,11 @@ final class Warehouse(catalogName: String, root: Option[String],
   def tableLocation(ident: Identifier): String =
     boundary.check(uncheckedTable(ident), s"table ${(ident.namespace :+ ident.name).mkString(".")}", table = true)
 
+  // The location first: a refused name never reaches the store.
   def namespaceExists(namespace: Array[String]): Boolean =
-    namespace.isEmpty || store.exists(namespaceLocation(namespace))
+    namespace.isEmpty || { val location = namespaceLocation(namespace); store.exists(location) }
 
-  def tableExists(ident: Identifier): Boolean = store.exists(tableLocation(ident))
+  def tableExists(ident: Identifier): Boolean = { val location = tableLocation(ident); store.exists(location) }
 
   override def listedLocation(ident: Identifier): Option[String] = Some(tableLocation(ident))
 
@@ -139,11 +149,15 @@ final class Warehouse(catalogName: String, root: Option[String],
       throw new IllegalArgumentException(
         s"table path '$path' escapes the warehouse of catalog $catalogName: '..' segments are not allowed")
     }
-    if (root.isEmpty) path
-    else {
-      val location = localPath(path).filter(_ => localRoot.isDefined).map(_.toAbsolutePath.normalize().toString).getOrElse(path)
-      boundary.check(location, s"table path '$path'", table = true)
+    val normal = try WarehouseBoundary.normalise(path) catch {
+      case e: IllegalArgumentException => throw new IllegalArgumentException(
+        s"table path '${Names.show(path)}' of catalog $catalogName: ${e.getMessage}", e)
     }
+    // A local location goes on as an absolute, normalized plain path, which Lance reads literally
+    // (a file: URI is decoded once, here).
+    val location = localPath(normal).filter(_ => localRoot.isDefined || root.isEmpty)
+      .map(_.toAbsolutePath.normalize().toString).getOrElse(normal)
+    if (root.isEmpty) location else boundary.check(location, s"table path '$path'", table = true)
   }
 }
 
@@ -153,10 +167,15 @@ object Warehouse {
   private def noObjectStore: WarehouseStore =
     throw new UnsupportedOperationException("this warehouse has no object store access configured")
 
-  /** A local path for a plain path or file: URI; None for other schemes (s3://, gs://, ...). */
-  def localPath(location: String): Option[Path] = {
-    if (location.startsWith("file:")) Some(Paths.get(new URI(location)))
-    else if (location.contains("://")) None
-    else Some(Paths.get(location))
+  /** A local path for a plain path or file: URI (decoded as Lance decodes it); None for other
+   * schemes (s3://, gs://, ...). */
+  def localPath(location: String): Option[Path] = WarehouseBoundary.scheme(location).map(_.toLowerCase) match {
+    case Some("file") =>
+      try Some(Paths.get(new URI("file" + location.substring(4)))) catch {
+        case e @ (_: java.net.URISyntaxException | _: IllegalArgumentException | _: java.nio.file.FileSystemNotFoundException) =>
+          throw new IllegalArgumentException(s"'${Names.show(location)}' is not a file: URI of a local path: ${e.getMessage}", e)
+      }
+    case Some(_) => None
+    case None => Some(Paths.get(location))
   }
 }

@@ -53,9 +53,9 @@ object LocalStore extends WarehouseStore {
  * written by the engine with Lance's own object store and the catalog's storage options
  * (python/lance_compact/warehouse.py), so every store Lance supports works alike.
  */
-final class ObjectStore(storageOptions: Map[String, String]) extends WarehouseStore {
+final class ObjectStore(storageOptions: Map[String, String], warehouse: Option[String] = None) extends WarehouseStore {
   private def call(op: String, location: String): Seq[(String, String)] =
-    PythonEngine.warehouse(EngineRequest(uri = Some(location), storage = storageOptions)(_.put("op", op)))
+    PythonEngine.warehouse(EngineRequest(uri = Some(location), storage = storageOptions, warehouse = warehouse)(_.put("op", op)))
 
   override def folders(location: String): Seq[String] =
     call("list", location).collect { case (name, "folder") => name }

@@ -7,7 +7,8 @@ import com.fasterxml.jackson.databind.node.ObjectNode
  * (parsed once on the Python side into an `Envelope`: python/lance_compact/runtime/envelope.py):
  * the table it names (`table`, `uri`), how to reach the store (`storage_options`), the catalog
  * and its `maintain.*` settings, a warehouse's `tables` in one shape (objects `{namespace,
- * table, uri}`), then what the action adds of its own (`fill`: `params`, `op`, `kind`, ...).
+ * table, uri}`), the catalog's `warehouse` (in normal form: the engine refuses to open a location
+ * outside it), then what the action adds of its own (`fill`: `params`, `op`, `kind`, ...).
  */
 object EngineRequest {
   private val mapper = new ObjectMapper()
@@ -15,8 +16,10 @@ object EngineRequest {
   def apply(table: Option[String] = None, uri: Option[String] = None,
             storage: Map[String, String] = Map.empty, catalog: Option[String] = None,
             maintainSettings: Map[String, String] = Map.empty,
-            tables: Seq[(String, String, String)] = Nil)(fill: ObjectNode => Unit = _ => ()): String = {
+            tables: Seq[(String, String, String)] = Nil,
+            warehouse: Option[String] = None)(fill: ObjectNode => Unit = _ => ()): String = {
     val r = mapper.createObjectNode()
+    warehouse.foreach(r.put("warehouse", _))
     table.foreach(r.put("table", _))
     uri.foreach(r.put("uri", _))
     val s = r.putObject("storage_options")

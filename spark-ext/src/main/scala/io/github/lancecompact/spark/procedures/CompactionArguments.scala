@@ -165,9 +165,13 @@ object CompactionArguments {
   private def timeText(t: DataType, row: InternalRow, i: Int): String = t match {
     case _: DayTimeIntervalType => micros(row.getLong(i))
     case _: YearMonthIntervalType => s"${row.getInt(i)} months"
-    case CalendarIntervalType =>
+    case CalendarIntervalType =>  // its parts that are not zero
       val v = row.getInterval(i)
-      s"${v.months} months ${v.days} days ${micros(v.microseconds)}"
+      Seq(Option.when(v.months != 0)(s"${v.months} months"), Option.when(v.days != 0)(s"${v.days} days"),
+        Option.when(v.microseconds != 0)(micros(v.microseconds))).flatten.mkString(" ") match {
+        case "" => "0 seconds"
+        case text => text
+      }
     case TimestampType => instant(row.getLong(i)).toString
     case TimestampNTZType =>
       val us = row.getLong(i)
@@ -191,7 +195,7 @@ object CompactionArguments {
     val uri = catalog.resolveTable(tableArg)
 
     // `where` is Spark SQL: translated to Lance's filter against the table's schema, read only when given.
-    lazy val schema = new LanceTable(TableRef(tableArg, uri, catalog.storageOptions)).schema()
+    lazy val schema = new LanceTable(TableRef(tableArg, uri, catalog.storageOptions, warehouse = catalog.warehouseRoot)).schema()
     def where(text: String) = if (text.trim.isEmpty) text else WhereClause.lanceFilter(tableArg, schema, text)
     Bound(tableArg, uri, bindRest(catalog, tableArg, params, row, Some(tableArg), Some(uri), Nil, where)(_ => ()))
   }
@@ -218,7 +222,8 @@ object CompactionArguments {
                        tables: Seq[(String, String, String)],
                        where: String => String = identity)(fill: ObjectNode => Unit): String =
     EngineRequest(table = table, uri = uri, storage = catalog.storageOptions, catalog = Some(catalog.name()),
-                  maintainSettings = catalog.maintainSettings, tables = tables) { request =>
+                  maintainSettings = catalog.maintainSettings, tables = tables,
+                  warehouse = catalog.warehouseRoot) { request =>
     fill(request)
     val values = request.putObject("params")
     val optionMap = request.putObject("options")
