@@ -240,7 +240,7 @@ def test_a_full_disk_at_each_point_says_what_landed(spark, table, point):
         return
     assert row is None and error is not None
     assert f"table {name}:" in error and "storage full" in error and "not a lance_compact bug" in error, error
-    assert "please report" not in error, error
+    assert "please report" not in error and "LANCE_STORAGE_ERROR" in error, error
     assert says_committed(error, landed), (landed, error)
     if point == "index_restore":
         assert len(landed) == 2, landed  # the Rewrite and its record
@@ -318,5 +318,6 @@ def test_a_flipped_footer_byte_is_named_damaged(spark, table):
     _, error = attempt(spark, cluster_sql(name))
     assert error is not None
     assert f"data/{victim} of fragment {fragment.fragment_id} is damaged" in error, error
+    assert "LANCE_CORRUPT_FILE" in error, error
     assert "nothing was committed" in error and f"table {name}:" in error and "please report" not in error, error
     assert lance.dataset(uri).version == before.version and data_files(uri) == files

@@ -367,6 +367,7 @@ def test_a_failed_commit_says_storage_and_leaves_no_file(spark, table, fault, wo
     assert f"table {t}: committing failed" in message and all(w in message for w in words), message
     assert "did not land" in message and "nothing was committed" in message, message
     assert "files it wrote were removed" in message and "please report" not in message, message
+    assert "LANCE_STORAGE_ERROR" in message, message  # the SQL error condition: storage, not internal
     assert lance.dataset(str(path)).version == before.version
     assert data_files(path) == files, set(data_files(path)) ^ set(files)
     assert content(lance.dataset(str(path))) == content(before)
@@ -435,6 +436,7 @@ def test_a_flipped_footer_byte_names_the_file_and_fragment(spark, table):
     files = data_files(path)
     message = failed_call(spark, t, "")
     assert f"data/{victim} of fragment {fragment.fragment_id} is damaged" in message, message
+    assert "LANCE_CORRUPT_FILE" in message, message
     assert f"table {t}:" in message and "nothing was committed" in message and "please report" not in message, message
     assert lance.dataset(str(path)).version == before.version
     deadline = time.time() + 30  # a task Spark stopped mid-write may still be closing its file
