@@ -231,3 +231,13 @@ def test_each_kind_of_failure_has_its_error_condition(spark, warehouse, victim, 
     assert str(e.value).startswith(f"[{condition}] "), str(e.value)[:500]
     if kind == "bad input":
         assert "'target_row_per_fragment' (did you mean 'target_rows_per_fragment'?)" in str(e.value)
+
+
+def test_a_table_property_written_around_alter_table_is_checked_before_a_run(spark, bounded):
+    """ALTER TABLE checks a lance.compaction.* value against the option's range; one written by
+    pylance directly (or before the range existed) is checked when a run reads it."""
+    lance.dataset(str(bounded)).update_config({"lance.compaction.num_threads": "100000"})
+    for statement in (f"CALL lance.compact(table => '{BOUNDED}')",
+                      f"CALL lance.compact(table => '{BOUNDED}', sort_order => 'tenant')"):
+        _refused(spark, bounded, statement, "table property lance.compaction.num_threads must be <= 1024",
+                 "nothing ran and the table is unchanged")

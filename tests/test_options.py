@@ -20,7 +20,7 @@ def test_only_given_options_reach_lance():
     ("materialize_deletions_threshold", "0.25", 0.25),
     ("excluded_fragment_ids", "3, 1,2", [1, 2, 3]),
     ("compaction_mode", "try_binary_copy", "try_binary_copy"),
-    ("max_bytes_per_file", " 1024 ", 1024),
+    ("max_bytes_per_file", " 2097152 ", 2097152),
 ])
 def test_map_values_are_parsed_to_the_option_type(key, text, value):
     assert lance_options("t", None, {key: text}) == {key: value}

@@ -16,7 +16,7 @@ from functools import lru_cache
 from typing import Any, Mapping
 
 from ..errors import CompactionError
-from ..options import spec
+from ..options import convert_value, option_specs, spec
 
 
 class BoundExceeded(CompactionError):
@@ -57,6 +57,22 @@ def check(name: str, table: str, planned: int, rows: int, what: str, cause: str,
             "nothing ran and the table is unchanged", name)
 
 
+def check_table_config(table: str, config: Mapping[str, str] | None) -> None:
+    """The table's own ``lance.compaction.<option>`` values within the options' ranges: Lance
+    reads them on every plan and task, and one written around ALTER TABLE (which checks them)
+    would otherwise reach it unchecked (``num_threads`` = 100000, ``batch_size`` = 1)."""
+    for name, o in option_specs().items():
+        text = (config or {}).get(f"lance.compaction.{name}")
+        if text is None or (o.min is None and o.max is None):
+            continue
+        try:
+            convert_value(o, text, table)
+        except CompactionError as e:
+            raise CompactionError(e.message.replace(f"option {name}", f"table property lance.compaction.{name}", 1)
+                                  + f"; nothing ran and the table is unchanged (ALTER TABLE {table} UNSET "
+                                    f"TBLPROPERTIES ('lance.compaction.{name}') removes it)") from None
+
+
 def target_cause(options: Mapping[str, Any], config: Mapping[str, str] | None, target: int) -> str:
     """Where the run's target_rows_per_fragment came from, in words."""
     if "target_rows_per_fragment" in options:
@@ -77,6 +93,7 @@ def check_fragments_written(table: str, estimates: list[tuple[int, int, int | No
                             target: int) -> None:
     """``max_fragments_written`` over a plan: per task (live rows, fragments Lance writes from
     the row target, bytes read or None); ``max_bytes_per_file`` also cuts a task's output."""
+    check_table_config(table, config)
     most_bytes = options.get("max_bytes_per_file")
     rows = sum(r for r, _, _ in estimates)
     planned = sum(max(n, math.ceil(b / most_bytes) if most_bytes and b else 0) for _, n, b in estimates)
