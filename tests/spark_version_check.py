@@ -131,6 +131,16 @@ def main() -> int:
         assert got == sorted(lance.dataset(str(path)).to_table(columns=["id"])["id"].to_pylist())
         return f"{len(got)} rows in {df.rdd.getNumPartitions()} partitions"
 
+    def observer():
+        """The cancel watch's observer of Spark's scheduler (CancelWatch.scala) is installed by
+        the engine's bridge, and Spark's jobs and cancels go through it as before."""
+        jsc = spark.sparkContext._jsc.sc()
+        assert spark._jvm.org.apache.spark.scheduler.LanceCompactCancelEvents.installed(jsc), \
+            "not installed: cancels sent while a statement runs no job reach it only at its next job"
+        spark.sparkContext.cancelJobGroup("no-such-group")
+        assert spark.sparkContext.parallelize(range(10), 2).sum() == 45
+        return "installed; jobs and cancels pass through"
+
     def namespaces():
         names = [r[0] for r in spark.sql("SHOW NAMESPACES IN lance").collect()]
         assert "db" in names, names
@@ -152,6 +162,7 @@ def main() -> int:
     if check("jar loads", jar_loads):
         check("plan_compaction", plan)
         check("CALL via PySpark", call)
+        check("cancel observer", observer)
         check("describe_layout", layout)
         check("SELECT", select)
         check("SHOW NAMESPACES", namespaces)

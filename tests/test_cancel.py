@@ -96,14 +96,11 @@ class Statement:
         assert not self.thread.is_alive(), f"the statement did not end within {timeout} s"
 
 
-WATCH_TAG = "lance-compact-cancel-watch"  # CancelWatch.WatchTag
-
-
 def running_jobs(spark, group: str) -> tuple[int, int]:
-    """(jobs of the group so far, of which running), the statement's cancel watches left out."""
+    """(jobs of the group that run tasks so far, of which running)."""
     tracker = spark.sparkContext.statusTracker()
-    watches = set(spark.sparkContext._jsc.sc().statusTracker().getJobIdsForTag(WATCH_TAG))
-    ids = [i for i in tracker.getJobIdsForGroup(group) if i not in watches]
+    ids = [i for i in tracker.getJobIdsForGroup(group)
+           if tracker.getJobInfo(i) is not None and len(tracker.getJobInfo(i).stageIds) > 0]
     running = [i for i in ids if (tracker.getJobInfo(i) or None) and tracker.getJobInfo(i).status == "RUNNING"]
     return len(ids), len(running)
 
@@ -212,7 +209,8 @@ def test_cancelling_stops_a_run_and_removes_what_it_wrote(spark, table, how):
 def test_a_cancel_while_no_job_runs_stops_before_the_commit(spark, table):
     """A plain cancelJobGroup sent while batch 1 waits for its commit (no job of the statement
     runs then; Spark cancels active jobs only and says nothing when none is): the statement's
-    cancel watch takes it, so batch 1 is not committed and nothing starts after it."""
+    cancel watch sees it in Spark's scheduler, so batch 1 is not committed and nothing starts
+    after it."""
     t, path = table
     before = lance.dataset(str(path))
     s = Statement(spark, f"CALL lance.compact(table => '{t}', target_rows_per_fragment => 300, "

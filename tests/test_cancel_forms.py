@@ -4,7 +4,8 @@ Connect's interrupt), the UI's kill of a job or of a stage -- stops compact, mai
 maintain_warehouse alike, whether it lands while a Spark job of the statement runs or while
 none does (the driver between its jobs: a commit, a maintenance step). Spark's plain cancels
 reach ACTIVE jobs only and say nothing when none is: the statement's cancel watch
-(CancelWatch.scala) takes them then.
+(CancelWatch.scala) sees them as Spark is asked, with no job of its own -- while the statement
+works on the driver alone no job or task runs, and the UI lists none of it to kill.
 
 A real PySpark session (local[2]) started with two test slow-downs (this process enables test
 hooks, as the suite does): every rewrite task sleeps ``TASK_SLEEP_MS`` and the driver pauses
@@ -29,7 +30,6 @@ os.environ["LANCE_COMPACT_TEST_HOOKS"] = "1"
 TASK_SLEEP_MS = 700
 DRIVER_PAUSE_MS = 1500
 BOUND_S = 10  # cancel -> failure: a pause (1.5 s), Spark's Python task kill (2 s), the cancel itself
-WATCH_TAG = "lance-compact-cancel-watch"  # CancelWatch.WatchTag
 
 
 @pytest.fixture(scope="module")
@@ -73,18 +73,16 @@ class Statement:
         assert ready.wait(30)
 
     def jobs(self) -> tuple[list[int], list[int]]:
-        """(real jobs of the statement so far, of which running); watches left out."""
-        jsc = self.spark.sparkContext._jsc.sc()
+        """(jobs of the statement that run tasks so far, of which running); its progress marks,
+        jobs of no stage, left out."""
         tracker = self.spark.sparkContext.statusTracker()
-        group = list(tracker.getJobIdsForGroup(self.group))
-        # read after the group's: a watch that started in between is listed here too
-        watches = set(jsc.statusTracker().getJobIdsForTag(WATCH_TAG))
-        ids = sorted(i for i in group if i not in watches)
+        ids = sorted(i for i in tracker.getJobIdsForGroup(self.group)
+                     if tracker.getJobInfo(i) is not None and len(tracker.getJobInfo(i).stageIds) > 0)
         running = [i for i in ids if tracker.getJobInfo(i) is not None and tracker.getJobInfo(i).status == "RUNNING"]
         return ids, running
 
     def active_jobs(self) -> list[int]:
-        """Every running job of the group, watches included (what the UI lists as active)."""
+        """Every running job of the group (what the UI lists as active)."""
         tracker = self.spark.sparkContext.statusTracker()
         return [i for i in tracker.getJobIdsForGroup(self.group)
                 if tracker.getJobInfo(i) is not None and tracker.getJobInfo(i).status == "RUNNING"]
@@ -180,6 +178,17 @@ def test_every_cancel_stops_every_statement(spark, warehouse, request, form, kin
         wait_for(lambda: s.jobs()[0] and not s.jobs()[1])
         time.sleep(0.3)
         assert not s.jobs()[1]
+        # nothing holds a slot meanwhile: no job or task of it (or of anything else) runs
+        assert not s.active_jobs() and not spark.sparkContext.statusTracker().getActiveStageIds()
+        if form.startswith("UI"):
+            # the UI lists no job of the statement now: there is nothing of it to kill, and it
+            # commits as it would have (its jobs are killed in the other phase)
+            s.join(60)
+            assert s.error is None, s.error
+            assert all(lance.dataset(str(p)).version > before[p].version for p in paths[:1])
+            for p in paths:
+                assert content(lance.dataset(str(p))) == content(before[p])
+            return
     versions = {p: lance.dataset(str(p)).version for p in paths}
     jobs_at_cancel = s.jobs()[0]
     how, says = FORMS[form]
@@ -213,7 +222,8 @@ def test_every_cancel_stops_every_statement(spark, warehouse, request, form, kin
 
 
 def test_a_normal_run_leaves_no_failed_job_and_no_watch(spark, warehouse, request):
-    """An uncancelled CALL: its watches ended as succeeded jobs (local mode), none still runs."""
+    """An uncancelled CALL runs its own jobs only (no cancel watch job, CancelWatch.scala), and
+    each of them succeeded."""
     ns, paths = _tables(warehouse, request, ["t0"])
     sc = spark.sparkContext
     sc.setJobGroup("normal-run", "uncancelled")
@@ -223,8 +233,10 @@ def test_a_normal_run_leaves_no_failed_job_and_no_watch(spark, warehouse, reques
         sc.setLocalProperty("spark.jobGroup.id", None)
     tracker = sc.statusTracker()
     jobs = tracker.getJobIdsForGroup("normal-run")
-    watches = set(sc._jsc.sc().statusTracker().getJobIdsForTag(WATCH_TAG)) & set(jobs)
-    assert watches, "the statement kept a cancel watch"
+    assert jobs, "the statement ran no Spark job"
+    stages = [tracker.getStageInfo(st) for j in jobs for st in tracker.getJobInfo(j).stageIds]
+    # the former watch was a job of its own, submitted from CancelWatch.scala
+    assert stages and not any(st is not None and "CancelWatch" in st.name for st in stages), stages
     wait_for(lambda: all(tracker.getJobInfo(j).status == "SUCCEEDED" for j in jobs), timeout=10)
 
 

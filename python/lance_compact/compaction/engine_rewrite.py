@@ -14,7 +14,7 @@ has cores, as ``compact_files`` runs them.
 Where work runs: by default only in local mode (``local``, ``local[N]``), where executors are
 threads of the driver's JVM on the same machine anyway (default 256 MiB); on a cluster the
 default is 0 (always a Spark job, on executors) and an operator may raise it. Cancel: the
-statement's cancel watch (CancelWatch.scala) holds its cancel while no job runs, and the
+statement's cancel watch (CancelWatch.scala) sees its cancel while no job runs, and the
 cancel is asked before each task starts and before the commit; tasks already running finish
 (bounded by the size limit) and their files are removed. Test hooks that act on Spark tasks
 (``test_fail_task``, ``test_task_sleep_ms``, ...) keep a batch on Spark.

@@ -121,10 +121,7 @@ def _settle(sc: SparkContext, tag: str | None, timeout: float = 15.0) -> bool:
     deadline = time.monotonic() + timeout
     while True:
         running = 0
-        watches = set(tracker.getJobIdsForTag(WATCH_TAG))  # the statement's cancel watch: not ours to wait for
         for job in tracker.getJobIdsForTag(tag):
-            if job in watches:
-                continue
             info = tracker.getJobInfo(job)
             if info.isEmpty():
                 continue
@@ -138,10 +135,6 @@ def _settle(sc: SparkContext, tag: str | None, timeout: float = 15.0) -> bool:
             log.warning("%d tasks still running %.0f s after their job failed", running, timeout)
             return False
         time.sleep(0.2)
-
-
-# The job tag of every cancel watch (CancelWatch.WatchTag in the JVM).
-WATCH_TAG = "lance-compact-cancel-watch"
 
 
 def _request_tag(sc: SparkContext) -> str | None:
@@ -162,10 +155,9 @@ def bind_bridge(bridge: Any) -> None:
 
 def run_job(rdd: Any) -> None:
     """Run ``rdd`` to its end as one Spark job of the request served on this thread (its tasks
-    report through accumulators). In the engine through ``EngineBridge.runJob``, which hands
-    the statement's cancel watch over to the job as soon as it is queued: the watch's executor
-    slot is free before the job's tasks are scheduled, with no moment when a cancel finds
-    neither (CancelWatch.scala). Raises the job's failure, as an action does."""
+    report through accumulators). In the engine through ``EngineBridge.runJob``, on the JVM
+    thread paired with this one (under the request's job group, tags and pool). Raises the
+    job's failure, as an action does."""
     if _bridge is None:
         rdd.count()
     else:

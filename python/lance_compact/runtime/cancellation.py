@@ -2,9 +2,10 @@
 
 The engine serves each request on its own thread and installs a probe there
 (:func:`serving`): it asks the JVM (``EngineBridge.cancelled``), which knows when the
-statement's thread was interrupted (Thrift's cancel, Spark Connect's interrupt) and when any
-Spark job of the request was cancelled -- its own jobs or, while none runs, its cancel watch
-(``CancelWatch.scala``) -- by job group, tag, ``cancelAllJobs`` or the UI's kill. A job
+statement's thread was interrupted (Thrift's cancel, Spark Connect's interrupt), when any
+Spark job of the request was cancelled (by job group, tag, ``cancelAllJobs`` or the UI's kill),
+and when its job group, tags or all jobs were cancelled while no job of it ran (its cancel
+watch, ``CancelWatch.scala``, sees that in Spark's scheduler with no job of its own). A job
 this process sees fail as cancelled first (``spark_job.py``) cancels the statement here
 (:func:`cancel`). The orchestration asks :func:`reason` before each batch, before each commit
 and between maintenance steps, in every thread of the request.
@@ -34,8 +35,8 @@ class Cancelled(CompactionError):
 
 class Statement:
     """One request's cancel state, shared by every thread that works for it: the JVM's answer
-    (``probe``: an interrupt of the statement's thread, or a job of it -- its own or its cancel
-    watch, ``CancelWatch.scala`` -- cancelled in any form) or a cancel this process saw first
+    (``probe``: an interrupt of the statement's thread, a job of it cancelled in any form, or a
+    cancel of its group, tags or all jobs, ``CancelWatch.scala``) or a cancel this process saw first
     (:func:`cancel`, where one of its jobs failed as cancelled). Once cancelled, it stays so."""
 
     def __init__(self, probe: Callable[[], str | None] | None) -> None:
