@@ -1,5 +1,6 @@
 """CALL lance.compact end to end on real local Spark and real Lance datasets."""
 import shutil
+import time
 
 import lance
 import pytest
@@ -175,3 +176,71 @@ def test_a_users_own_strategy_registered_with_the_catalog(spark, fresh_table):
     assert r.tasks >= 1 and r.strategy == "skip_newest"
     assert set(newest) <= {f.fragment_id for f in after.get_fragments()}
     assert content(after) == content(before)
+
+
+def _jobs_described(spark, prefix: str) -> list[str]:
+    """Descriptions of the application's jobs that start with ``prefix`` (Spark's status store:
+    what the UI's Jobs page lists)."""
+    jobs = spark.sparkContext._jsc.sc().statusStore().jobsList(None)
+    out = []
+    for i in range(jobs.size()):
+        d = jobs.apply(i).description().toString()  # Some(<text>) or None
+        if d.startswith("Some(") and d[5:-1].startswith(prefix):
+            out.append(d[5:-1])
+    return out
+
+
+def test_progress_is_said_in_the_ui_and_to_the_caller(spark, fresh_table):
+    """Every step shows in the Spark UI as a job named for its table and step (local mode's
+    in-engine rewrite too); the caller that set the progress key reads the statement's line
+    while it runs; a PySpark call with the line switched on returns the same result."""
+    import threading
+
+    from lance_compact import progress_line
+
+    table, path = fresh_table
+    jvm = spark.sparkContext._jvm
+    key = "progress-test-key"
+    seen: list[str] = []
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            said = jvm.io.github.lancecompact.spark.engine.Progress.line(key)
+            if said and (not seen or seen[-1] != said):
+                seen.append(said)
+            time.sleep(0.05)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    sc = spark.sparkContext
+    sc.setLocalProperty(progress_line.KEY_PROPERTY, key)
+    try:
+        row = spark.sql(f"CALL lance.compact(table => '{table}', target_rows_per_fragment => 1000, "
+                        "options => map('test_task_sleep_ms', 'all:400'))").collect()[0]
+    finally:
+        sc.setLocalProperty(progress_line.KEY_PROPERTY, None)
+        done.set()
+        watcher.join(5)
+    assert row.tasks > 0
+    assert any(s.startswith(f"{table}: batch 1 of 1, rewriting {row.tasks} tasks") for s in seen), seen
+    assert jvm.io.github.lancecompact.spark.engine.Progress.line(key) == ""  # forgotten once answered
+    described = _jobs_described(spark, f"lance_compact compact {table}:")
+    assert f"lance_compact compact {table}: planning" in described, described
+    assert any(d.startswith(f"lance_compact compact {table}: batch 1 of 1, rewriting") for d in described), described
+    assert f"lance_compact compact {table}: batch 1: committing" in described, described
+
+    # cleanup shows too; and the PySpark API with the line switched on (no terminal: drawn nowhere)
+    spark.sql(f"CALL lance.cleanup(table => '{table}', dry_run => true)").collect()
+    assert f"lance_compact cleanup {table}: cleanup" in _jobs_described(spark, "lance_compact cleanup")
+    spark.conf.set(progress_line.SETTING, "true")
+    try:
+        again = compact(spark, table, target_rows_per_fragment=1000).collect()[0]
+    finally:
+        spark.conf.unset(progress_line.SETTING)
+    assert again.tasks == 0 and again.new_version == again.read_version
+    # Spark metrics for every procedure (the plugin's source; here read from its registry)
+    registry = jvm.io.github.lancecompact.spark.engine.MaintenanceMetrics.registry()
+    assert registry.counter("procedure.compact.calls").getCount() >= 2
+    assert registry.timer("procedure.compact.duration").getCount() >= 2
+    assert registry.counter("procedure.cleanup.calls").getCount() >= 1

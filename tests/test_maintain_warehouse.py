@@ -241,6 +241,8 @@ def test_the_service_runs_rounds_backs_off_stops_and_reports_metrics(tmp_path):
         assert last("runs") == 2 and last("tables_maintained") == 1 and last("tables_failed") == 1
         assert last("bytes_rewritten") > 0
         assert last("table.ws.t.health") > last("table.ws.t.runs") == 1
+        assert last("procedure.maintain_warehouse.calls") == 2  # every procedure's calls, failures, duration
+        assert last("procedure.maintain_warehouse.failures") == 0
 
         # SIGTERM between rounds: the service ends its session and says it stopped.
         deadline = time.monotonic() + 240

@@ -266,7 +266,10 @@ def call_procedure(spark: Any, procedure: str, table: str | None, catalog: str =
             args[f"p{i}"] = v
             named.append(f"{k} => :p{i}")
     target = ".".join(f"`{p}`" for p in catalog.split("."))
-    return spark.sql(f"CALL {target}.{procedure}({', '.join(named)})", args=args)
+    from . import progress_line  # a live line in a notebook while the CALL runs
+
+    return progress_line.run(spark, procedure,
+                             lambda: spark.sql(f"CALL {target}.{procedure}({', '.join(named)})", args=args))
 
 
 # ---- the procedures as Python functions -------------------------------------------------

@@ -91,6 +91,11 @@ def _handlers(sc: Any) -> dict[str, Handler]:
     }
 
 
+# Actions whose work is said as it starts (progress.py): those that change a table or run
+# long; compact, maintain and maintain_warehouse say their own steps.
+_STEPS_SHOWN = {"cleanup": "cleanup", "optimize_indices": "optimize_indices"}
+
+
 def handle(handlers: dict[str, Handler], action: str, request: str) -> dict[str, Any]:
     """Serve one request: parsed once (``Envelope.parse``), handed to the action's handler,
     its :class:`Result` made into rows here. Every failure becomes ``{"ok": false, "error":
@@ -114,6 +119,9 @@ def handle(handlers: dict[str, Handler], action: str, request: str) -> dict[str,
             if not isinstance(raw, dict):
                 raise CompactionError(f"engine: the {action} request is not a JSON object")
             envelope = Envelope.parse(action, _test_fault(raw))
+            if action in _STEPS_SHOWN and envelope.target is not None:  # a job named for its table in the UI
+                from .runtime import progress
+                progress.report(f"{envelope.target.table}: {_STEPS_SHOWN[action]}")
             result = handlers[action](envelope)
             return {"ok": True, "schema": result.schema, "rows": result.json_rows()}
         except CompactionError as e:
@@ -383,13 +391,15 @@ def main() -> None:
     log.info("engine ready (pid %d)", os.getpid())
 
     def serve(request_id: str, action: str, request: str) -> None:
+        from .runtime import progress
         from .runtime.cancellation import serving as checking_cancellation
 
         started = time.monotonic()
         text = None
         try:
             bridge.adopt(request_id)
-            with checking_cancellation(lambda: bridge.cancelled(request_id)):
+            with checking_cancellation(lambda: bridge.cancelled(request_id)), \
+                    progress.serving(progress.Reporter(lambda said: bridge.progress(request_id, said))):
                 text = json.dumps(handle(handlers, action, request))
         except _LoseResponse:
             return  # test-only: the JVM must notice from the heartbeat (finally still runs)

@@ -23,11 +23,11 @@ from typing import Any, Protocol
 import lance
 from lance.optimize import Compaction, RewriteResult
 
-from ..runtime import cancellation
-
-from ..runtime import hooks
+from ..runtime import cancellation, progress
 from . import bounds
 from ..options import effective
+
+from ..runtime import hooks
 from .fragments import fragments_matching
 from .commit import CommitOutcome, commit_results, remove_new_files
 from ..errors import CompactionError
@@ -244,6 +244,8 @@ class Run:
             batch = self.pending.pop(0)
             number += 1
             clock = time.monotonic()
+            progress.report(f"{self.request.table}: batch {number} of {number + len(self.pending)}, "
+                            f"rewriting {len(batch.ids)} tasks")
             outcomes, failure = runner.run(self.request, batch, number, self.dataset)
             ran = time.monotonic()
             if failure is not None and failure.cancelled:
@@ -252,6 +254,7 @@ class Run:
                 self._cancelled(failure.message, f"during batch {number}", reported + batch.carried,
                                 stopped, failure.settled)
             if failure is None:
+                progress.report(f"{self.request.table}: batch {number}: committing")
                 self._commit(batch, outcomes)
             else:
                 self._failed(batch, outcomes, failure)
@@ -418,9 +421,11 @@ def compact(request: CompactionRequest, runner: BatchRunner) -> tuple:
             raise CompactionError(f"table {request.table}: sort_order needs a Spark context of its own "
                                   "(not available in a shared maintenance run)")
         return cluster(request, sc)
+    progress.report(f"{request.table}: planning")
     run = Run(request, *make_plan(request, dataset), started)
     log.info("table %s: planned %d tasks in %d ms", request.table,
              sum(len(b.ids) for b in run.pending), (time.time() - started) * 1000)
     run.execute(runner)
+    progress.report(f"{request.table}: checking index coverage")
     run.restore_indices()
     return run.result_row()

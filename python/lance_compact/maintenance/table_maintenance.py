@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 import lance
 
-from ..runtime import cancellation
+from ..runtime import cancellation, progress
 
 from ..runtime import hooks
 
@@ -178,6 +178,8 @@ def run_step(step: str, t: Target, args: dict[str, Any], runner: Any, dry: bool,
         raise cancellation.Cancelled(f"table {t.table}: the {step} step was not started: the statement "
                                      f"was cancelled ({why})")
     clock = time.monotonic()
+    if not dry:
+        progress.report(f"{t.table}: {step}")
     row = STEPS[step](t, args, runner, dry, ds, decided=decided)
     row["elapsed_ms"] = int((time.monotonic() - clock) * 1000)
     return row

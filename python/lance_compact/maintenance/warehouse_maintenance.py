@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Callable, Mapping
 
-from ..runtime import cancellation, durations
+from ..runtime import cancellation, durations, progress
 from ..errors import CompactionError
 from . import retention
 from ..compaction import rules
@@ -390,6 +390,12 @@ def maintain_warehouse(request: Envelope, run_packed: Callable,
     probe = cancellation.current_probe()
     waiting = list(reversed(chosen))  # popped from the end: the run's order
     lock = threading.Lock()
+    reporter = progress.current()
+    finished_tables = [0]
+    if reporter is not None and chosen:
+        reporter(f"maintain_warehouse: 0 of {len(chosen)} due tables done")
+        # each table's steps say so too: "tables 3 of 12 done; db.t: compact"
+        reporter = progress.Prefixed(reporter, lambda: f"tables {finished_tables[0]} of {len(chosen)} done; ")
 
     def lane() -> None:
         """One of ``parallelism`` lanes: the next table in order, until none is left."""
@@ -399,9 +405,12 @@ def maintain_warehouse(request: Envelope, run_packed: Callable,
                     return
                 t = waiting.pop()
             try:
-                _maintain(t, jobs, dry, budget, len(chosen), probe)
+                with progress.serving(reporter):
+                    _maintain(t, jobs, dry, budget, len(chosen), probe)
             except Exception as e:  # our bug: the table's row says so
                 t.skip("failed", _error_text(e, storage))
+            with lock:
+                finished_tables[0] += 1
 
     lanes = [_LANES.submit(lane) for _ in range(min(workers, len(chosen)))]
     waiter = threading.Thread(target=lambda: ([f.exception() for f in lanes], finished.set()), daemon=True)

@@ -33,7 +33,7 @@ from typing import Any
 
 import lance
 
-from ...runtime import cancellation
+from ...runtime import cancellation, progress
 from ...runtime.failures import CORRUPT, classify, committed_phrase, describe, job_failure
 
 from ...runtime import hooks
@@ -241,6 +241,7 @@ def _attempt(sc: Any, request: CompactionRequest, order: SortOrder, dataset: lan
     ids = plan.fragment_ids
     sc.setJobDescription(f"lance.compact {request.table}: sampling {order.text()} over {len(groups)} groups "
                          f"at version {plan.read_version}")
+    progress.report(f"{request.table}: sampling the keys of {len(groups)} groups")
     from ...runtime.driver_conf import max_task_attempts
     faults = jobs.Faults(bool(request.run.get("partial_progress")), max_task_attempts(sc),
                          hooks.with_slowdowns(request.hooks), request.storage_options)
@@ -254,6 +255,7 @@ def _attempt(sc: Any, request: CompactionRequest, order: SortOrder, dataset: lan
         del samples
         sc.setJobDescription(f"lance.compact {request.table}: clustering {len(ids)} fragments of {len(groups)} "
                              f"groups into {plan.partitions} partitions by {order.text()}")
+        progress.report(f"{request.table}: clustering {len(ids)} fragments into {plan.partitions} partitions")
         written, failed = jobs.rewrite(sc, source, order, layout, ids, plan.target_rows,
                                        plan.max_bytes_per_file, domain, faults)
     except jobs.RewriteFailed as e:
@@ -288,6 +290,7 @@ def _attempt(sc: Any, request: CompactionRequest, order: SortOrder, dataset: lan
     conflicted = 0
     batches = _batches(done, request)
     for k, batch in enumerate(batches):
+        progress.report(f"{request.table}: committing" + (f" {k + 1} of {len(batches)}" if len(batches) > 1 else ""))
         try:
             conflicted += _commit(request, order, dataset, plan, state, domain, batch, totals)
         except BaseException:

@@ -71,6 +71,7 @@ final class EngineBridge(sc: SparkContext) {
     pending.values().forEach { r =>
       if (r.taken > 0 && r.taken <= count && !listed.contains(r.id) && pending.remove(r.id, r)) {
         r.cancelReason = "the engine stopped serving it"
+        Progress.ended(r.tag)
         watch.unwatch(r.id)
         cancelJobs(r)
         r.response.completeExceptionally(new IllegalStateException(
@@ -120,8 +121,13 @@ final class EngineBridge(sc: SparkContext) {
   /** The engine's response to request `id` (JSON). */
   def respond(id: String, json: String): Unit = {
     watch.unwatch(id)
-    Option(pending.remove(id)).foreach(_.response.complete(json))
+    Option(pending.remove(id)).foreach { r => Progress.ended(r.tag); r.response.complete(json) }
   }
+
+  /** The engine says what request `id` is doing now ([[Progress]]): for its caller, the driver's
+   * log and the Spark UI. */
+  def progress(id: String, text: String): Unit =
+    Option(pending.get(id)).foreach(r => Progress.said(sc, r.tag, r.action, text, r.properties))
 
   /** Mark request `id` cancelled (the engine stops at its next check) and cancel its
    * running Spark jobs. */
@@ -157,6 +163,7 @@ final class EngineBridge(sc: SparkContext) {
     pending.put(id, r)
     // watched from now: a cancel sent while it waits for the engine is kept too
     if (r.watched && cancelWatch) watch.watch(r.id, r.tag, r.properties)
+    Progress.started(sc, r.tag)  // on the caller's thread: the key it set for its progress line
     queue.put(r)
     (id, r.response)
   }
@@ -166,6 +173,7 @@ final class EngineBridge(sc: SparkContext) {
   private[engine] def failAll(error: Throwable): Unit = {
     pending.values().forEach { r =>
       r.cancelReason = "the engine process ended"
+      Progress.ended(r.tag)
       cancelJobs(r)
       r.response.completeExceptionally(error)
     }

@@ -6,13 +6,15 @@ import com.codahale.metrics.{Gauge, MetricRegistry}
 import org.apache.spark.sql.catalyst.InternalRow
 import org.apache.spark.sql.types.StructType
 
-/** What `maintain_warehouse` did, for Spark's metrics system: a Dropwizard registry that
+/** What the procedures and `maintain_warehouse` did, for Spark's metrics system: a Dropwizard registry that
  * [[EnginePlugin]]'s driver plugin hangs under its own (`plugin.<EnginePlugin>.maintenance.*`),
  * so every configured sink (JMX, CSV, the Prometheus servlet) shows it:
  *
  *  - `maintenance.runs`, `.tables_maintained`, `.tables_failed`, `.bytes_rewritten` (counters)
  *  - `maintenance.table.<namespace.table>.health` (gauge: the latest score, 0-100),
- *    `.runs` and `.failures` (counters) per table.
+ *    `.runs` and `.failures` (counters) per table;
+ *  - for every procedure: `maintenance.procedure.<name>.calls` and `.failures` (counters) and
+ *    `.duration` (a timer: count, rates, percentiles), from each CALL on this driver.
  *
  * Updated from each call's result rows (the engine's answer), on the driver. Without the
  * plugin the figures are kept and reported nowhere.
@@ -47,6 +49,14 @@ object MaintenanceMetrics {
       if (failed) { registry.counter("tables_failed").inc(); registry.counter(table(name, "failures")).inc() }
       registry.counter("bytes_rewritten").inc(bytes)
     }
+  }
+
+  /** A CALL of `procedure` ended after `nanos`, `failed` or not (names: the procedures', a fixed set). */
+  def called(procedure: String, nanos: Long, failed: Boolean): Unit = {
+    def name(what: String) = MetricRegistry.name("procedure", procedure, what)
+    registry.timer(name("duration")).update(nanos, java.util.concurrent.TimeUnit.NANOSECONDS)
+    registry.counter(name("calls")).inc()
+    if (failed) registry.counter(name("failures")).inc()
   }
 
   /** A table's latest health score, if a run has seen it. */

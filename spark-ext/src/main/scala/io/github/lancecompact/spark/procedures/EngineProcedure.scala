@@ -8,7 +8,7 @@ import org.apache.spark.sql.connector.read.Scan
 import org.apache.spark.sql.types.StructType
 
 import io.github.lancecompact.spark.catalog.LanceCatalog
-import io.github.lancecompact.spark.engine.{LanceCompactException, PythonEngine, ResultScan}
+import io.github.lancecompact.spark.engine.{LanceCompactException, MaintenanceMetrics, PythonEngine, ResultScan}
 
 /** What a procedure is: its name, what it does, its parameters in positional order, the
  * engine action that serves it, how a CALL's row becomes the engine's request, and what is
@@ -41,9 +41,14 @@ final class EngineProcedure(catalog: LanceCatalog, spec: ProcedureSpec) extends 
     override def parameters(): Array[ProcedureParameter] = params
     override def isDeterministic: Boolean = false
     override def call(input: InternalRow): util.Iterator[Scan] = LanceCompactException.userErrors {
-      val scan = PythonEngine.query(spec.action, spec.binder(catalog, params, input).request)
-      spec.afterwards(scan)
-      util.List.of[Scan](scan).iterator()
+      val started = System.nanoTime()
+      var failed = true
+      try {
+        val scan = PythonEngine.query(spec.action, spec.binder(catalog, params, input).request)
+        spec.afterwards(scan)
+        failed = false
+        util.List.of[Scan](scan).iterator()
+      } finally MaintenanceMetrics.called(spec.name, System.nanoTime() - started, failed)
     }
   }
 }

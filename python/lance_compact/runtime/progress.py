@@ -1,0 +1,75 @@
+"""What the request served on this thread is doing now, said where people look.
+
+The engine installs a reporter for each request (:func:`serving`); the orchestration calls
+:func:`report` at each step ("db.events: batch 2 of 3, rewriting 12 tasks"; "tables 3 of 12
+done"). The reporter hands the text to the JVM (``EngineBridge.progress``), which
+
+* shows it in the Spark UI as a job named for the table and step (a job of no tasks, posted
+  under the statement's job group and tags), so even work done in the engine process without
+  a Spark job (a small rewrite in local mode, a commit, cleanup) is seen there;
+* keeps it for the caller that asked (``Progress.scala``): the PySpark API polls it, adds the
+  live task counts of the statement's running Spark jobs, and draws a line in a notebook.
+
+A report never fails the work: the JVM may be going away, and progress is only a view.
+Reports are cheap (one Py4J call) but not free: say steps, not rows.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from contextlib import contextmanager
+from typing import Callable, Iterator
+
+log = logging.getLogger(__name__)
+_local = threading.local()
+
+
+class Reporter:
+    """One request's progress line, shared by every thread that works for it."""
+
+    def __init__(self, send: Callable[[str], None]) -> None:
+        self._send = send
+        self._lock = threading.Lock()
+        self.last: str | None = None
+
+    def __call__(self, text: str) -> None:
+        with self._lock:
+            if text == self.last:
+                return
+            self.last = text
+        try:
+            self._send(text)
+        except Exception as e:  # a view only: never fails the work
+            log.debug("progress not reported: %s", e)
+
+
+class Prefixed(Reporter):
+    """``parent``'s line with ``prefix()`` before each text (a warehouse run's "tables 3 of 12
+    done; " before a table's own steps)."""
+
+    def __init__(self, parent: Reporter, prefix: Callable[[], str]) -> None:
+        super().__init__(lambda text: parent(prefix() + text))
+
+
+@contextmanager
+def serving(reporter: Reporter | None) -> Iterator[None]:
+    """Within the block, :func:`report` on this thread goes to ``reporter``; a table's thread of
+    a warehouse run shares its request's reporter (:func:`current` there)."""
+    previous = getattr(_local, "reporter", None)
+    _local.reporter = reporter
+    try:
+        yield
+    finally:
+        _local.reporter = previous
+
+
+def current() -> Reporter | None:
+    """This thread's reporter, for work the request hands to other threads."""
+    return getattr(_local, "reporter", None)
+
+
+def report(text: str) -> None:
+    """Say what the current request is doing now (nothing happens outside a request)."""
+    reporter = getattr(_local, "reporter", None)
+    if reporter is not None:
+        reporter(text)

@@ -1,0 +1,89 @@
+package io.github.lancecompact.spark.engine
+
+import java.util.concurrent.ConcurrentHashMap
+
+import org.apache.spark.SparkContext
+import org.apache.spark.internal.Logging
+
+/** What a statement is doing now, as its engine request says (python/lance_compact/runtime/
+ * progress.py), shown where people look:
+ *
+ *  - in the Spark UI, as a job named `lance_compact <action> <table>: <step>` (a job of no
+ *    tasks, posted under the statement's job group and tags): the steps the engine does without a
+ *    Spark job (a small rewrite in local mode, commits, index work, cleanup) are listed there too;
+ *  - in the driver's log (INFO);
+ *  - for the caller that asked, by the key it set as the local property [[KeyProperty]] before
+ *    its statement ([[line]]): the PySpark API polls it to draw a live line in a notebook, with the
+ *    task counts of the statement's running Spark jobs.
+ *
+ * Bounded: an entry lives while its request does; a key longer than [[MaxKey]] is ignored.
+ */
+object Progress extends Logging {
+  val KeyProperty = "lance_compact.progress"
+  private val JobDescription = "spark.job.description"  // SparkContext.SPARK_JOB_DESCRIPTION
+  private val MaxKey = 64
+
+  private final case class Entry(text: String, tag: String)
+  private val keyOf = new ConcurrentHashMap[String, String]()  // request tag -> caller's key
+  private val byKey = new ConcurrentHashMap[String, Entry]()
+  @volatile private var context: SparkContext = _
+
+  /** On the caller's thread, as its request is queued: remember the caller's key, if it set one. */
+  private[engine] def started(sc: SparkContext, requestTag: String): Unit = {
+    context = sc
+    Option(sc.getLocalProperty(KeyProperty)).filter(k => k.nonEmpty && k.length <= MaxKey)
+      .foreach(k => keyOf.put(requestTag, k))
+  }
+
+  /** The request ended (answered, failed or abandoned). */
+  private[engine] def ended(requestTag: String): Unit =
+    Option(keyOf.remove(requestTag)).foreach(byKey.remove)
+
+  /** The engine says what request `requestTag` of `action` is doing: kept for its caller, logged,
+   * and shown in the UI as a job of no tasks under `properties` (the caller's job group, tags and
+   * pool) and the request's tag. Never fails: it is a view. */
+  private[engine] def said(sc: SparkContext, requestTag: String, action: String, text: String,
+                           properties: Map[String, String]): Unit = {
+    val line = text.take(300)
+    Option(keyOf.get(requestTag)).foreach(k => byKey.put(k, Entry(line, requestTag)))
+    logInfo(s"lance_compact $action: $line")
+    try mark(sc, s"lance_compact $action $line", properties, requestTag)
+    catch { case e: Exception => logDebug(s"progress job not posted: $e") }
+  }
+
+  /** A job of no tasks named `description`: DAGScheduler posts its start and end at once and runs
+   * nothing (no slot, no executor), so it costs a listener event. */
+  private def mark(sc: SparkContext, description: String, properties: Map[String, String], tag: String): Unit = {
+    val keys = EngineBridge.Inherited :+ JobDescription
+    val saved = keys.map(k => k -> sc.getLocalProperty(k))
+    try {
+      EngineBridge.Inherited.foreach(k => sc.setLocalProperty(k, properties.getOrElse(k, null)))
+      val tags = (properties.get("spark.job.tags").toSeq.flatMap(_.split(",")) :+ tag).filter(_.nonEmpty).distinct
+      sc.setLocalProperty("spark.job.tags", tags.mkString(","))
+      sc.setLocalProperty(JobDescription, description)
+      sc.submitJob(sc.emptyRDD[Int], NoWork, Seq.empty[Int], (_: Int, _: Unit) => (), ())
+    } finally saved.foreach { case (k, v) => sc.setLocalProperty(k, v) }
+  }
+
+  /** The statement's line for the caller whose key is `key`: the engine's latest words and, while
+   * Spark jobs of it run, their tasks done of planned; "" when it has said nothing (yet). */
+  def line(key: String): String = Option(byKey.get(key)).map { e =>
+    val tasks = Option(context).flatMap(sc => scala.util.Try(runningTasks(sc, e.tag)).toOption.flatten)
+    e.text + tasks.map { case (done, all) => s" ($done of $all tasks done)" }.getOrElse("")
+  }.getOrElse("")
+
+  /** Tasks done and planned over the stages of the request's running jobs, if any run. */
+  private def runningTasks(sc: SparkContext, tag: String): Option[(Int, Int)] = {
+    val tracker = sc.statusTracker
+    val stages = tracker.getJobIdsForTag(tag).toSeq.flatMap(id => tracker.getJobInfo(id).toSeq)
+      .filter(_.status() == org.apache.spark.JobExecutionStatus.RUNNING)
+      .flatMap(_.stageIds().toSeq).distinct.flatMap(id => tracker.getStageInfo(id).toSeq)
+    if (stages.isEmpty) None
+    else Some((stages.map(_.numCompletedTasks()).sum, stages.map(_.numTasks()).sum))
+  }
+
+  /** What a job of [[mark]] would do with a partition: it has none. */
+  private object NoWork extends (Iterator[Int] => Unit) with Serializable {
+    override def apply(it: Iterator[Int]): Unit = ()
+  }
+}
