@@ -290,6 +290,83 @@ def test_cleanup_of_the_operators_catalog_signs_with_its_own_key_only(spark, pla
     assert seen and set(seen) == {ACCESS_KEY_ID}, sorted(set(map(str, seen)))
 
 
+# ---- the catalog's read source: no name SQL can give it ----
+
+READ_SOURCE_CLASS = "org.apache.spark.sql.execution.datasources.v2.python.LanceCompactReadSource"
+
+
+def read_requests(places, s3, endpoint: str) -> dict[str, dict | None]:
+    """name -> the ``request`` option an attacker passes (None: none at all): forged ones for
+    a table outside the warehouse and one inside, a genuine request of the catalog's scan as it
+    builds it (copied, replayed), and one for the operator's bucket at the user's endpoint with
+    no keys (the driver's environment holds AWS keys)."""
+    columns = {"columns": ["id"], "partition_bytes": 134217728}
+    bucket_path = places["s3wh"].split("://", 1)[1]
+    return {
+        "outside": {"table": "x", "uri": str(places["other"] / "db" / "secret.lance"), **columns},
+        "inside": {"table": "db.t", "uri": str(places["wh"] / "db" / "t.lance"), **columns},
+        "replayed": {"table": "ops3.db.t", "uri": f"{places['s3wh']}/db/t.lance",
+                     "storage_options": s3.storage_options, **columns},
+        "users_endpoint": {"table": "x", "uri": f"s3://{bucket_path}/db/t.lance", "storage_options": {
+            "aws_endpoint": endpoint, "allow_http": "true", "aws_region": "us-east-1"}, **columns},
+        "none": None,
+    }
+
+
+def read_source_statements(request: dict | None) -> list[str]:
+    """Every way SQL can name a data source, with ``request`` as its option."""
+    import json
+
+    options = "partitions '[[0],[1],[2]]'" + (
+        "" if request is None else ", request '" + json.dumps(request).replace("'", "\\'") + "'")
+    return [f"CREATE OR REPLACE TEMPORARY VIEW leak (id BIGINT) USING {name} OPTIONS ({options})"
+            for name in ("lance_compact_read", "LANCE_COMPACT_READ", "pyspark_lance_compact",
+                         READ_SOURCE_CLASS, "lance_compact.catalog.read_source.LanceFragmentSource",
+                         "`lance_compact_read`")]
+
+
+@pytest.mark.parametrize("attack", ["outside", "inside", "replayed", "users_endpoint", "none"])
+def test_the_read_source_cannot_be_named_from_sql(spark, places, s3, recorder, attack):
+    """The catalog's distributed read is registered under no name: every statement naming it
+    (by its name, its old module, its JVM class, its Python class) is refused before anything
+    is read or any request is sent (was: ``USING lance_compact_read OPTIONS (request ...)`` read
+    a table outside the warehouse, and signed requests to the user's endpoint with the
+    environment's key)."""
+    request = read_requests(places, s3, recorder.endpoint)[attack]
+    before = secret_version(places)
+    recorder.signed.clear()
+    fresh = spark.newSession()
+    for statement in read_source_statements(request):
+        with pytest.raises(Exception) as e:
+            fresh.sql(statement).collect()
+            fresh.sql("SELECT * FROM leak").collect()  # never reached: the view is refused
+        message = str(e.value)
+        assert "DATA_SOURCE_NOT_FOUND" in message or "cannot be named in SQL" in message, \
+            (statement[:120], message[:1500])
+        assert ENV_SECRET not in message and s3.storage_options["aws_secret_access_key"] not in message
+    with pytest.raises(Exception, match="DATA_SOURCE_NOT_FOUND"):
+        reader = fresh.read.format("lance_compact_read").option("partitions", "[[0]]")
+        if request is not None:
+            import json
+            reader = reader.option("request", json.dumps(request))
+        reader.schema("id BIGINT").load().collect()
+    assert list(recorder.signed) == [], list(recorder.signed)[:10]  # nothing sent, signed or not
+    assert secret_version(places) == before
+
+
+def test_catalog_reads_still_run_on_the_executors(spark, places, s3):
+    """SELECT on the operator's local and S3 catalogs: the distributed read (a Python data
+    source scan in the plan), rows exact."""
+    fresh = spark.newSession()
+    for table, expected in (("lance.db.t", lance.dataset(str(places["wh"] / "db" / "t.lance")).count_rows()),
+                            ("ops3.db.t", lance.dataset(f"{places['s3wh']}/db/t.lance",
+                                                        storage_options=s3.storage_options).count_rows())):
+        plan = fresh.sql(f"EXPLAIN SELECT id FROM {table}").collect()[0][0]
+        assert "(Python)" in plan, plan
+        assert fresh.sql(f"SELECT id FROM {table}").count() == expected
+        assert "planted-secret" not in plan and ENV_SECRET not in plan
+
+
 # ---- the same attacks through the spark-sql CLI and the Thrift server ----
 
 def driver_env() -> dict[str, str]:

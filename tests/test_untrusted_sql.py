@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -115,6 +116,47 @@ def sql(shared, statements: str, timeout: float = 180):
 
 def version(path) -> int:
     return lance.dataset(str(path)).version
+
+
+def test_the_catalogs_read_source_cannot_be_named(shared):
+    """The catalog's distributed read is no data source SQL can name: a forged read request for
+    a table outside the warehouse, and one for the operator's bucket at the user's endpoint
+    without keys, are refused before anything is read or sent (was: the outside table's rows;
+    requests signed with the driver environment's key). Catalog reads, local and S3, work."""
+    import json
+
+    listener = Listener()
+    try:
+        bucket_path = shared["lake"].split("://", 1)[1]
+        statements = []
+        for request in ({"table": "x", "uri": str(shared["outside"] / "x" / "secret.lance"), "columns": ["id"]},
+                        {"table": "x", "uri": f"s3://{bucket_path}/db/t.lance", "columns": ["id"],
+                         "storage_options": {"aws_endpoint": f"http://127.0.0.1:{listener.port}",
+                                             "allow_http": "true", "aws_region": "us-east-1"}}):
+            for name in ("lance_compact_read", "org.apache.spark.sql.execution.datasources.v2.python."
+                                               "LanceCompactReadSource"):
+                statements += [f"CREATE OR REPLACE TEMPORARY VIEW leak (id BIGINT) USING {name} OPTIONS "
+                               f"(request '{json.dumps(request)}', partitions '[[0],[1]]');",
+                               "SELECT count(*) AS n FROM leak;"]
+        # one JDBC session running every statement of a script (--force: on after an error)
+        script = shared["workdir"] / "read_source.sql"
+        script.write_text("\n".join(statements) + "\n")
+        p = subprocess.run([os.path.join(cs.spark_home(), "bin", "beeline"), "-u",
+                            f"jdbc:hive2://127.0.0.1:{shared['server'].port}", "--outputformat=tsv2",
+                            "--force=true", "-f", str(script)], cwd=shared["workdir"],
+                           env=cs.spark_env(SPARK_BEELINE_OPTS=f"-Duser.home={shared['workdir']}"),
+                           capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+        out = p.stdout + p.stderr
+        refused = (out.count("Failed to find the data source: lance_compact_read"),
+                   out.count("distributed read cannot be named in SQL"))
+        assert refused[0] >= 2 and refused[1] >= 2, (refused, out[-3000:])
+        assert "\nn\n" not in out and not out.startswith("n\n"), out
+        time.sleep(1)
+        assert listener.connections == 0 and not listener.received, listener.received[:400]
+    finally:
+        listener.stop()
+    code, out = sql(shared, "SELECT count(*) AS n FROM lake.db.t;\nSELECT count(*) AS n FROM lance.db.t;")
+    assert code == 0 and [line.strip() for line in out.splitlines()].count("n") == 2, out
 
 
 def test_set_cannot_re_point_the_operators_catalog(shared):

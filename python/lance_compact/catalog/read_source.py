@@ -3,12 +3,19 @@ groups of a table's fragments, read on the executors as Arrow batches.
 
 The catalog's scan (Scala ``LanceScanBuilder``) asks the engine for the groups
 (:func:`read_plan`) and hands them, with the pruned columns, the Lance filter and the pinned
-version, to this source; Spark finds it through the top-level module
-``pyspark_lance_compact`` (Spark's automatic registration of ``pyspark_*`` modules). Every
-partition reads the same version, so a query sees one snapshot of the table.
+version, to this source. Every partition reads the same version, so a query sees one snapshot
+of the table.
 
-Nothing here imports pylance at module level: Spark imports the module once per JVM to
-register it.
+The source is registered under no name (no ``pyspark_*`` module, no
+``spark.dataSource.register``): a registered name can be given by any SQL user with options of
+their choosing (``CREATE TEMPORARY VIEW v USING <name> OPTIONS (request '...')``), and the
+``request`` option says which table to open, where, with which storage options. The JVM builds
+the source itself, this class by reference, for the catalog's scans only (Scala
+``LanceCompactReadSource``, ``FragmentScan``), so every request it reads is one the catalog
+made from a table it resolved inside its warehouse, with its credential rule applied.
+
+Nothing here imports pylance at module level: Spark's driver-side workers import the module
+to create the source and plan its partitions.
 """
 from __future__ import annotations
 
@@ -101,8 +108,8 @@ class LanceFragmentReader(DataSourceReader):
 
 
 class LanceFragmentSource(DataSource):
-    """``lance_compact_read``: used by the catalog's scans, not meant to be named by users
-    (its options are the engine's read plan)."""
+    """``lance_compact_read``: built by the catalog's scans alone, registered under no name
+    (its options are the engine's read plan: see the module's docstring)."""
 
     @classmethod
     def name(cls) -> str:
