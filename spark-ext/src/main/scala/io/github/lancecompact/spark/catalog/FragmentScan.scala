@@ -36,7 +36,8 @@ object FragmentScan extends Logging {
       p.prepare(new CaseInsensitiveStringMap(options), columns)
       Some(p)
     } catch {
-      case NonFatal(e) =>
+      // LinkageError too: the source extends a Spark class that is not public API
+      case e: Throwable if NonFatal(e) || e.isInstanceOf[LinkageError] =>
         logWarning(s"reading ${ref.name} on the driver: Spark's Python workers cannot run the distributed " +
           s"read (lance_compact.catalog.read_source of lance-spark-compact): ${e.getMessage}")
         None
