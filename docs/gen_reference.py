@@ -132,7 +132,9 @@ OPTIONS_MAP = {"name": "options", "type": "map<string,string>",
                       "refused with the list of valid ones."}
 STRATEGY = {"name": "strategy", "type": "string", "default": "default",
             "doc": "Planning strategy: `default`, `io_bounded`, `deletion_only`, `incremental`, or "
-                   "a name the operator registered (see [Strategies](strategies.md))."}
+                   "a name the operator registered (see [Strategies](strategies.md)); also Iceberg's "
+                   "`binpack` (a plain compaction by `default`, even of a clustered table) and `sort` "
+                   "(a clustering run: needs `sort_order` or the table's `CLUSTER BY`)."}
 
 
 class UnmappedSection(ValueError):

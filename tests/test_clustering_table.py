@@ -211,3 +211,30 @@ def test_clustering_decay_makes_a_table_due(spark, warehouse):
     assert out["compact"].ran, out["compact"]
     after = health()
     assert after.clustering_depth < decayed.clustering_depth - 3 and after.due == [], after
+
+
+def test_icebergs_strategy_names(spark, warehouse):
+    """strategy => 'binpack' and 'sort' mean what they mean in Iceberg's rewrite_data_files: a
+    plain compaction (even of a clustered table) and a clustering run by the sort_order given or
+    the table's CLUSTER BY; what cannot hold is refused with the version unchanged."""
+    uri = make_table(warehouse, "cbice", fragments=6, per=100, indices=False)
+    expected = content(lance.dataset(uri))
+    with refused(uri, "strategy 'sort' .* needs a sort_order or the table's clustering"):
+        spark.sql("CALL lance.compact(table => 'db.cbice', strategy => 'sort')").collect()
+    with refused(uri, "strategy 'binpack' merges fragments without reordering rows"):
+        spark.sql("CALL lance.compact(table => 'db.cbice', strategy => 'binpack', sort_order => 'tenant')").collect()
+    row = spark.sql("CALL lance.compact(table => 'db.cbice', strategy => 'sort', sort_order => 'ts')").collect()[0]
+    assert row.sort_order is not None and row.sort_order.startswith("ts"), row
+    assert in_order(uri, [("ts", "ascending", "at_start")]) and content(lance.dataset(uri)) == expected
+
+    spark.sql("ALTER TABLE lance.db.cbice CLUSTER BY (tenant)")
+    for i in range(3):
+        lance.write_dataset(rows(50_000 + i * 10, 10, 400 + i), uri, mode="append")
+    expected = content(lance.dataset(uri))
+    plain = spark.sql("CALL lance.compact(table => 'db.cbice', strategy => 'binpack')").collect()[0]
+    assert plain.sort_order is None and plain.strategy == "default" and plain.tasks > 0, plain
+    assert content(lance.dataset(uri)) == expected
+    for i in range(3):
+        lance.write_dataset(rows(60_000 + i * 10, 10, 500 + i), uri, mode="append")
+    clustered = spark.sql("CALL lance.compact(table => 'db.cbice', strategy => 'sort')").collect()[0]
+    assert clustered.sort_order is not None and clustered.sort_order.startswith("tenant"), clustered

@@ -14,6 +14,31 @@ from .planners import planner_class
 from ..runtime.envelope import DEFAULT_CATALOG, Envelope, Target
 
 
+# Iceberg's rewrite_data_files strategies, as its users write them: 'binpack' merges files
+# without reordering rows (here: a plain compaction by the default planner, even of a table kept
+# clustered); 'sort' rewrites them ordered by sort_order (here: a clustering run, by the
+# sort_order given or the table's CLUSTER BY). The planners keep their own names (default,
+# io_bounded, deletion_only, incremental, registered ones).
+ICEBERG_STRATEGIES = ("binpack", "sort")
+
+
+def iceberg_strategy(table: str, strategy: str | None, params: dict[str, Any]) -> tuple[str | None, dict[str, Any]]:
+    """``strategy`` and ``params`` with Iceberg's strategy names put in this project's terms."""
+    name = (strategy or "").strip().lower()
+    if name not in ICEBERG_STRATEGIES:
+        return strategy, params
+    order = params.get("sort_order")
+    if name == "binpack":
+        if order is not None and str(order).strip().lower() != "none":
+            raise CompactionError(f"table {table}: strategy 'binpack' merges fragments without reordering rows; "
+                                  f"it takes no sort_order (given {order!r}): use strategy 'sort' to cluster")
+        return "default", {**params, "sort_order": "none"}
+    if order is not None and str(order).strip().lower() == "none":
+        raise CompactionError(f"table {table}: strategy 'sort' needs a sort_order (or the table's CLUSTER BY); "
+                              "sort_order 'none' asks for none")
+    return "sort", params
+
+
 @dataclass(frozen=True)
 class CompactionRequest:
     """What one CALL asks for: the table, where it is, the strategy, Lance's options and the
@@ -40,6 +65,9 @@ class CompactionRequest:
         strategy = envelope.strategy or extra.pop("strategy", None)
         extra.pop("strategy", None)
         params = dict(envelope.params)
+        strategy, params = iceberg_strategy(t.table, strategy, params)
+        must_sort = strategy == "sort"
+        strategy = "default" if must_sort else strategy
         if not strategy:
             # Asking for changes since a version is asking for the incremental strategy.
             given = params.get("since_version") is not None or "since_version" in extra
@@ -47,6 +75,8 @@ class CompactionRequest:
         cls = planner_class(strategy, t.table, envelope.catalog)
         options, settings, run, hooks = parse_options(
             t.table, strategy, cls.settings_spec(), params, extra)
+        if must_sort:
+            run = {**run, "require_sort_order": True}  # with_table_clustering checks it
         return CompactionRequest(table=t.table, uri=t.uri, strategy=strategy, options=options,
                                  settings=settings, run=run, hooks=hooks,
                                  storage_options=dict(t.storage_options), catalog=envelope.catalog)

@@ -113,6 +113,10 @@ def with_table_clustering(request: Any, config: dict[str, str] | None) -> Any:
         raise CompactionError(f"table {request.table}: full => true re-clusters a table; it needs a sort_order "
                               f"or the table's clustering (table property {CLUSTER_BY_PROPERTY}), and this "
                               "compaction has neither")
+    if order is None and request.run.get("require_sort_order"):
+        raise CompactionError(f"table {request.table}: strategy 'sort' rewrites rows in an order; it needs a "
+                              f"sort_order or the table's clustering (table property {CLUSTER_BY_PROPERTY}), "
+                              "and this compaction has neither")
     run = dict(request.run)
     run["sort_order"] = order
     if given is None and order is not None:

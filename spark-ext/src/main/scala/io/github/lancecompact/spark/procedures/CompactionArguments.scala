@@ -34,7 +34,8 @@ object CompactionArguments {
 
   private val strategy = ProcedureParameter.in("strategy", StringType).defaultValue("NULL")
     .comment("Planning strategy: default, io_bounded, deletion_only, incremental, or the name of one registered " +
-      "by whoever configures the catalog (spark.sql.catalog.<catalog>.strategies.<name> = module.Class)").build()
+      "by whoever configures the catalog (spark.sql.catalog.<catalog>.strategies.<name> = module.Class); " +
+      "also Iceberg's binpack (a plain compaction) and sort (a clustering run by sort_order)").build()
 
   /** Every parameter of compact and plan_compaction, in positional order. */
   val compaction: Array[ProcedureParameter] = ((table +: named) :+ options :+ strategy).toArray
