@@ -405,4 +405,5 @@ def test_beeline_errors(thrift):
         out = p.stdout + p.stderr
         assert p.returncode != 0
         assert f"table {ident}: unknown options map key 'colour'; valid options are:" in out
+        assert "[LANCE_INVALID_ARGUMENT]" in out and "(state=22023," in out  # the kind's SQLSTATE over JDBC
         assert lance.dataset(str(path)).version == before.version

@@ -41,6 +41,11 @@ object WhereClause {
     val parsed = try session.sessionState.sqlParser.parseExpression(where) catch {
       case e: AnalysisException => refuse(s"is not a Spark SQL expression: ${e.message}")
     }
+    // Spark's analyzer recurses per level: a chain such as id + id + ... (700 levels) overflowed
+    // the driver thread's stack. Lance's planner recurses too (the engine bounds a filter's tokens).
+    val depth = depthOf(parsed)
+    if (depth > MaxDepth) refuse(s"is nested $depth levels deep; at most $MaxDepth are accepted " +
+      "(write a long list of values as IN (...), which is one level)")
     val relation = LocalRelation(DataTypeUtils.toAttributes(schema))
     val analyzed = try session.sessionState.analyzer.executeAndCheck(Filter(parsed, relation), new QueryPlanningTracker)
     catch {
@@ -65,6 +70,21 @@ object WhereClause {
         " (Lance's filter takes columns whose names are letters, digits and underscores)" else ""
       refuse(s"has a part Lance's filter cannot express: ${part.sql}$columns; supported: $Supported")
     }
+  }
+
+  /** Levels a where may nest (operators, functions, parentheses). */
+  val MaxDepth = 200
+
+  /** The deepest nesting of `e`, counted without recursion. */
+  private def depthOf(e: Expression): Int = {
+    var deepest = 0
+    val stack = scala.collection.mutable.Stack((e, 1))
+    while (stack.nonEmpty) {
+      val (x, d) = stack.pop()
+      deepest = math.max(deepest, d)
+      x.children.foreach(c => stack.push((c, d + 1)))
+    }
+    deepest
   }
 
   private def condition(plan: LogicalPlan): Expression =
