@@ -5,6 +5,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from conftest import ROOT
 
 
@@ -61,3 +63,7 @@ def test_the_warehouse_at_scale_runs_on_both_stores_and_counts_its_requests(tmp_
         assert 0 < again < first, p.stdout[-2000:]
         assert "the first dry run against the store serving its requests alone" in p.stdout
         assert ("maintain_warehouse against the pylance loop" in p.stdout) == (store == "s3proxy")
+
+
+# Times or measures the machine: run alone, not beside other modules (bin/test).
+pytestmark = pytest.mark.serial

@@ -264,3 +264,7 @@ def test_two_applications_compacting_one_table_at_once(chaos_warehouse, tmp_path
     assert len(after.get_fragments()) < len(before.get_fragments())
     orphans, missing = orphans_and_missing(uri)
     assert not missing, missing
+
+
+# Times or measures the machine: run alone, not beside other modules (bin/test).
+pytestmark = pytest.mark.serial

@@ -89,3 +89,7 @@ def test_the_engine_keeps_its_caches_within_their_bounds_and_its_memory_levels_o
     middle, last = statistics.median(rss[third:2 * third]), statistics.median(rss[2 * third:])
     assert last - middle < 6, (f"engine RSS grew {last - middle:.1f} MiB from the middle to the last third of "
                                f"{ROUNDS} rounds ({took:.0f} s): {[round(x) for x in rss[::10]]}")
+
+
+# Times or measures the machine: run alone, not beside other modules (bin/test).
+pytestmark = pytest.mark.serial

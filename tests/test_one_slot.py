@@ -204,3 +204,7 @@ def test_a_group_cancel_in_driver_only_work_stops_a_clustering_on_one_slot(spark
     rows, _ = bounded(spark, "CALL lance.compact(table => 'driveronly.t', target_rows_per_fragment => 300)",
                       "driver-only-after")
     assert rows[0].commits == 1 and content(lance.dataset(str(path))) == content(before)
+
+
+# Times or measures the machine: run alone, not beside other modules (bin/test).
+pytestmark = pytest.mark.serial

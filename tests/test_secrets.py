@@ -14,6 +14,7 @@ import uuid
 from pathlib import Path
 
 import lance
+import pytest
 
 from conftest import ROOT
 from oracle import content, degraded_table
@@ -193,3 +194,8 @@ def test_every_engine_log_line_is_redacted():
     assert "opened with *********(redacted) *********(redacted) in us-east-1" in p.stderr
     assert "ZeroDivisionError" in p.stderr and "RuntimeError: failed: *********(redacted)" in p.stderr
     assert secret not in p.stderr + p.stdout and key_id not in p.stderr + p.stdout
+
+
+# Samples every process's command line on the machine: run alone (bin/test), so no other module's
+# processes are sampled.
+pytestmark = pytest.mark.serial

@@ -25,3 +25,7 @@ def test_concurrent_writers_and_compactions_keep_every_row(spark, warehouse, see
     # (runs with max_retries => 0 may drop a conflicted task by design: not counted)
     assert SUMMARY.get("runs_landed", 0) == SUMMARY.get("runs_with_work", 0), SUMMARY
     assert SUMMARY.get("runs_replanned", 0) <= SUMMARY["compactions"] // 2
+
+
+# Times or measures the machine: run alone, not beside other modules (bin/test).
+pytestmark = pytest.mark.serial

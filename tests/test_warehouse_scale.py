@@ -242,3 +242,7 @@ def test_on_s3_health_agrees_and_filters_read_only_what_is_asked(spark, s3):
                     "WHERE `table` = 't0' AND version <= 2").collect()
     assert sorted(got) == sorted(r for r in history if r.table == "t0" and r.version <= 2) and got
     assert _opened("maintenance_history", since) == ["a.t0", "b.t0"]
+
+
+# Times or measures the machine: run alone, not beside other modules (bin/test).
+pytestmark = pytest.mark.serial

@@ -44,3 +44,7 @@ def test_where_that_lance_cannot_evaluate_names_the_table(tmp_path):
     with pytest.raises(CompactionError, match=r"table db.e: where 'nope = 1' is not a predicate Lance can evaluate"):
         fragments_matching(ds, "nope = 1", "db.e")
     assert fragments_matching(ds, "id = 99", "db.e") == set()
+
+
+# Times or measures the machine: run alone, not beside other modules (bin/test).
+pytestmark = pytest.mark.serial
