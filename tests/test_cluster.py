@@ -149,11 +149,13 @@ def test_spark_sql_on_a_cluster_over_the_object_store(cluster, s3, tmp_path):
 
 
 def test_a_cancel_while_no_job_runs_stops_a_call_on_the_cluster(cluster, tmp_path):
-    """PySpark on the cluster (our jar on the executors through spark.jars): a plain
+    """PySpark on the cluster with ONE one-core executor (spark.cores.max 1): a plain
     cancelJobGroup sent while the driver pauses before the commit (no job of the statement
-    runs; test hook) is taken by the statement's cancel watch, an executor task: the CALL fails
-    saying so, nothing is committed, and the next CALL works. On a cluster a released watch is
-    cancelled with our reason, so it shows as a failed job of the group."""
+    runs; test hook) stops the statement, though no job or task of it runs then (the cancel
+    watch observes the cancel itself, CancelWatch.scala; it once held the executor's core): the
+    CALL fails saying so, nothing is committed, and the next CALL works. Then every procedure
+    that runs jobs answers on that one core: a clustering compaction, maintain of a CLUSTER BY
+    table, ALTER TABLE ... CLUSTER BY then maintain_warehouse."""
     import threading
 
     from conftest import compact_call, lance_session
@@ -165,11 +167,11 @@ def test_a_cancel_while_no_job_runs_stops_a_call_on_the_cluster(cluster, tmp_pat
     expected = content(before)
     spark = lance_session(url, "lance-compact-cluster-cancel", str(wh),
                           {"spark.executor.memory": "1g", "spark.executor.cores": "1",
+                           "spark.cores.max": "1",
                            "spark.lance.compact.test.driverPauseMs": "3000"})
     try:
         sc = spark.sparkContext
         tracker = sc.statusTracker()
-        watches = lambda: set(sc._jsc.sc().statusTracker().getJobIdsForTag("lance-compact-cancel-watch"))
         outcome = {}
 
         def run():
@@ -186,16 +188,15 @@ def test_a_cancel_while_no_job_runs_stops_a_call_on_the_cluster(cluster, tmp_pat
         t.start()
 
         def real(status=None):
-            return [j for j in tracker.getJobIdsForGroup("cluster-cancel") if j not in watches()
+            return [j for j in tracker.getJobIdsForGroup("cluster-cancel")  # jobs that run tasks
+                    if tracker.getJobInfo(j) is not None and len(tracker.getJobInfo(j).stageIds) > 0
                     and (status is None or tracker.getJobInfo(j).status == status)]
         deadline = time.monotonic() + 180
         while not (real("SUCCEEDED") and not real("RUNNING")):  # rewritten; the driver pauses before the commit
             assert time.monotonic() < deadline
             time.sleep(0.05)
         time.sleep(0.5)
-        running_watch = [j for j in watches() & set(tracker.getJobIdsForGroup("cluster-cancel"))
-                         if tracker.getJobInfo(j).status == "RUNNING"]
-        assert running_watch, "no cancel watch ran while the driver paused"
+        assert not real("RUNNING") and not tracker.getActiveStageIds(), "a task held the core while the driver paused"
         cancelled_at = time.monotonic()
         sc.cancelJobGroup("cluster-cancel")
         t.join(60)
@@ -206,5 +207,58 @@ def test_a_cancel_while_no_job_runs_stops_a_call_on_the_cluster(cluster, tmp_pat
         assert lance.dataset(str(path)).version == before.version
         r = compact_call(spark, "db.t")
         assert r.commits == 1 and content(lance.dataset(str(path))) == expected
+        _every_job_procedure_answers(spark, wh, "one core")
+    finally:
+        spark.stop()
+
+
+def _every_job_procedure_answers(spark, wh, where: str, bound: float = 120) -> None:
+    """A clustering compaction, maintain of a CLUSTER BY table and ALTER TABLE ... CLUSTER BY
+    then maintain_warehouse each answer within ``bound`` s (their own thread: a hang fails the
+    test instead of hanging it), rows exact."""
+    import threading
+
+    paths = {n: wh / "sl" / f"{n}.lance" for n in ("sorted", "kept", "wh")}
+    before = {n: content(degraded_table(str(p), fragments=16, rows_per_fragment=40)) for n, p in paths.items()}
+    spark.sql("ALTER TABLE lance.sl.kept CLUSTER BY (category)").collect()
+    spark.sql("ALTER TABLE lance.sl.wh CLUSTER BY (category)").collect()
+    for sql in ("CALL lance.compact(table => 'sl.sorted', target_rows_per_fragment => 300, sort_order => 'category')",
+                "CALL lance.maintain(table => 'sl.kept', target_rows_per_fragment => 300)",
+                "CALL lance.maintain_warehouse(namespace => 'sl', target_rows_per_fragment => 300)"):
+        out = {}
+        t = threading.Thread(target=lambda: out.update(rows=spark.sql(sql).collect()), daemon=True)
+        started = time.monotonic()
+        t.start()
+        t.join(bound)
+        if t.is_alive():
+            spark.sparkContext.cancelAllJobs()
+            pytest.fail(f"{where}: no answer within {bound} s: {sql}")
+        print(f"\n{where}: {time.monotonic() - started:.2f} s: {sql}")
+        assert out.get("rows"), sql
+    for n, p in paths.items():
+        ds = lance.dataset(str(p))
+        assert content(ds) == before[n] and len(ds.get_fragments()) < 16, n
+
+
+def test_every_procedure_answers_under_dynamic_allocation_from_zero_executors(cluster, tmp_path):
+    """Dynamic allocation with no executor at the start (minExecutors 0, shuffle tracking): the
+    statements' own jobs ask for executors, and every procedure that runs jobs answers (the
+    former watch job also asked for one, to hold its core)."""
+    from conftest import lance_session
+
+    url, _ = cluster
+    wh = tmp_path / "wh"
+    spark = lance_session(url, "lance-compact-cluster-dynamic", str(wh),
+                          {"spark.executor.memory": "1g", "spark.executor.cores": "1",
+                           "spark.dynamicAllocation.enabled": "true",
+                           "spark.dynamicAllocation.minExecutors": "0",
+                           "spark.dynamicAllocation.initialExecutors": "0",
+                           "spark.dynamicAllocation.maxExecutors": "2",
+                           "spark.dynamicAllocation.shuffleTracking.enabled": "true",
+                           "spark.dynamicAllocation.executorIdleTimeout": "5s"})
+    try:
+        # the driver alone (its block manager is listed as an executor): none before any job
+        assert len(spark.sparkContext._jsc.sc().statusTracker().getExecutorInfos()) == 1
+        _every_job_procedure_answers(spark, wh, "dynamic allocation from zero")
     finally:
         spark.stop()
