@@ -76,10 +76,9 @@ class Statement:
         """(jobs of the statement that run tasks so far, of which running); its progress marks,
         jobs of no stage, left out."""
         tracker = self.spark.sparkContext.statusTracker()
-        ids = sorted(i for i in tracker.getJobIdsForGroup(self.group)
-                     if tracker.getJobInfo(i) is not None and len(tracker.getJobInfo(i).stageIds) > 0)
-        running = [i for i in ids if tracker.getJobInfo(i) is not None and tracker.getJobInfo(i).status == "RUNNING"]
-        return ids, running
+        infos = [tracker.getJobInfo(i) for i in tracker.getJobIdsForGroup(self.group)]  # one read each
+        infos = sorted((i for i in infos if i is not None and len(i.stageIds) > 0), key=lambda i: i.jobId)
+        return [i.jobId for i in infos], [i.jobId for i in infos if i.status == "RUNNING"]
 
     def active_jobs(self) -> list[int]:
         """Every running job of the group (what the UI lists as active)."""
