@@ -13,8 +13,8 @@ import org.apache.spark.SparkContext
  * `SparkSession.interruptAll`/`interruptTag` call) and `cancelAllJobs` (spark-sql's Ctrl-C) all post
  * an event to the DAGScheduler's event loop (`JobGroupCancelled`, `JobTagCancelled`,
  * `AllJobsCancelled`); when no job matches, Spark drops it with no listener event. This puts a
- * loop in front of Spark's own (`DAGScheduler.setEventProcessLoop`, kept in Spark 4.0-4.3 for
- * its tests): its `post` shows each cancel to the observers, then hands every event, unchanged
+ * loop in front of Spark's own (`DAGScheduler.setEventProcessLoop`, which Spark keeps for its
+ * tests; read in 4.2.0, checked on each 4.x line by bin/check-spark-versions): its `post` shows each cancel to the observers, then hands every event, unchanged
  * and in order, to Spark's loop, which alone runs (this one's thread is never started). It lives
  * in Spark's package because that loop class is `private[scheduler]`; the events are read by
  * class name and fields, so a Spark that renames them is seen as "nothing to observe", never a
