@@ -131,6 +131,25 @@ def test_connect_call(connect, remote):
         check_compaction(rows[0].asDict(), ident, before, path)
 
 
+def test_connect_reads_through_the_catalog_and_cannot_name_its_read_source(connect, remote):
+    """A Connect client reads a table with the catalog's distributed read (a Python data source
+    scan on the server), and cannot name that source itself: by SQL or ``read.format``."""
+    server, wh = connect
+    ident, path, before = make_table(wh, "connect_read")
+    ids = before.to_table(columns=["id"])["id"].to_pylist()
+    with server.logs_on_failure():
+        assert "(Python)" in remote.sql(f"EXPLAIN SELECT id FROM lance.{ident}").collect()[0][0]
+        assert tuple(remote.sql(f"SELECT count(*), sum(id) FROM lance.{ident} WHERE id >= 0").collect()[0]) \
+            == (len(ids), sum(ids))
+        request = f'{{"table": "x", "uri": "{path}", "columns": ["id"]}}'
+        with pytest.raises(Exception, match="DATA_SOURCE_NOT_FOUND"):
+            remote.sql("CREATE TEMPORARY VIEW leak (id BIGINT) USING lance_compact_read OPTIONS "
+                       f"(request '{request}', partitions '[[0]]')").collect()
+        with pytest.raises(Exception, match="DATA_SOURCE_NOT_FOUND"):
+            remote.read.format("lance_compact_read").schema("id BIGINT").option("request", request) \
+                .option("partitions", "[[0]]").load().collect()
+
+
 def test_connect_pyspark_api(connect, remote):
     from lance_compact import LanceCompaction, compact, plan_compaction
 
