@@ -307,3 +307,51 @@ def test_test_hooks_and_unregistered_strategies_do_not_exist_here(shared):
         code, out = sql(shared, statement + ";")
         assert code != 0 and ("unknown" in out), out
     assert version(path) == before and (path / "data").is_dir()
+
+
+def script_sql(shared, statements: list[str], name: str) -> str:
+    """One JDBC session running every statement (on after an error: --force); its output."""
+    script = shared["workdir"] / name
+    script.write_text("".join(f"{s};\n" for s in statements))
+    p = subprocess.run([os.path.join(cs.spark_home(), "bin", "beeline"), "-u",
+                        f"jdbc:hive2://127.0.0.1:{shared['server'].port}", "--outputformat=tsv2",
+                        "--force=true", "-f", str(script)], cwd=shared["workdir"],
+                       env=cs.spark_env(SPARK_BEELINE_OPTS=f"-Duser.home={shared['workdir']}"),
+                       capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    return p.stdout + p.stderr
+
+
+def test_percent_escaped_dot_segments_do_not_leave_the_operators_s3_warehouse(shared, s3):
+    """``%2e%2e`` is '..' to Lance's URL parsing: the operator's catalog on S3 (with its keys)
+    read, described and cleaned up a table beside its warehouse. Now each is refused naming
+    the spelling, nothing outside is read or written, and versions and names a table cannot
+    have are refused with words (was: an empty message, a raw `o45.sql` error)."""
+    import boto3
+
+    bucket = shared["lake"][: -len("/wh")]
+    secret = f"{bucket}/outside/secret.lance"
+    degraded_table(secret, fragments=4, rows_per_fragment=10, appends=2, storage_options=s3.storage_options)
+    before = lance.dataset(secret, storage_options=s3.storage_options).version
+    statements = [
+        "SELECT count(*) AS leaked FROM lake.`%2e%2e`.outside.secret",
+        f"CALL lake.describe_layout(table => '{bucket}/wh/%2e%2e/outside/secret.lance')",
+        f"CALL lake.cleanup(table => '{bucket}/wh/%2E%2E/outside/secret.lance', older_than => '0 seconds')",
+        f"CALL lake.compact(table => '{bucket}/wh/.%2e/outside/secret.lance')",
+        f"CALL lake.describe_layout(table => 'S3://{bucket[5:]}/outside/secret.lance')",
+        "CREATE NAMESPACE lake.`%2e%2e`.escaped",
+    ]
+    out = script_sql(shared, statements, "escapes.sql")
+    errors = [line[:400] for line in out.splitlines() if line.startswith("Error:")]
+    assert len(errors) == len(statements), errors or out[-4000:]
+    assert all("is refused" in e or "is outside the warehouse" in e for e in errors), errors
+    assert "leaked" not in out and "secret.lance\t" not in out, out[-4000:]
+    assert lance.dataset(secret, storage_options=s3.storage_options).version == before
+    client = boto3.client("s3", endpoint_url=s3.endpoint, region_name="us-east-1",
+                          aws_access_key_id=s3.storage_options["aws_access_key_id"],
+                          aws_secret_access_key=s3.storage_options["aws_secret_access_key"])
+    keys = [o["Key"] for o in client.list_objects_v2(Bucket=bucket[5:]).get("Contents", [])]
+    assert not [k for k in keys if k.startswith("escaped/")], keys
+    out = script_sql(shared, ["SELECT * FROM lance.db.t VERSION AS OF '-1'", f"CREATE NAMESPACE lance.{'n' * 300}"],
+                     "versions.sql")
+    assert "table lance.db.t: VERSION AS OF '-1' is not a version of the table" in out, out[-4000:]
+    assert "is too long" in out and "at most 255 bytes" in out, out[-4000:]
