@@ -70,6 +70,8 @@ def main() -> int:
     p.add_argument("--tables", type=int, default=5)
     p.add_argument("--rows", type=int, default=50, help="rows appended to each table between rounds")
     p.add_argument("--older-than", default="1 minute", help="maintain_warehouse's older_than")
+    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                   help="a static Spark setting of the driver (spark.lance.compact.engine.metadataCacheBytes=8m, ...)")
     p.add_argument("--trace", help="a file for the engine's tracemalloc probe (JSON lines)")
     p.add_argument("--trace-every", type=float, default=60)
     p.add_argument("--trace-frames", type=int, default=1)
@@ -97,7 +99,8 @@ def main() -> int:
             append(uri, k * a.rows, a.rows)
     spark = lance_session("local[2]", "lance-compact-memory-soak", str(wh),
                           {"spark.sql.shuffle.partitions": "2", **NO_CLEANUP_FLOOR,
-                           "spark.lance.compact.engine.log": str(work / "engine.log")})
+                           "spark.lance.compact.engine.log": str(work / "engine.log"),
+                           **dict(kv.split("=", 1) for kv in a.conf)})
     jvm = spark.sparkContext._gateway.proc.pid
     call = f"CALL lance.maintain_warehouse(older_than => '{a.older_than}')"
     spark.sql(call).collect()
