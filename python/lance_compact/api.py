@@ -401,7 +401,7 @@ def maintain(spark: Any, table: str, *, catalog: str = DEFAULT_CATALOG,
     """Everyday maintenance (``CALL lance.maintain``): compaction, index optimization and
     cleanup, each when due; a DataFrame with a row per step (ran or skipped, and why).
 
-    >>> maintain(spark, "db.events", older_than="1 day").show()
+    >>> maintain(spark, "db.events", older_than="8d").show()
     """
     return call_procedure(spark, "maintain", table, catalog, _given("maintain", locals()))
 
