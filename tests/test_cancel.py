@@ -381,7 +381,7 @@ def test_a_truncated_data_file_is_named_corrupt(spark, table):
     with pytest.raises(Exception) as e:
         compact_call(spark, t)
     message = str(e.value)
-    assert "a compaction task failed" in message and "a corrupt or unreadable file" in message, message
+    assert "is damaged (a corrupt or unreadable file" in message and "LANCE_CORRUPT_FILE" in message, message
     assert "nothing was committed" in message
     assert lance.dataset(str(path)).version == version
 
