@@ -355,3 +355,33 @@ def test_percent_escaped_dot_segments_do_not_leave_the_operators_s3_warehouse(sh
                      "versions.sql")
     assert "table lance.db.t: VERSION AS OF '-1' is not a version of the table" in out, out[-4000:]
     assert "is too long" in out and "at most 255 bytes" in out, out[-4000:]
+
+
+def test_one_user_cannot_cancel_another_users_statement(shared):
+    """Two users of one Thrift server. The engine's job tags are numbered in order
+    (``lance-compact-<engine>-request-<n>``), so mallory can name them: ``SET spark.job.tags``
+    (a session setting Spark copies onto her queries' jobs) puts her jobs among victim's
+    statement's, and when her own query is cancelled (her query timeout) the cancel watch
+    cancelled victim's clustering too (seen: 2 of 6 of victim's CALLs failed with
+    LANCE_CANCELLED "... part of cancelled job tags lance-compact-1-request-237"). A user's
+    cancel, and her tags, must reach only her own statements."""
+    n = 400_000
+    lance.write_dataset(pa.table({"id": pa.array(range(n), pa.int64()),
+                                  "k": pa.array([(i * 7919) % 1000 for i in range(n)], pa.int64())}),
+                        str(shared["wh"] / "db" / "busy.lance"), max_rows_per_file=2000)
+    calls = 6
+    victim_sql = "".join(f"CALL lance.compact(table => 'db.busy', sort_order => '{c}');\n"
+                         for c in ["id", "k"] * (calls // 2))
+    tags = ",".join(f"lance-compact-{e}-request-{r}" for e in (1, 2, 3) for r in range(1, 1500))
+    mallory_sql = (f"SET spark.job.tags={tags};\nSET spark.sql.thriftServer.queryTimeout=2;\n"
+                   + "SELECT count(*) FROM range(0, 30000000000, 1, 2);\n" * 12)
+    victim: list[subprocess.CompletedProcess] = []
+    thread = threading.Thread(target=lambda: victim.append(cs.beeline(
+        shared["server"].port, victim_sql, shared["workdir"], "--force=true", "-n", "victim")))
+    thread.start()
+    time.sleep(2)
+    cs.beeline(shared["server"].port, mallory_sql, shared["workdir"], "--force=true", "-n", "mallory")
+    thread.join(timeout=600)
+    out = victim[0].stdout + victim[0].stderr
+    assert "LANCE_CANCELLED" not in out, [line[:300] for line in out.splitlines() if "CANCELLED" in line]
+    assert sum(line.startswith("db.busy\tclustering") for line in victim[0].stdout.splitlines()) == calls, out[-3000:]
