@@ -385,3 +385,21 @@ def test_one_user_cannot_cancel_another_users_statement(shared):
     out = victim[0].stdout + victim[0].stderr
     assert "LANCE_CANCELLED" not in out, [line[:300] for line in out.splitlines() if "CANCELLED" in line]
     assert sum(line.startswith("db.busy\tclustering") for line in victim[0].stdout.splitlines()) == calls, out[-3000:]
+
+
+def test_the_operators_keys_cannot_be_read_with_spark_builtins(shared):
+    """Not through a procedure but through Spark's own SQL on the same server: spark-submit
+    gives the driver's configuration to the JVM as system properties, and Spark's ``reflect`` /
+    ``java_method`` call any static Java method, so a SQL user read the operator's secret key
+    (also by a Hive UDF made with CREATE TEMPORARY FUNCTION, and from the properties file with
+    the text data source). Each leaked it here."""
+    props = shared["workdir"] / "operator.properties"
+    key = "spark.sql.catalog.lake.storage.aws_secret_access_key"
+    out = script_sql(shared, [
+        f"SELECT java_method('java.lang.System', 'getProperty', '{key}') AS leaked",
+        f"SELECT reflect('java.lang.System', 'getProperty', '{key}') AS leaked",
+        "CREATE TEMPORARY FUNCTION hreflect AS 'org.apache.hadoop.hive.ql.udf.generic.GenericUDFReflect'",
+        f"SELECT hreflect('java.lang.System', 'getProperty', '{key}') AS leaked",
+        f"CREATE TEMPORARY VIEW props USING text OPTIONS (path '{props}')",
+        "SELECT * FROM props"], "builtins.sql")
+    assert SECRET not in out, [line[:200] for line in out.splitlines() if SECRET in line]
