@@ -94,7 +94,9 @@ def shared(tmp_path_factory, s3):
     # moto accepts any key: the operator's are stand-ins that must never travel anywhere else
     # the operator switched the version-retention check off (its tables are seconds old)
     conf = {"spark.sql.catalog.lake": CATALOG_CLASS, "spark.sql.catalog.lake.warehouse": lake,
-            **{f"spark.sql.catalog.lake.storage.{k}": v for k, v in storage.items()}, **NO_VERSION_FLOOR}
+            **{f"spark.sql.catalog.lake.storage.{k}": v for k, v in storage.items()}, **NO_VERSION_FLOOR,
+            # as docs/shared-servers.md tells an operator of a server shared by SQL users
+            "spark.sql.extensions": "io.github.lancecompact.spark.SharedServerGuard"}
     props = workdir / "operator.properties"
     props.write_text("".join(f"{k}={v}\n" for k, v in conf.items()))
     props.chmod(0o600)
@@ -392,7 +394,8 @@ def test_the_operators_keys_cannot_be_read_with_spark_builtins(shared):
     gives the driver's configuration to the JVM as system properties, and Spark's ``reflect`` /
     ``java_method`` call any static Java method, so a SQL user read the operator's secret key
     (also by a Hive UDF made with CREATE TEMPORARY FUNCTION, and from the properties file with
-    the text data source). Each leaked it here."""
+    the text data source). Each leaked it until the operator's server had the SharedServerGuard
+    extension (docs/shared-servers.md); with it each is refused."""
     props = shared["workdir"] / "operator.properties"
     key = "spark.sql.catalog.lake.storage.aws_secret_access_key"
     out = script_sql(shared, [
@@ -403,3 +406,4 @@ def test_the_operators_keys_cannot_be_read_with_spark_builtins(shared):
         f"CREATE TEMPORARY VIEW props USING text OPTIONS (path '{props}')",
         "SELECT * FROM props"], "builtins.sql")
     assert SECRET not in out, [line[:200] for line in out.splitlines() if SECRET in line]
+    assert out.count("SharedServerGuard") >= 4, out[-3000:]  # each one refused, not failing otherwise

@@ -29,8 +29,11 @@ final class EngineBridge(sc: SparkContext) {
     /** Whether its cancels are watched for while no job of it runs (CancelWatch.scala). */
     val watched: Boolean = Watched.contains(action)
     val response = new CompletableFuture[String]()
-    /** The job tag of this request's Spark jobs. */
-    val tag: String = s"lance-compact-$instance-request-$id"
+    /** The job tag of this request's Spark jobs: unguessable (a random UUID, not the request's
+     * number), because a cancel of a tag cancels the statement that carries it, and on a shared
+     * server a SQL user can put any tag on statements of their own (SET spark.job.tags) and
+     * cancel those: a numbered tag let one user cancel another's statement. */
+    val tag: String = s"lance-compact-$instance-request-${java.util.UUID.randomUUID()}"
     @volatile var cancelReason: String = _
   }
 
