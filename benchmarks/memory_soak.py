@@ -25,15 +25,10 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def rss(pid: int) -> int:
-    """A process's resident set, bytes (0 once it is gone)."""
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
+    """A process's resident set, bytes (0 once it is gone): the engine's own measure."""
+    from lance_compact.runtime.memory import rss_bytes
+
+    return rss_bytes(pid)
 
 
 def engine_pid(jvm: int) -> int | None:

@@ -23,10 +23,11 @@ log = logging.getLogger(__name__)
 INTERVAL_S = 60.0
 
 
-def rss_bytes() -> int:
-    """This process's resident set (Linux; 0 where /proc is not there)."""
+def rss_bytes(pid: int | str = "self") -> int:
+    """A process's resident set, this one's by default (Linux; 0 where /proc is not there or
+    the process is gone)."""
     try:
-        with open("/proc/self/status") as f:
+        with open(f"/proc/{pid}/status") as f:
             for line in f:
                 if line.startswith("VmRSS:"):
                     return int(line.split()[1]) * 1024
