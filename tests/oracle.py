@@ -66,3 +66,13 @@ def layout(ds: lance.LanceDataset) -> dict:
 def content(ds: lance.LanceDataset) -> pa.Table:
     """Every live row, sorted by id: compare two versions of a table with ==."""
     return ds.to_table().sort_by("id")
+
+
+def says_committed(message: str, versions: list[int]) -> bool:
+    """The message names exactly ``versions`` as committed, or says nothing was."""
+    if not versions:
+        return "nothing was committed" in message
+    if len(versions) == 1:
+        return f"version {versions[0]} was committed" in message
+    listed = ", ".join(map(str, versions[:-1])) + f" and {versions[-1]}"
+    return f"versions {listed} were committed" in message

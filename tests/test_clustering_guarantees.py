@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from conftest import NO_CLEANUP_FLOOR, ROOT, wait_for
+from oracle import says_committed
 from test_clustering import content, make_table
 
 SPARK_CONF = NO_CLEANUP_FLOOR  # the cleanup step of the kill test removes files seconds old
@@ -207,16 +208,6 @@ def attempt(spark, sql: str):
         return spark.sql(sql).collect()[0], None
     except Exception as e:  # judged by the caller
         return None, str(e)
-
-
-def says_committed(message: str, versions: list[int]) -> bool:
-    """The message names exactly ``versions`` as committed, or says nothing was."""
-    if not versions:
-        return "nothing was committed" in message
-    if len(versions) == 1:
-        return f"version {versions[0]} was committed" in message
-    listed = ", ".join(map(str, versions[:-1])) + f" and {versions[-1]}"
-    return f"versions {listed} were committed" in message
 
 
 @pytest.mark.parametrize("point", POINTS)

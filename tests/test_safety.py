@@ -9,7 +9,7 @@ import lance
 import pytest
 
 from conftest import NO_CLEANUP_FLOOR, ROOT, compact_call, degraded_table_for
-from oracle import batch, content, degraded_table
+from oracle import batch, content, degraded_table, says_committed
 
 SPARK_MASTER = "local[2,3]"
 SPARK_CONF = NO_CLEANUP_FLOOR  # the operator allows cleanup of orphans of any age (tests below)
@@ -336,14 +336,6 @@ def test_cleanup_spares_a_writers_files_younger_than_the_bound(spark, table):
 
 
 # Issue 33: every failure says what landed (plain compaction's commit points).
-def says_committed(message: str, versions: list[int]) -> bool:
-    """The message names exactly ``versions`` as committed, or says nothing was."""
-    if not versions:
-        return "nothing was committed" in message
-    if len(versions) == 1:
-        return f"version {versions[0]} was committed" in message
-    listed = ", ".join(map(str, versions[:-1])) + f" and {versions[-1]}"
-    return f"versions {listed} were committed" in message
 
 
 def failed_call(spark, t, args):
