@@ -37,6 +37,7 @@ PROCEDURES: dict[str, dict] = {
     "cleanup": {"head": ("table",), "section": "cleanup_parameters", "columns": ["cleanup_columns"]},
     "optimize_indices": {"head": ("table",), "section": "optimize_indices_parameters",
                          "columns": ["optimize_indices_columns"]},
+    "drop_index": {"head": ("table",), "section": "drop_index_parameters", "columns": ["drop_index_columns"]},
     "maintain": {"head": ("table",), "section": "maintain_parameters", "columns": ["maintain_columns"]},
     "maintain_warehouse": {"head": ("namespace",), "section": "maintain_warehouse_parameters",
                            "columns": ["maintain_warehouse_columns"]},
@@ -100,6 +101,9 @@ SUMMARIES = {
                "writes. Makes no new version.",
     "optimize_indices": "Lance's index optimization: adds the rows of fragments an index does "
                         "not cover yet to it (or retrains it).",
+    "drop_index": "Drops one of the table's indices by name, in one commit (Lance's drop_index; "
+                  "the index's files stay until cleanup). The same as `DROP INDEX name ON "
+                  "lance.db.t`. One row of what was dropped.",
     "maintain": "Everyday maintenance in one call: compaction, index optimization and cleanup, "
                 "each only when the layout says it is due. One row per step.",
     "maintain_warehouse": "Maintains every table of the warehouse (or of a namespace) that its "
@@ -115,6 +119,7 @@ EXAMPLES = {
     "describe_layout": "CALL lance.describe_layout(table => 'db.events', histogram => true)",
     "cleanup": "CALL lance.cleanup(table => 'db.events', older_than => '7 days', dry_run => true)",
     "optimize_indices": "CALL lance.optimize_indices(table => 'db.events')",
+    "drop_index": "CALL lance.drop_index(table => 'db.events', name => 'id_idx')",
     "maintain": "CALL lance.maintain(table => 'db.events', older_than => INTERVAL 8 DAYS)",
     "maintain_warehouse": "CALL lance.maintain_warehouse(namespace => 'db', max_tables => 10,\n"
                           "                              max_duration => '30 minutes')",

@@ -290,6 +290,7 @@ PROCEDURE_SECTIONS: dict[str, tuple[str, ...]] = {
     "describe_layout": ("options:target_rows_per_fragment,materialize_deletions_threshold", "layout_parameters"),
     "cleanup": ("cleanup_parameters",),
     "optimize_indices": ("optimize_indices_parameters",),
+    "drop_index": ("drop_index_parameters",),
     "maintain": ("maintain_parameters",),
     "maintain_warehouse": ("maintain_warehouse_parameters",),
 }
@@ -389,6 +390,17 @@ def optimize_indices(spark: Any, table: str, *, catalog: str = DEFAULT_CATALOG,
     >>> optimize_indices(spark, "db.events", indices="id_idx").show()
     """
     return call_procedure(spark, "optimize_indices", table, catalog, _given("optimize_indices", locals()))
+
+
+@_discoverable("drop_index")
+def drop_index(spark: Any, table: str, *, catalog: str = DEFAULT_CATALOG, name: str | None = None) -> Any:
+    """Drop one of the table's indices by name (``CALL lance.drop_index``, as ``DROP INDEX name
+    ON lance.db.t``), in one commit; an unknown name is refused, listing the table's indices. A
+    one-row DataFrame of what was dropped.
+
+    >>> drop_index(spark, "db.events", name="id_idx").show()
+    """
+    return call_procedure(spark, "drop_index", table, catalog, _given("drop_index", locals()))
 
 
 @_discoverable("maintain")
@@ -567,6 +579,10 @@ class LanceTable:
     def optimize_indices(self, **params: Any) -> Any:
         """:func:`optimize_indices` of this table."""
         return optimize_indices(self._spark, self.name, catalog=self.catalog, **params)
+
+    def drop_index(self, name: str) -> Any:
+        """:func:`drop_index` of this table."""
+        return drop_index(self._spark, self.name, catalog=self.catalog, name=name)
 
     def layout(self, **params: Any) -> Any:
         """:func:`describe_layout` of this table."""

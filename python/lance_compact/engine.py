@@ -85,6 +85,8 @@ def _handlers(sc: Any) -> dict[str, Handler]:
         "optimize_indices": lambda r: Result.of("optimize_indices_columns",
                                                 [optimize_indices(r.require_target(), r.args)]),
         "maintain_warehouse": warehouse_maintenance,
+        "drop_index": lambda r: Result.of("drop_index_columns", [
+            importlib.import_module(".maintenance.index_drop", __package__).drop_index(r.require_target(), r.args)]),
         "table_health": system_table("table_health_rows"),
         "maintenance_history": system_table("maintenance_history_rows"),
         "alter_properties": _on_first_use("catalog.table_properties", "alter_properties"),
@@ -93,7 +95,7 @@ def _handlers(sc: Any) -> dict[str, Handler]:
 
 # Actions whose work is said as it starts (progress.py): those that change a table or run
 # long; compact, maintain and maintain_warehouse say their own steps.
-_STEPS_SHOWN = {"cleanup": "cleanup", "optimize_indices": "optimize_indices"}
+_STEPS_SHOWN = {"cleanup": "cleanup", "optimize_indices": "optimize_indices", "drop_index": "drop_index"}
 
 
 def handle(handlers: dict[str, Handler], action: str, request: str) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 ``(schema DDL, rows)`` with JSON-safe values (timestamps as microseconds)."""
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from typing import Any, Callable
 
 from ..errors import CompactionError
@@ -101,11 +102,63 @@ def _versions(ds) -> tuple[str, list[list]]:
             "`rows` BIGINT, `fragments_removed` BIGINT, `fragments_added` BIGINT"), rows
 
 
+def _segment_times(ds) -> dict[str, list]:
+    """Per index name, its segments' build times, oldest first: Lance's index metadata
+    (``created_at`` of each segment); a segment written by a Lance that did not record it
+    counts with the commit time of the version it was built at, while that version is kept
+    (else it is left out)."""
+    times: dict[str, list] = {}
+    for d in ds.describe_indices():
+        for seg in d.segments:
+            when = seg.created_at
+            if when is None:
+                try:
+                    when = ds.checkout_version(seg.dataset_version_at_last_update).get_version()["timestamp"]
+                except (OSError, ValueError):
+                    when = None  # that version was cleaned up: unknown, not guessed
+            if when is not None:
+                times.setdefault(d.name, []).append(when.astimezone(timezone.utc))
+    return {n: sorted(t) for n, t in times.items()}
+
+
+def _metrics(ds) -> dict[str, str]:
+    """Per vector index, its distance type (Lance's index details ``metric_type``)."""
+    out = {}
+    for d in ds.describe_indices():
+        metric = (d.details or {}).get("metric_type") if isinstance(d.details, dict) else None
+        if metric:
+            out[d.name] = str(metric).lower()
+    return out
+
+
+INDICES_SCHEMA = ("`name` STRING, `type` STRING, `columns` ARRAY<STRING>, `segments` BIGINT, "
+                  "`fragments_covered` BIGINT, `fragments` BIGINT, `unindexed_fragments` ARRAY<BIGINT>, "
+                  "`unindexed_rows` BIGINT, `metric` STRING, `created_at` TIMESTAMP, `updated_at` TIMESTAMP, "
+                  "`age_hours` DOUBLE")
+
+
+def index_rows(ds, now: datetime | None = None) -> list[list]:
+    """A row per user index (:data:`INDICES_SCHEMA`): its type and column(s), its segments, the
+    live fragments it covers of the table's, the fragments and live rows it does not cover,
+    its distance type (vector indices), and when its model was made: ``created_at`` is the
+    oldest segment's build time (the segments optimize_indices adds reuse that segment's
+    model; a retrain, or a merge that rewrites every segment, makes it new), ``updated_at``
+    the newest segment's, ``age_hours`` the hours since ``created_at``."""
+    now = now or datetime.now(timezone.utc)
+    fragments = len(ds.get_fragments())
+    times = _segment_times(ds)
+    metrics = _metrics(ds)
+    rows = []
+    for name, e in sorted(index_state(ds).items()):
+        t = times.get(name) or [None]
+        rows.append([name, e["type"], e["fields"], e["segments"], len(e["covered"]), fragments,
+                     e["unindexed_ids"], e["unindexed_rows"], metrics.get(name), micros(t[0]), micros(t[-1]),
+                     round((now - t[0]).total_seconds() / 3600, 6) if t[0] is not None else None])
+    return rows
+
+
 def _indices(ds) -> tuple[str, list[list]]:
-    rows = [[name, e["type"], e["fields"], len(e["covered"]), e["unindexed_ids"]]
-            for name, e in sorted(index_state(ds).items())]
-    return ("`name` STRING, `type` STRING, `columns` ARRAY<STRING>, `fragments_covered` BIGINT, "
-            "`unindexed_fragments` ARRAY<BIGINT>"), rows
+    return INDICES_SCHEMA, index_rows(ds)
 
 
 def metadata_table(request: Envelope) -> Result:

@@ -106,7 +106,8 @@ def table_health_rows(request: Envelope) -> tuple[str, list[tuple]]:
         p = h.parts
         return [{**{k: p[k] for k in p if k != "indices"},
                  "namespace": namespace, "table": name, "health_score": h.score, "due": list(h.due),
-                 "indices": [[n, e["type"], e["unindexed_fragments"]] for n, e in p["indices"].items()],
+                 "indices": [[n, e["type"], e["unindexed_fragments"], e["unindexed_rows"], e["segments"]]
+                             for n, e in p["indices"].items()],
                  "reasons": dict(h.reasons), "enabled": policy.enabled, "priority": policy.priority}]
 
     columns = result_columns("health_columns")
@@ -129,6 +130,11 @@ def _details(r: dict[str, Any], indexed: set[str]) -> str | None:
         return f"compaction: {r['fragments_removed']} fragments -> {r['fragments_added']}, {r['rows']} rows"
     if op == "ReserveFragments":
         return "fragment ids reserved for the compaction committed next"
+    if op == "CreateIndex" and t is not None and not t.new_indices and t.removed_indices:
+        gone = sorted({ix.name for ix in t.removed_indices})  # DROP INDEX, lance.drop_index
+        indexed.difference_update(gone)
+        return (f"{'indices' if len(gone) > 1 else 'index'} {', '.join(gone)} dropped "
+                f"({len(t.removed_indices)} segment{'s' if len(t.removed_indices) != 1 else ''})")
     if op == "CreateIndex" and t is not None:
         covered = {ix.name: len(ix.fragment_ids or []) for ix in t.new_indices or []}
         removed = len(t.removed_indices or [])

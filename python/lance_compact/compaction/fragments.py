@@ -52,9 +52,11 @@ def index_state(ds) -> dict[str, dict[str, Any]]:
     """Per user index (Lance's own ``__`` system indices left out), by name: its ``type``, its
     columns (``fields``), its segments (deltas, ``segments``), the live fragments it covers
     (``covered``, a set) and those it does not (``unindexed_ids``, sorted; ``unindexed``, their
-    count). The one place index coverage is computed: describe_layout, the ``fragments`` and
-    ``indices`` metadata tables, table health, maintain and optimize_indices read it here."""
-    fragments = {f.fragment_id for f in ds.get_fragments()}
+    count; ``unindexed_rows``, their live rows, from the manifest). The one place index coverage
+    is computed: describe_layout, the ``fragments`` and ``indices`` metadata tables, table
+    health, maintain and optimize_indices read it here."""
+    live = {f.fragment_id: live_and_deleted(f.metadata)[0] for f in ds.get_fragments()}
+    fragments = set(live)
     state: dict[str, dict[str, Any]] = {}
     for ix in ds.list_indices():
         if ix["name"].startswith("__"):  # Lance's own system indices
@@ -66,6 +68,7 @@ def index_state(ds) -> dict[str, dict[str, Any]]:
     for e in state.values():
         e["unindexed_ids"] = sorted(fragments - e["covered"])
         e["unindexed"] = len(e["unindexed_ids"])
+        e["unindexed_rows"] = sum(live[i] for i in e["unindexed_ids"])
     return state
 
 

@@ -183,7 +183,10 @@ def table_health(ds: lance.LanceDataset, policy: Policy, now: datetime | None = 
         "deleted_row_ratio": deleted / (live + deleted) if live + deleted else 0.0,
         "fragments_over_deletion_threshold": heavy,
         "unindexed_fragments": max((e["unindexed"] for e in state.values()), default=0),
-        "indices": {n: {"type": e["type"], "unindexed_fragments": e["unindexed"]}
+        "unindexed_rows": max((e["unindexed_rows"] for e in state.values()), default=0),
+        "index_segments": max((e["segments"] for e in state.values()), default=0),
+        "indices": {n: {"type": e["type"], "unindexed_fragments": e["unindexed"],
+                        "unindexed_rows": e["unindexed_rows"], "segments": e["segments"]}
                     for n, e in sorted(state.items())},
         "versions": count,
         "reclaimable_versions": len(old),

@@ -197,7 +197,7 @@ class LanceCatalog extends TableCatalog with SupportsNamespaces with ProcedureCa
         (namespaces: Option[Set[String]]) => namespaces.map(warehouseRef.tablesOf)
           .getOrElse(warehouseRef.tablesUnder(Array.empty)), storage, maintain, warehouseRoot)
     }
-    metadataOf(ident).getOrElse(new LanceTable(ref(ident, warehouseRef.requireTable(ident))))
+    metadataOf(ident).getOrElse(new LanceTable(ref(ident, warehouseRef.requireTable(ident)), Some((this, ident))))
   }
 
   /** `SELECT ... FROM lance.db.t VERSION AS OF 12`: the table at that Lance version (numbered

@@ -5,7 +5,8 @@ import java.util
 import scala.jdk.CollectionConverters._
 
 import org.apache.spark.sql.connector.catalog._
-import org.apache.spark.sql.connector.expressions.{ClusterByTransform, Expressions, Transform}
+import org.apache.spark.sql.connector.catalog.index.{SupportsIndex, TableIndex}
+import org.apache.spark.sql.connector.expressions.{ClusterByTransform, Expressions, NamedReference, Transform}
 import org.apache.spark.sql.connector.expressions.filter.Predicate
 import org.apache.spark.sql.connector.read.ScanBuilder
 import org.apache.spark.sql.connector.write.{LogicalWriteInfo, RowLevelOperationBuilder, RowLevelOperationInfo, WriteBuilder}
@@ -18,8 +19,8 @@ import io.github.lancecompact.spark.engine.PythonEngine
  * executors, a partition per group of fragments, all at the version loaded; count(*) is
  * answered from Lance's own count), and nothing written. Metadata tables hang under it ([[MetadataTable]]).
  */
-final class LanceTable(ref: TableRef) extends Table with SupportsRead with SupportsWrite
-  with SupportsDeleteV2 with SupportsRowLevelOperations {
+final class LanceTable(ref: TableRef, owner: Option[(LanceCatalog, Identifier)] = None) extends Table
+  with SupportsRead with SupportsWrite with SupportsDeleteV2 with SupportsRowLevelOperations with SupportsIndex {
 
   private lazy val described = {
     val row = PythonEngine.query("describe", ref.request()).rows().head
@@ -47,6 +48,18 @@ final class LanceTable(ref: TableRef) extends Table with SupportsRead with Suppo
 
   override def newScanBuilder(options: CaseInsensitiveStringMap): ScanBuilder =
     new LanceScanBuilder(ref.copy(version = Some(ref.version.getOrElse(described._3))), schema())
+
+  /** CREATE INDEX, DROP INDEX and listing ([[TableIndexes]]): a table the catalog loaded by name. */
+  private lazy val indexes: TableIndexes = owner.map { case (catalog, ident) => new TableIndexes(catalog, ident, ref) }
+    .getOrElse(throw new UnsupportedOperationException(s"table ${ref.name}: indices are created and dropped on the catalog's table by name"))
+
+  override def createIndex(indexName: String, columns: Array[NamedReference],
+                           columnsProperties: util.Map[NamedReference, util.Map[String, String]],
+                           properties: util.Map[String, String]): Unit =
+    indexes.create(indexName, columns, columnsProperties, properties)
+  override def dropIndex(indexName: String): Unit = indexes.drop(indexName)
+  override def indexExists(indexName: String): Boolean = indexes.exists(indexName)
+  override def listIndexes(): Array[TableIndex] = indexes.list()
 
   override def newWriteBuilder(info: LogicalWriteInfo): WriteBuilder = ReadOnly.refuse(ref.name, "insert into")
   override def canDeleteWhere(predicates: Array[Predicate]): Boolean = ReadOnly.refuse(ref.name, "delete from")

@@ -51,6 +51,9 @@ object CompactionArguments {
   /** The parameters of optimize_indices. */
   val optimizeIndices: Array[ProcedureParameter] = after(table, OptionSpec.optimizeIndicesParameters)
 
+  /** The parameters of drop_index. */
+  val dropIndex: Array[ProcedureParameter] = after(table, OptionSpec.dropIndexParameters)
+
   /** The parameters of describe_layout: table, the target and threshold its counts use,
    * then histogram, picture and compare_version. */
   val describeLayout: Array[ProcedureParameter] =

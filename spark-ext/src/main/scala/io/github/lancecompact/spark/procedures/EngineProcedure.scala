@@ -3,9 +3,10 @@ package io.github.lancecompact.spark.procedures
 import java.util
 
 import org.apache.spark.sql.catalyst.InternalRow
+import org.apache.spark.sql.catalyst.expressions.GenericInternalRow
 import org.apache.spark.sql.connector.catalog.procedures.{BoundProcedure, ProcedureParameter, UnboundProcedure}
 import org.apache.spark.sql.connector.read.Scan
-import org.apache.spark.sql.types.StructType
+import org.apache.spark.sql.types.{StructField, StructType}
 
 import io.github.lancecompact.spark.catalog.LanceCatalog
 import io.github.lancecompact.spark.engine.{LanceCompactException, MaintenanceMetrics, PythonEngine, ResultScan}
@@ -50,5 +51,22 @@ final class EngineProcedure(catalog: LanceCatalog, spec: ProcedureSpec) extends 
         util.List.of[Scan](scan).iterator()
       } finally MaintenanceMetrics.called(spec.name, System.nanoTime() - started, failed)
     }
+  }
+}
+
+object EngineProcedure {
+  /** Procedure `name` of `catalog` called as `CALL catalog.name(p => v, ...)` is, with `args` by
+   * parameter name (Catalyst values: UTF8String, java.lang.Boolean, java.lang.Long, MapData;
+   * the others NULL): the same binding and checks, engine request, progress, cancel and metrics.
+   * For the statements Spark hands to the catalog's tables (CREATE INDEX, DROP INDEX). */
+  def call(catalog: LanceCatalog, name: String, args: Map[String, Any]): ResultScan = {
+    val procedure = Procedures.load(catalog, name)
+    val params = Procedures.parameters(name)
+    val unknown = args.keySet -- params.map(_.name)
+    if (unknown.nonEmpty) throw new IllegalStateException(s"procedure $name has no parameter ${unknown.mkString(", ")}")
+    // every parameter positional, in declared order, typed as declared: Spark's CALL binds the same way
+    val input = StructType(params.map(p => StructField(p.name, p.dataType)))
+    val row = new GenericInternalRow(params.map(p => args.getOrElse(p.name, null)))
+    procedure.bind(input).call(row).next().asInstanceOf[ResultScan]
   }
 }

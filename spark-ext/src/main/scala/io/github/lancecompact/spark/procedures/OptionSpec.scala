@@ -50,6 +50,9 @@ object OptionSpec {
   /** The optimize_indices procedure's parameters (after `table`). */
   lazy val optimizeIndicesParameters: Seq[OptionSpec] = section("optimize_indices_parameters", setting = true)
 
+  /** The drop_index procedure's parameters (after `table`). */
+  lazy val dropIndexParameters: Seq[OptionSpec] = section("drop_index_parameters", setting = true)
+
   /** describe_layout's own parameters (after table and the two options it takes). */
   lazy val layoutParameters: Seq[OptionSpec] = section("layout_parameters", setting = true)
 

@@ -1,6 +1,6 @@
 package io.github.lancecompact.spark.procedures
 
-import org.apache.spark.sql.connector.catalog.procedures.UnboundProcedure
+import org.apache.spark.sql.connector.catalog.procedures.{ProcedureParameter, UnboundProcedure}
 
 import io.github.lancecompact.spark.catalog.LanceCatalog
 import io.github.lancecompact.spark.engine.{LanceCompactException, MaintenanceMetrics}
@@ -27,6 +27,10 @@ object Procedures {
     ProcedureSpec("optimize_indices",
       "Adds the rows of fragments an index does not cover yet (appended, or compacted with concurrent deletes carried over) to the table's indices with Lance's optimize_indices; one row of what changed.",
       CompactionArguments.optimizeIndices, "optimize_indices"),
+    // also DROP INDEX name ON lance.db.t (LanceTable's SupportsIndex)
+    ProcedureSpec("drop_index",
+      "Drops one of the table's indices by name with Lance's drop_index, in one commit (its files stay until cleanup); an unknown name is refused, listing the table's indices; one row of what was dropped.",
+      CompactionArguments.dropIndex, "drop_index"),
     ProcedureSpec("maintain",
       "Everyday maintenance: compacts, optimizes indices and cleans up old versions, each only when due; one row per step (ran or skipped, and why); dry_run reports only.",
       CompactionArguments.maintain, "maintain"),
@@ -40,6 +44,9 @@ object Procedures {
   private val byName: Map[String, ProcedureSpec] = specs.map(s => s.name -> s).toMap
 
   def names: Seq[String] = byName.keys.toSeq.sorted
+
+  /** The parameters of procedure `name`, in positional order (a name of [[names]]). */
+  def parameters(name: String): Array[ProcedureParameter] = byName(name).parameters
 
   /** An unknown name fails with a message listing the procedures: a LanceCompactException, which
    * Spark passes on as it is (any other exception it wraps into FAILED_TO_LOAD_ROUTINE, which

@@ -1,0 +1,36 @@
+"""``CALL lance.drop_index`` and ``DROP INDEX name ON lance.db.t``: one of the table's indices
+removed with Lance's own ``LanceDataset.drop_index`` (one commit; the data and the other
+indices are untouched, the index's files stay until cleanup removes them with the versions
+that still name them). Only a user index can be dropped: Lance's own system indices (names
+starting ``__``, such as the fragment-reuse index of a deferred remap) are not the user's to
+remove and are not listed."""
+from __future__ import annotations
+
+import time
+from typing import Any, Mapping
+
+from ..errors import CompactionError
+from ..compaction.fragments import index_state
+from ..runtime.envelope import Target
+
+
+def drop_index(target: Target, args: Mapping[str, Any]) -> dict[str, Any]:
+    """Drop the index ``args['name']`` of ``target``; its row (parameters.json's
+    ``drop_index_columns``) by column name. An unknown name is refused before anything is
+    written, naming the table's indices."""
+    started = time.monotonic()
+    table = target.table
+    name = args.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise CompactionError(f"table {table}: drop_index needs the index's name (name => 'id_idx')")
+    ds = target.open()
+    state = index_state(ds)
+    if name not in state:
+        raise CompactionError(f"table {table}: no index named {name!r}; its indices are: "
+                              f"{', '.join(sorted(state)) or 'none'} (nothing was changed)")
+    read_version = ds.version
+    dropped = state[name]
+    ds.drop_index(name)  # one commit by Lance; ds moves to the version it committed
+    return {"table": table, "name": name, "type": dropped["type"], "columns": list(dropped["fields"]),
+            "segments": dropped["segments"], "read_version": read_version, "new_version": ds.version,
+            "elapsed_ms": int((time.monotonic() - started) * 1000)}
