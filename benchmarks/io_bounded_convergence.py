@@ -47,8 +47,8 @@ def main() -> int:
         SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false"),
         warehouse=str(work / "wh")).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    budget = [f"'max_fragments', '{a.max_fragments}'"] + \
-        ([f"'max_bytes', '{a.max_bytes}'"] if a.max_bytes else [])
+    budget = [f"'max_rewrite_fragments', '{a.max_fragments}'"] + \
+        ([f"'max_rewrite_bytes', '{a.max_bytes}'"] if a.max_bytes else [])
     print(f"{a.fragments} fragments, {before.count_rows():,} rows, target {a.target}; "
           f"budget {', '.join(budget)}; one default run gives {len(want)} fragments")
     run = 0

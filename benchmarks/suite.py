@@ -291,8 +291,8 @@ def section_streaming(s: Suite) -> None:
     noop = s.add("streaming", "CALL, warm no-op", warm[2]["times"])
     check_layout(warm[0]["layout"], py["layout"], "CALL")
     # The same warm CALL with every rewrite as a Spark job (what a cluster does by default):
-    # the cost of the job that engineRewrite.maxBytes saves a small table in local mode.
-    job = run_probe(s.work, "session", master="local[2]", conf={"spark.lance.compact.engineRewrite.maxBytes": "0"},
+    # the cost of the job that engineRewrite.maxBatchBytes saves a small table in local mode.
+    job = run_probe(s.work, "session", master="local[2]", conf={"spark.lance.compact.engineRewrite.maxBatchBytes": "0"},
                     runs=[{"table": "streaming", "kind": "sql", "repeat": repeat_small}])["runs"]
     s.add("streaming", "CALL, warm, local[2], rewrite as a Spark job", job[0]["times"], anchor)
     check_layout(job[0]["layout"], py["layout"], "CALL (Spark job)")

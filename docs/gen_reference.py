@@ -63,6 +63,17 @@ POLICY_PREFIX = "lance_compact.maintain."
 POLICY_SECTIONS = ("policy_keys",)
 POLICY_FROM_MAINTAIN_EXCLUDED = ("dry_run",)
 
+# Where a section's names are given, for the table of former names.
+FORMER_WHERE = {
+    "settings": "strategy setting of `compact` and `plan_compaction` (options map key; PySpark keyword)",
+    "maintain_parameters": "`maintain` parameter; table property lance_compact.maintain.{name}; catalog "
+                           "setting spark.sql.catalog.<catalog>.maintain.{name}",
+    "maintain_warehouse_parameters": "`maintain_warehouse` parameter (and the maintenance service's `--param`)",
+}
+# Driver settings renamed (their former names are read too, with a warning in the engine's log).
+FORMER_SETTINGS = [("spark.lance.compact.engineRewrite.maxBytes", "spark.lance.compact.engineRewrite.maxBatchBytes",
+                    "driver setting ([Configuration](configuration.md)); a batch's size, not a budget")]
+
 # The bounds on what one run may make the cluster do (compaction/bounds.py).
 BOUND_SECTIONS = ("bounds",)
 
@@ -108,14 +119,14 @@ SUMMARIES = {
                 "each only when the layout says it is due. One row per step.",
     "maintain_warehouse": "Maintains every table of the warehouse (or of a namespace) that its "
                           "health says needs it, worst health first, then priority, within "
-                          "max_tables, max_bytes and max_duration; tables side by side. One row "
+                          "max_tables, max_total_rewrite_bytes and max_duration; tables side by side. One row "
                           "per table and step.",
 }
 EXAMPLES = {
     "compact": "CALL lance.compact(table => 'db.events', target_rows_per_fragment => 1048576,\n"
                "                   partial_progress => true)",
     "plan_compaction": "CALL lance.plan_compaction(table => 'db.events', strategy => 'io_bounded',\n"
-                       "                           options => map('max_bytes', '10737418240'))",
+                       "                           options => map('max_rewrite_bytes', '10737418240'))",
     "describe_layout": "CALL lance.describe_layout(table => 'db.events', histogram => true)",
     "cleanup": "CALL lance.cleanup(table => 'db.events', older_than => '7 days', dry_run => true)",
     "optimize_indices": "CALL lance.optimize_indices(table => 'db.events')",
@@ -182,6 +193,8 @@ def default_text(entry: dict) -> str:
 
 
 def range_text(entry: dict) -> str:
+    if "former_of" in entry:
+        return f"as `{entry['former_of']}`"
     parts = []
     if "choices" in entry:
         parts.append(" / ".join(f"`{c}`" for c in entry["choices"]))
@@ -232,16 +245,25 @@ def placed_sections() -> set[str]:
     return placed
 
 
+def former_names(entries: list[dict]) -> list[dict]:
+    """The former names (``aliases``) of ``entries`` as entries of their own, in order: the jar
+    declares them as parameters after the others (CompactionArguments.formerNames)."""
+    return [{"name": a, "type": e["type"], "former_of": e["name"],
+             "doc": f"Deprecated: the former name of `{e['name']}`, accepted until the next release."}
+            for e in entries for a in e.get("aliases", ())]
+
+
 def parameters(spec: dict, name: str) -> list[dict]:
     """A procedure's parameters in the positional order the jar declares them."""
     sections = list_sections(spec)
     p = PROCEDURES[name]
     if p["head"] == COMPACTION:
-        return [TABLE] + [e for s in COMPACTION_SECTIONS for e in sections.get(s, []) if e.get("sql")] \
-            + [OPTIONS_MAP, STRATEGY]
+        own = [e for s in COMPACTION_SECTIONS for e in sections.get(s, []) if e.get("sql")]
+        return [TABLE] + own + [OPTIONS_MAP, STRATEGY] + former_names(own)
     options = {e["name"]: e for e in sections.get("options", [])}
     head = [TABLE if h == "table" else NAMESPACE if h == "namespace" else options[h] for h in p["head"]]
-    return head + sections.get(p["section"], [])
+    own = sections.get(p["section"], [])
+    return head + own + former_names(own)
 
 
 def policy_entries(spec: dict) -> list[dict]:
@@ -329,6 +351,23 @@ def render(spec: dict) -> str:
         for e in sections.get(section, []):
             out.append(f"| `{e['name']}` | max({e['floor']:,}, live rows / {e['rows_per']:,}), at most "
                        f"{e['ceiling']:,} | {cell(e.get('doc', ''))} |")
+    out += ["", "## Former names", "",
+            "Names changed to say what they are where Delta, Iceberg and lance-spark use the same words "
+            "for something else ([Coming from Delta, Iceberg or lance-spark](coming-from.md#names-that-mean-"
+            "something-else-here)). A former name is still accepted for one release, wherever the name is: "
+            "a CALL parameter, an options map key, a PySpark keyword (with a `FutureWarning`), a table "
+            "property `lance_compact.maintain.<key>` (`SET` writes the new key and removes the former "
+            "one; `UNSET` of either removes both), a catalog setting `maintain.<key>`. The engine's log "
+            "says so once per name. Giving both names at once is refused (of a driver setting, the new name "
+            "wins).", "",
+            "| former name | name | where |", "|---|---|---|"]
+    for section, entries in sections.items():
+        for e in entries:
+            for a in e.get("aliases", ()):
+                where = FORMER_WHERE.get(section, section.replace("_", " ")).format(name=a)
+                out.append(f"| `{a}` | `{e['name']}` | {cell(where)} |")
+    for old, new, where in FORMER_SETTINGS:
+        out.append(f"| `{old}` | `{new}` | {cell(where)} |")
     out.append("")
     return "\n".join(out).rstrip("\n") + "\n"
 

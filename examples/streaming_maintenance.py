@@ -40,7 +40,7 @@ def run(spark, warehouse: str, seconds: float, rows_per_second: int, every: int)
     def maintained(batch_id, rows):
         rounds.append((batch_id, [(r.step, r.ran, r.outcome or r.reason) for r in rows]))
 
-    sink = with_maintenance(spark, "db.stream", write, every=every, max_bytes=64 << 20,
+    sink = with_maintenance(spark, "db.stream", write, every=every, max_rewrite_bytes=64 << 20,
                             min_small_fragments=4, older_than=RETENTION, on_result=maintained)
 
     def guarded(batch, batch_id):  # maintenance needs the table to exist

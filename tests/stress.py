@@ -144,7 +144,7 @@ def _compactions(spark, table: str, seed: int, threads: list[threading.Thread],
         args = [f"target_rows_per_fragment => {rng.choice([50, 200, 1000])}",
                 f"strategy => '{strategy}'", f"max_retries => {rng.choice([0, 1, 3])}"]
         if strategy == "io_bounded":
-            args.append("options => map('max_fragments', '25')")
+            args.append("options => map('max_rewrite_fragments', '25')")
         if rng.random() < 0.4:
             args.append(f"partial_progress => true, max_commits => {rng.randint(1, 3)}")
         r = spark.sql(f"CALL lance.compact(table => '{table}', {', '.join(args)})").collect()[0]

@@ -145,12 +145,12 @@ def test_maintain_and_maintain_warehouse_cluster(spark, warehouse):
     assert in_order(uri, [("ts", "ascending", "at_start")])
 
 
-def test_maintain_max_bytes_is_the_clustering_runs_budget(spark, warehouse):
+def test_maintain_max_rewrite_bytes_is_the_clustering_runs_budget(spark, warehouse):
     uri = make_table(warehouse, "cbbudget", fragments=20, per=50, indices=False)
     expected = content(lance.dataset(uri))
     spark.sql("ALTER TABLE lance.db.cbbudget CLUSTER BY (tenant, ts)")
     one = max(sum(d.file_size_bytes for d in f.metadata.data_files()) for f in lance.dataset(uri).get_fragments())
-    out = {r.step: r for r in maintain(spark, "db.cbbudget", target_rows_per_fragment=300, max_bytes=one * 5,
+    out = {r.step: r for r in maintain(spark, "db.cbbudget", target_rows_per_fragment=300, max_rewrite_bytes=one * 5,
                                        older_than="36500 days").collect()}
     step = out["compact"]
     left = re.search(r"(\d+) fragments left for later", step.outcome or "")

@@ -53,13 +53,17 @@ def start(uri: str, **params) -> Run:
 @pytest.mark.parametrize("master,conf,expected", [
     ("local[2]", {}, 256 << 20), ("local", {}, 256 << 20), ("local[2,3]", {}, 256 << 20),
     ("spark://127.0.0.1:7077", {}, 0), ("yarn", {}, 0),
-    ("local[2]", {engine_rewrite.MAX_BYTES: "0"}, 0),
-    ("spark://h:7077", {engine_rewrite.MAX_BYTES: "64m"}, 64 << 20),
-    ("local[*]", {engine_rewrite.MAX_BYTES: "1048576"}, 1 << 20),
-    ("local[2]", {engine_rewrite.MAX_BYTES: "lots"}, 256 << 20),  # not a size: the default, warned
+    ("local[2]", {engine_rewrite.MAX_BATCH_BYTES: "0"}, 0),
+    ("spark://h:7077", {engine_rewrite.MAX_BATCH_BYTES: "64m"}, 64 << 20),
+    ("local[*]", {engine_rewrite.MAX_BATCH_BYTES: "1048576"}, 1 << 20),
+    ("local[2]", {engine_rewrite.MAX_BATCH_BYTES: "lots"}, 256 << 20),  # not a size: the default, warned
+    # the former name, read for one release; the new name wins when both are set
+    ("spark://h:7077", {engine_rewrite.FORMER_MAX_BYTES: "64m"}, 64 << 20),
+    ("local[2]", {engine_rewrite.FORMER_MAX_BYTES: "0"}, 0),
+    ("local[2]", {engine_rewrite.FORMER_MAX_BYTES: "0", engine_rewrite.MAX_BATCH_BYTES: "1m"}, 1 << 20),
 ])
 def test_the_limit_defaults_to_local_mode_only(master, conf, expected):
-    assert engine_rewrite.max_bytes(conf, master) == expected
+    assert engine_rewrite.max_batch_bytes(conf, master) == expected
 
 
 def test_a_batch_fits_by_the_bytes_it_reads_and_never_with_task_hooks(tmp_path):

@@ -92,9 +92,9 @@ def test_budgets_leave_tables_with_a_row_saying_which(spark, wh):
     t = by_table(spark.sql(f"CALL lance.maintain_warehouse({ARGS}, dry_run => true, max_tables => 1)").collect())
     assert "compact" in t["wb.degraded2"] and "max_tables" in t["wa.degraded"]["all"].reason
     t = by_table(spark.sql(f"CALL lance.maintain_warehouse(namespace => 'wa', {ARGS}, dry_run => true, "
-                           "max_bytes => 1)").collect())
+                           "max_total_rewrite_bytes => 1)").collect())
     assert set(t) == {"wa.degraded", "wa.healthy", "wa.optout"}
-    assert "max_bytes" in t["wa.degraded"]["all"].reason and not t["wa.degraded"]["all"].ran
+    assert "max_total_rewrite_bytes" in t["wa.degraded"]["all"].reason and not t["wa.degraded"]["all"].ran
     t = by_table(spark.sql(f"CALL lance.maintain_warehouse({ARGS}, dry_run => true, "
                            "max_duration => '0 seconds')").collect())
     assert "max_duration" in t["wb.degraded2"]["all"].reason and "max_duration" in t["wa.degraded"]["all"].reason
@@ -474,3 +474,79 @@ def test_a_calendar_interval_is_taken_too(spark, young):
             spark.sql(f"CALL lance.cleanup(table => '{t}', older_than => INTERVAL 1 DAY)").collect()
     finally:
         spark.sql("RESET spark.sql.legacy.interval.enabled")
+
+
+def test_former_names_are_taken_everywhere_with_the_same_result(spark, warehouse):
+    """max_bytes, the former name of three budgets, still works for one release wherever it did --
+    compact's options map (io_bounded), maintain's parameter, the table property, maintain_warehouse's
+    parameter, the PySpark functions (with a FutureWarning) and the service -- and gives what the
+    new name gives: two identical tables, one maintained by each name, stay identical."""
+    import warnings
+
+    from lance_compact import compact, maintain_warehouse
+    from lance_compact.maintenance_service import Service
+
+    def same(rows):
+        return [{k: v for k, v in r.asDict().items() if k not in ("elapsed_ms", "table")} for r in rows]
+
+    paths = {n: warehouse / "former" / f"{n}.lance" for n in ("old", "new")}
+
+    def fresh():  # both tables as degraded as at first (the same versions too)
+        for p in paths.values():
+            _degraded(p)
+
+    try:
+        fresh()
+        one = max(sum(d.file_size_bytes for d in f.metadata.files)
+                  for f in lance.dataset(str(paths["old"])).get_fragments())
+        budget = one * 4
+        # compact, io_bounded: the options map, then PySpark's keyword
+        by = {n: spark.sql(f"CALL lance.compact(table => 'former.{n}', target_rows_per_fragment => 60, "
+                           f"strategy => 'io_bounded', options => map('{key}', '{budget}'))").collect()
+              for n, key in (("old", "max_bytes"), ("new", "max_rewrite_bytes"))}
+        assert same(by["old"]) == same(by["new"]) and by["old"][0].tasks > 0 and by["old"][0].tasks_left > 0, by
+        fresh()
+        with pytest.warns(FutureWarning, match="max_bytes is deprecated, it is the former name of max_rewrite_bytes"):
+            old = compact(spark, "former.old", strategy="io_bounded", target_rows_per_fragment=60,
+                          max_bytes=budget).collect()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # the new name warns of nothing
+            new = compact(spark, "former.new", strategy="io_bounded", target_rows_per_fragment=60,
+                          max_rewrite_bytes=budget).collect()
+        assert same(old) == same(new) and old[0].tasks > 0 and old[0].tasks_left > 0
+        fresh()
+        # maintain: the parameter, then the table property (SET under the former name writes the new one)
+        by = {n: spark.sql(f"CALL lance.maintain(table => 'former.{n}', target_rows_per_fragment => 60, "
+                           f"{key} => {budget})").collect()
+              for n, key in (("old", "max_bytes"), ("new", "max_rewrite_bytes"))}
+        assert same(by["old"]) == same(by["new"]) and "tasks left for later" in by["old"][0].outcome, by
+        with pytest.raises(Exception, match="maintain parameter max_rewrite_bytes is given twice"):
+            spark.sql(f"CALL lance.maintain(table => 'former.old', max_bytes => 1, max_rewrite_bytes => 1)").collect()
+        fresh()
+        for n, key in (("old", "max_bytes"), ("new", "max_rewrite_bytes")):
+            spark.sql(f"ALTER TABLE lance.former.{n} SET TBLPROPERTIES ('lance_compact.maintain.{key}' = '{budget}')")
+        for n in paths:
+            shown = {r.key: r.value for r in spark.sql(f"SHOW TBLPROPERTIES lance.former.{n}").collect()}
+            assert shown.get("lance_compact.maintain.max_rewrite_bytes") == str(budget), shown
+            assert "lance_compact.maintain.max_bytes" not in shown
+        by = {n: spark.sql(f"CALL lance.maintain(table => 'former.{n}', target_rows_per_fragment => 60)").collect()
+              for n in paths}
+        assert same(by["old"]) == same(by["new"]) and "tasks left for later" in by["old"][0].outcome, by
+        assert len(lance.dataset(str(paths["old"])).get_fragments()) == \
+            len(lance.dataset(str(paths["new"])).get_fragments())
+        # maintain_warehouse: SQL, PySpark, the service's --param
+        args = "namespace => 'former', target_rows_per_fragment => 30, dry_run => true"
+        old = spark.sql(f"CALL lance.maintain_warehouse({args}, max_bytes => 1)").collect()
+        new = spark.sql(f"CALL lance.maintain_warehouse({args}, max_total_rewrite_bytes => 1)").collect()
+        assert same(old) == same(new) and "max_total_rewrite_bytes budget" in old[0].reason, old
+        with pytest.warns(FutureWarning, match="former name of max_total_rewrite_bytes"):
+            api = maintain_warehouse(spark, "former", target_rows_per_fragment=30, dry_run=True, max_bytes=1).collect()
+        assert same(api) == same(new)
+        reports = [Service(spark, "former", {"target_rows_per_fragment": 30, "dry_run": True, key: 1}, every=1,
+                           min_interval=0, backoff=1, max_backoff=1).round(1)
+                   for key in ("max_bytes", "max_total_rewrite_bytes")]
+        assert [{k: v for k, v in r.items() if k != "seconds"} for r in reports] == \
+            [{"round": 1, "maintained": [], "failed": [], "excluded": {}, "tables": 2}] * 2
+    finally:
+        for p in paths.values():
+            shutil.rmtree(p, ignore_errors=True)

@@ -187,3 +187,63 @@ def test_no_rust_source_path_reaches_the_user():
                               "rust/lance-datafusion/src/planner.rs:951:33)")
     answer = engine.handle({"layout": handler}, "layout", json.dumps({"table": "db.t", "uri": "/w/t.lance"}))
     assert answer["error"].endswith("Received literal Float64(1.5))") and ".rs:" not in answer["error"]
+
+
+# ---- former names (parameters.json "aliases"): accepted for one release, the same result -----
+
+def _io_bounded(options: dict, params: dict | None = None) -> CompactionRequest:
+    return CompactionRequest.from_json(json.dumps({"table": "db.t", "uri": "/wh/db/t.lance", "strategy": "io_bounded",
+                                                   "params": params or {}, "options": options}))
+
+
+def test_every_former_name_is_unambiguous():
+    """A former name is no procedure's current parameter and means one thing per procedure."""
+    from lance_compact import api
+
+    for procedure in api.PROCEDURE_SECTIONS:
+        entries = api.procedure_parameters(procedure)
+        names = {e["name"] for e in entries}
+        former = [a for e in entries for a in e.get("aliases", ())]
+        assert not names & set(former) and len(former) == len(set(former)), procedure
+    assert {a for e in api.procedure_parameters("maintain") for a in e.get("aliases", ())} == {"max_bytes"}
+
+
+@pytest.mark.parametrize("old,new", [("max_bytes", "max_rewrite_bytes"), ("max_rows", "max_rewrite_rows"),
+                                     ("max_fragments", "max_rewrite_fragments")])
+def test_a_former_setting_name_is_its_new_name_with_a_warning(old, new, caplog):
+    from lance_compact import options
+
+    options._WARNED.clear()
+    with caplog.at_level("WARNING", logger="lance_compact.options"):
+        by_old, by_new = _io_bounded({old: "1000"}), _io_bounded({new: "1000"})
+    assert by_old == by_new and by_old.settings == {new: 1000}
+    assert _io_bounded({}, {old: 1000}).settings == {new: 1000}  # as a parameter (PySpark's options map)
+    assert f"options map key {old} is deprecated: it is the former name of {new}" in caplog.text
+    with pytest.raises(CompactionError, match=f"option {new} is given twice \\(as {new} and as {old}, one the "
+                                              "former name of the other\\)"):
+        _io_bounded({new: "1", old: "2"})
+    with pytest.raises(CompactionError, match=f"setting {new} belongs to strategy io_bounded, not default"):
+        CompactionRequest.from_json(json.dumps({"table": "db.t", "uri": "/wh/db/t.lance", "options": {old: "1"}}))
+
+
+def test_former_procedure_parameter_names_are_their_new_names():
+    from lance_compact.runtime.envelope import checked_args
+
+    assert checked_args("maintain", {"max_bytes": 5}, "db.t") == checked_args("maintain", {"max_rewrite_bytes": 5}, "db.t")
+    assert checked_args("maintain", {"max_bytes": 5}, "db.t")["max_rewrite_bytes"] == 5
+    wh = checked_args("maintain_warehouse", {"max_bytes": 5}, "the warehouse")
+    assert wh == checked_args("maintain_warehouse", {"max_total_rewrite_bytes": 5}, "the warehouse")
+    assert wh["max_total_rewrite_bytes"] == 5 and "max_bytes" not in wh
+    with pytest.raises(CompactionError, match="maintain parameter max_rewrite_bytes is given twice"):
+        checked_args("maintain", {"max_rewrite_bytes": 5, "max_bytes": 6}, "db.t")
+    with pytest.raises(CompactionError, match="option max_rewrite_bytes must be >= 1, got 0"):
+        checked_args("maintain", {"max_bytes": 0}, "db.t")  # checked as the new name
+
+
+def test_the_python_functions_take_a_former_keyword_once():
+    from lance_compact import api
+
+    with pytest.raises(TypeError, match="maintain\\(\\) got max_rewrite_bytes twice: as max_rewrite_bytes and as "
+                                        "max_bytes, its former name"):
+        api.maintain(None, "db.t", max_rewrite_bytes=5, max_bytes=6)
+    assert "Formerly ``max_bytes``" in api.maintain_warehouse.__doc__

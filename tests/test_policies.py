@@ -228,3 +228,52 @@ def test_a_bad_value_written_by_another_tool_is_named_with_its_fix(tmp_path):
     _, rows = alter_properties(request(unset=["lance.compaction.data_storage_version"]))
     assert rows == []
     assert handle({"plan": lambda r: Result("x STRING", dry_run(CompactionRequest.of(r)))}, "plan", request())["ok"]
+
+
+class InEngine:
+    """maintain's compaction runner without Spark: every batch rewritten here, as a small
+    batch is in local mode (compaction/engine_rewrite.py)."""
+
+    def run(self, request, batch, number, dataset=None):
+        from lance_compact.compaction import engine_rewrite
+        return engine_rewrite.run_in_engine(request, batch, number, dataset, attempts=1)
+
+
+def test_a_former_policy_key_is_read_and_written_under_its_new_name(tmp_path):
+    """lance_compact.maintain.max_bytes (the former name of max_rewrite_bytes), as an older
+    release wrote it or as SET writes it now, bounds maintain's compaction as the new key does."""
+    old, new = PROPERTY_PREFIX + "max_bytes", PROPERTY_PREFIX + "max_rewrite_bytes"
+    a, b = _write(str(tmp_path / "a.lance"), 20), _write(str(tmp_path / "b.lance"), 20)
+    one = max(sum(d.file_size_bytes for d in f.metadata.files) for f in a.get_fragments())
+    budget = str(one * 3)  # one task of two fragments (target 100 rows) of the ten
+    request = lambda ds, **kw: json.dumps({"table": "db.x", "uri": ds.uri, **kw})  # noqa: E731
+    a.update_config({old: budget})  # as the former release wrote it
+    _, rows = alter_properties(request(b, set={old: budget}))  # SET of the former name writes the new one
+    assert rows == [(new, budget)]
+    p = resolve_policy(None, lance.dataset(a.uri).config(), None, "db.x")
+    assert (p.get("max_rewrite_bytes"), p.source("max_rewrite_bytes")) == (one * 3, "table")
+    assert p.origin("max_rewrite_bytes") == f"table property {old}"
+    by_old = maintain_rows(request(a, params={"target_rows_per_fragment": 100}), InEngine())
+    by_new = maintain_rows(request(b, params={"target_rows_per_fragment": 100}), InEngine())
+    assert by_old == by_new
+    compact = next(r for r in by_old if r[1] == "compact")
+    assert compact[2] is True and "1 tasks, 2 fragments -> 1" in compact[5] and "9 tasks left for later" in compact[5]
+    assert len(lance.dataset(a.uri).get_fragments()) == len(lance.dataset(b.uri).get_fragments()) == 19
+    # the catalog's setting under its former name; a bad value is named as it was written
+    p = resolve_policy(None, None, {"maintain.max_bytes": "7"}, "db.x", "lance")
+    assert (p.get("max_rewrite_bytes"), p.origin("max_rewrite_bytes")) == (
+        7, "catalog setting spark.sql.catalog.lance.maintain.max_bytes")
+    with pytest.raises(CompactionError, match=f"table property {old} must be >= 1, got '0'"):
+        resolve_policy(None, {old: "0"}, None, "db.x")
+    # both names at once: refused, naming the one to remove
+    with pytest.raises(CompactionError, match=f"table property {new} is set twice, also under its former "
+                                              f"name {old}: remove {old}"):
+        resolve_policy(None, {old: "1", new: "2"}, None, "db.x")
+    with pytest.raises(CompactionError, match="is set twice"):
+        alter_properties(request(b, set={old: "1", new: "2"}))
+    # UNSET of either name removes both
+    version = lance.dataset(a.uri).version
+    _, rows = alter_properties(request(a, unset=[new]))
+    assert rows == [] and lance.dataset(a.uri).version == version + 1
+    _, rows = alter_properties(request(b, unset=[old]))
+    assert rows == []

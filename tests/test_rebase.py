@@ -18,7 +18,7 @@ from index_checks import index_agrees_with_scan
 SPARK_MASTER = "local[2,2]"
 # the operator allows cleanup of orphans of any age (tests below); every rewrite a Spark job, as
 # on a cluster (local mode would rewrite these small batches in the engine: engine_rewrite.py)
-SPARK_CONF = {**NO_CLEANUP_FLOOR, "spark.lance.compact.engineRewrite.maxBytes": "0"}
+SPARK_CONF = {**NO_CLEANUP_FLOOR, "spark.lance.compact.engineRewrite.maxBatchBytes": "0"}
 
 
 def unique_name(request) -> str:

@@ -14,7 +14,7 @@ from lance_compact.compaction.planners.io_bounded import benefit
 
 # Every rewrite a Spark job, as on a cluster (local mode would rewrite these small batches in
 # the engine process: engine_rewrite.py, tested in test_engine_rewrite.py and by most modules).
-SPARK_CONF = {"spark.lance.compact.engineRewrite.maxBytes": "0", **NO_VERSION_FLOOR}  # cleanup of young versions
+SPARK_CONF = {"spark.lance.compact.engineRewrite.maxBatchBytes": "0", **NO_VERSION_FLOOR}  # cleanup of young versions
 
 
 def random_layout(path, seed, index=True):
@@ -95,16 +95,16 @@ def test_io_bounded_stays_within_budget_and_takes_the_best_first(seeded):
     rng, ds = seeded
     options = random_options(rng)
     full = get_planner("default", "t").plan(ds, options)
-    budget = {"max_bytes": rng.randint(1, 3) * 20_000, "max_fragments": rng.randint(2, 20)}
+    budget = {"max_rewrite_bytes": rng.randint(1, 3) * 20_000, "max_rewrite_fragments": rng.randint(2, 20)}
     plan = get_planner("io_bounded", "t", budget).plan(ds, options)
     assert [t.fragment_ids for t in plan.tasks] == [t.fragment_ids for t in full.tasks]
     chosen = plan.selected
-    assert sum(t.bytes for t in chosen) <= budget["max_bytes"]
-    assert sum(len(t.fragment_ids) for t in chosen) <= budget["max_fragments"]
+    assert sum(t.bytes for t in chosen) <= budget["max_rewrite_bytes"]
+    assert sum(len(t.fragment_ids) for t in chosen) <= budget["max_rewrite_fragments"]
     for t in plan.left:  # a task was left only because it did not fit beside better ones
         assert "left for a later run" in t.reason
         better = [c for c in chosen if benefit(c) / max(1, c.bytes) >= benefit(t) / max(1, t.bytes)]
-        fits_alone = t.bytes <= budget["max_bytes"] and len(t.fragment_ids) <= budget["max_fragments"]
+        fits_alone = t.bytes <= budget["max_rewrite_bytes"] and len(t.fragment_ids) <= budget["max_rewrite_fragments"]
         assert better or not fits_alone
 
 
@@ -152,7 +152,7 @@ def test_io_bounded_runs_converge_to_the_default_layout(spark, warehouse, tmp_pa
     runs = []
     for _ in range(20):
         r = spark.sql(f"CALL lance.compact(table => '{table}', target_rows_per_fragment => 400, "
-                      "strategy => 'io_bounded', options => map('max_fragments', '30'))").collect()[0]
+                      "strategy => 'io_bounded', options => map('max_rewrite_fragments', '30'))").collect()[0]
         runs.append((r.tasks, r.fragments_removed, r.tasks_left, len(lance.dataset(str(path)).get_fragments())))
         assert r.fragments_removed <= 30
         if r.tasks == 0 and r.tasks_left == 0:

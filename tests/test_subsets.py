@@ -32,7 +32,7 @@ def test_where_keeps_other_fragments_untouched(spark, table, strategy):
     inside = fragments_of(before, set(range(0, 800)))  # the first 20 fragments
     outside = {f.fragment_id: f.metadata.files[0].path for f in before.get_fragments()
                if f.fragment_id not in inside}
-    extra = ", options => map('max_fragments', '100')" if strategy == "io_bounded" else ""
+    extra = ", options => map('max_rewrite_fragments', '100')" if strategy == "io_bounded" else ""
     since = ", since_version => 1" if strategy == "incremental" else ""
     plan = spark.sql(f"CALL lance.plan_compaction(table => '{t}', target_rows_per_fragment => 300, "
                      f"where => 'id < 800', strategy => '{strategy}'{since}{extra})").collect()

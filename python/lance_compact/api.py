@@ -14,6 +14,7 @@ import functools
 import inspect
 import os
 import sys
+import warnings
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence, TypeVar
@@ -319,14 +320,25 @@ def _discoverable(procedure: str) -> Callable[[F], F]:
     """Make ``fn`` a documented, checked procedure call: its docstring gains every parameter of
     the spec with its type, meaning and default; a misspelled keyword fails at once with the
     closest name (``TypeError: compact() got an unexpected keyword argument
-    'target_row_per_fragment' (did you mean 'target_rows_per_fragment'?)``)."""
+    'target_row_per_fragment' (did you mean 'target_rows_per_fragment'?)``). A parameter's
+    former name (parameters.json ``aliases``) is still taken for one release, with a
+    ``FutureWarning``."""
     from .options import did_you_mean
 
     def wrap(fn: F) -> F:
         signature = inspect.signature(fn)
+        former = {a: e["name"] for e in procedure_parameters(procedure) for a in e.get("aliases", ())}
 
         @functools.wraps(fn)
         def call(*args: Any, **kwargs: Any) -> Any:
+            for old in [k for k in kwargs if k in former and k not in signature.parameters]:
+                new, value = former[old], kwargs.pop(old)
+                if kwargs.get(new) is not None and value is not None:
+                    raise TypeError(f"{fn.__name__}() got {new} twice: as {new} and as {old}, its former name")
+                warnings.warn(f"{fn.__name__}(): {old} is deprecated, it is the former name of {new} "
+                              f"(accepted until the next release); use {new}", FutureWarning, stacklevel=2)
+                if value is not None:
+                    kwargs[new] = value
             unknown = [k for k in kwargs if k not in signature.parameters]
             if unknown:
                 raise TypeError(f"{fn.__name__}() got an unexpected keyword argument {unknown[0]!r}"
@@ -334,7 +346,9 @@ def _discoverable(procedure: str) -> Callable[[F], F]:
             return fn(*args, **kwargs)
 
         lines = [f"    {e['name']} ({_PY_TYPES.get(e['type'], e['type'])}): {e['doc']} "
-                 f"Default: {_default_text(e)}." for e in procedure_parameters(procedure)]
+                 f"Default: {_default_text(e)}."
+                 + "".join(f" Formerly ``{a}`` (still accepted until the next release)." for a in e.get("aliases", ()))
+                 for e in procedure_parameters(procedure)]
         call.__doc__ = (fn.__doc__ or "").rstrip() + (
             f"\n\n    Parameters of ``CALL lance.{procedure}`` (from parameters.json; None: not given):\n\n"
             + "\n".join(lines) + "\n")
@@ -408,7 +422,7 @@ def maintain(spark: Any, table: str, *, catalog: str = DEFAULT_CATALOG,
              target_rows_per_fragment: int | None = None, min_small_fragments: int | None = None,
              min_unindexed_fragments: int | None = None,
              older_than: str | datetime | timedelta | None = None, retain_versions: int | None = None,
-             max_bytes: int | None = None, dry_run: bool | None = None, sort_order: str | None = None,
+             max_rewrite_bytes: int | None = None, dry_run: bool | None = None, sort_order: str | None = None,
              max_clustering_depth: float | None = None) -> Any:
     """Everyday maintenance (``CALL lance.maintain``): compaction, index optimization and
     cleanup, each when due; a DataFrame with a row per step (ran or skipped, and why).
@@ -421,7 +435,7 @@ def maintain(spark: Any, table: str, *, catalog: str = DEFAULT_CATALOG,
 @_discoverable("maintain_warehouse")
 def maintain_warehouse(spark: Any, namespace: str | None = None, *, catalog: str = DEFAULT_CATALOG,
                        dry_run: bool | None = None, max_tables: int | None = None,
-                       max_bytes: int | None = None, max_duration: str | timedelta | None = None,
+                       max_total_rewrite_bytes: int | None = None, max_duration: str | timedelta | None = None,
                        parallelism: int | None = None, exclude: str | None = None,
                        target_rows_per_fragment: int | None = None, min_small_fragments: int | None = None,
                        min_unindexed_fragments: int | None = None,
@@ -430,7 +444,7 @@ def maintain_warehouse(spark: Any, namespace: str | None = None, *, catalog: str
                        max_clustering_depth: float | None = None) -> Any:
     """Maintain every table of the warehouse, or of ``namespace``, that needs it
     (``CALL lance.maintain_warehouse``): worst health first, then priority, within
-    ``max_tables``, ``max_bytes`` and ``max_duration``; the maintain thresholds as defaults
+    ``max_tables``, ``max_total_rewrite_bytes`` and ``max_duration``; the maintain thresholds as defaults
     for every table; ``dry_run=True`` writes nothing. A DataFrame with a row per table and step.
 
     >>> maintain_warehouse(spark, "db", max_duration="10 minutes").show()
@@ -461,8 +475,9 @@ def plan_compaction(spark: Any, table: str, *, catalog: str = DEFAULT_CATALOG, s
                     binary_copy_read_batch_bytes: int | None = None, max_source_fragments: int | None = None,
                     max_source_rows: int | None = None, max_source_bytes: int | None = None,
                     excluded_fragment_ids: Sequence[int] | None = None, data_storage_version: str | None = None,
-                    since_version: int | None = None, max_bytes: int | None = None, max_rows: int | None = None,
-                    max_fragments: int | None = None, partial_progress: bool | None = None,
+                    since_version: int | None = None, max_rewrite_bytes: int | None = None,
+                    max_rewrite_rows: int | None = None, max_rewrite_fragments: int | None = None,
+                    partial_progress: bool | None = None,
                     max_commits: int | None = None, max_retries: int | None = None,
                     carry_over_deletes: bool | None = None, where: str | None = None,
                     min_input_fragments: int | None = None, task_order: str | None = None,
@@ -484,8 +499,9 @@ def compact(spark: Any, table: str, *, catalog: str = DEFAULT_CATALOG, strategy:
             binary_copy_read_batch_bytes: int | None = None, max_source_fragments: int | None = None,
             max_source_rows: int | None = None, max_source_bytes: int | None = None,
             excluded_fragment_ids: Sequence[int] | None = None, data_storage_version: str | None = None,
-            since_version: int | None = None, max_bytes: int | None = None, max_rows: int | None = None,
-            max_fragments: int | None = None, partial_progress: bool | None = None,
+            since_version: int | None = None, max_rewrite_bytes: int | None = None,
+            max_rewrite_rows: int | None = None, max_rewrite_fragments: int | None = None,
+            partial_progress: bool | None = None,
             max_commits: int | None = None, max_retries: int | None = None,
             carry_over_deletes: bool | None = None, where: str | None = None,
             min_input_fragments: int | None = None, task_order: str | None = None,

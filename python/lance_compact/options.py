@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import logging
 import math
 import os
 import re
@@ -17,6 +18,8 @@ from importlib import resources
 from typing import Any, Iterable, Mapping
 
 from .errors import CompactionError
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -29,6 +32,17 @@ class OptionSpec:
     max: float | None = None
     choices: tuple[str, ...] | None = None
     lance_default: Any = None
+    aliases: tuple[str, ...] = ()  # former names, accepted for one release (see former_name)
+
+
+def make_spec(entry: Mapping[str, Any]) -> OptionSpec:
+    """An entry of parameters.json as an :class:`OptionSpec` (keys it does not hold ignored)."""
+    fields = set(OptionSpec.__dataclass_fields__)
+    o = {k: v for k, v in entry.items() if k in fields}
+    if o.get("choices"):
+        o["choices"] = tuple(o["choices"])
+    o["aliases"] = tuple(o.get("aliases") or ())
+    return OptionSpec(**o)
 
 
 @lru_cache(maxsize=None)
@@ -39,13 +53,27 @@ def spec() -> dict:
 
 @lru_cache(maxsize=None)
 def option_specs() -> dict[str, OptionSpec]:
-    out = {}
-    for o in spec()["options"]:
-        o = dict(o)
-        if o.get("choices"):
-            o["choices"] = tuple(o["choices"])
-        out[o["name"]] = OptionSpec(**o)
-    return out
+    return {o["name"]: make_spec(o) for o in spec()["options"]}
+
+
+def canonical(name: str, specs: Mapping[str, OptionSpec]) -> str:
+    """``name``, or the entry of ``specs`` it is a former name (alias) of; an unknown name
+    as it is."""
+    if name in specs:
+        return name
+    return next((o.name for o in specs.values() if name in o.aliases), name)
+
+
+_WARNED: set[tuple[str, str]] = set()
+
+
+def former_name(where: str, old: str, new: str) -> None:
+    """Say (in the engine's log, once per process and name) that ``old`` was used, the former
+    name of ``new``, still accepted for one release."""
+    if (where, old) not in _WARNED:
+        _WARNED.add((where, old))
+        log.warning("%s %s is deprecated: it is the former name of %s, accepted until the next release; "
+                    "use %s", where, old, new, new)
 
 
 def columns_ddl(columns: list[tuple[str, str]]) -> str:
@@ -143,9 +171,7 @@ def convert_value(o: OptionSpec, value: Any, table: str) -> Any:
 
 
 def _specs(section: str) -> dict[str, OptionSpec]:
-    fields = set(OptionSpec.__dataclass_fields__)
-    return {o["name"]: OptionSpec(**{k: v for k, v in o.items() if k in fields})
-            for o in spec().get(section, [])}
+    return {o["name"]: make_spec(o) for o in spec().get(section, [])}
 
 
 @lru_cache(maxsize=None)
@@ -183,12 +209,21 @@ def procedure_args(procedure: str, section: str, params: dict[str, Any] | None,
     ``section`` and converted to their types; unknown names are rejected with the valid ones."""
     specs = _specs(section)
     args: dict[str, Any] = {}
+    given_as: dict[str, str] = {}
     for key, value in (params or {}).items():
-        if key not in specs:
+        name = canonical(key, specs)
+        if name not in specs:
             raise CompactionError(f"table {table}: unknown {procedure} parameter {key!r}; "
                                   f"valid ones are: {', '.join(sorted(specs))}")
-        if value is not None:
-            args[key] = convert_value(specs[key], value, table)
+        if value is None:
+            continue
+        if name in args:  # a former name and the new one
+            raise CompactionError(f"table {table}: {procedure} parameter {name} is given twice "
+                                  f"(as {given_as[name]} and as {key}, its former name or itself): give it once")
+        if name != key:
+            former_name(f"{procedure} parameter", key, name)
+        given_as[name] = key
+        args[name] = convert_value(specs[name], value, table)
     return args
 
 
@@ -229,9 +264,13 @@ def parse_options(table: str, strategy: str, planner_settings: Mapping[str, Opti
     settings: dict[str, Any] = {}
     run: dict[str, Any] = {}
     hooks: dict[str, Any] = {}
+    given_as: dict[str, str] = {}  # name -> as it was given (itself, or a former name)
     for source, values in (("parameter", params or {}), ("options map key", extra or {})):
         for key, value in values.items():
             name = key.strip().lower() if isinstance(key, str) else key
+            given = name
+            if isinstance(name, str) and name not in planner_settings:  # a former name (alias)
+                name = canonical(name, {**lance_specs, **run_specs(), **setting_specs(), **planner_settings})
             if name in lance_specs:
                 target, o = options, lance_specs[name]
             elif name in run_specs():
@@ -256,8 +295,14 @@ def parse_options(table: str, strategy: str, planner_settings: Mapping[str, Opti
             if value is None:
                 continue
             if name in options or name in settings or name in run or name in hooks:
+                first = given_as[name]
                 raise CompactionError(
-                    f"table {table}: option {name} is given twice (as a parameter and in options)")
+                    f"table {table}: option {name} is given twice ("
+                    + ("as a parameter and in options" if first == given else
+                       f"as {first} and as {given}, one the former name of the other") + ")")
+            if given != name:
+                former_name(source, given, name)
+            given_as[name] = given
             target[name] = convert_value(o, value, table)
             if name == "where":
                 check_predicate(table, target[name])

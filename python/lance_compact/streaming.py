@@ -11,7 +11,7 @@ written, with a byte budget so the stream is held up only briefly::
 
     query = (stream.writeStream
              .foreachBatch(with_maintenance(spark, "db.events", write, every=20,
-                                            max_bytes=256 << 20, older_than="8d"))
+                                            max_rewrite_bytes=256 << 20, older_than="8d"))
              .start())
 
 Maintenance failures are logged and do not stop the stream (the next round tries again);
@@ -34,7 +34,7 @@ def with_maintenance(spark: Any, table: str, write: Callable[[Any, int], None], 
                      catalog: str = DEFAULT_CATALOG, on_result: Callable[[int, list], None] | None = None,
                      **params: Any) -> Callable[[Any, int], None]:
     """``write`` followed, every ``every`` micro-batches, by ``maintain(spark, table,
-    **params)`` (``max_bytes`` bounds the compaction step; see ``CALL lance.maintain``)."""
+    **params)`` (``max_rewrite_bytes`` bounds the compaction step; see ``CALL lance.maintain``)."""
     return _every(write, every, table, lambda: maintain(spark, table, catalog=catalog, **params).collect(), on_result)
 
 
@@ -44,7 +44,7 @@ def with_warehouse_maintenance(spark: Any, write: Callable[[Any, int], None], ev
                                **params: Any) -> Callable[[Any, int], None]:
     """``write`` followed, every ``every`` micro-batches, by ``maintain_warehouse(spark,
     namespace, **params)``: a job writing many tables keeps all of them maintained (bound
-    each round with ``max_duration``, ``max_tables`` or ``max_bytes``)::
+    each round with ``max_duration``, ``max_tables`` or ``max_total_rewrite_bytes``)::
 
         query = stream.writeStream.foreachBatch(with_warehouse_maintenance(
             spark, write, every=50, namespace="events", max_duration="2 minutes")).start()

@@ -5,7 +5,8 @@ and writer sees them and nothing else must be kept in sync.
 Keys accepted:
 
 * ``lance_compact.maintain.<key>``: the maintenance policy (policy.py), checked with the
-  key's type;
+  key's type; a key's former name (parameters.json ``aliases``, accepted for one release) is
+  written under the key's name, and the former one removed; UNSET of either removes both;
 * ``lance.compaction.<option>``: Lance's own compaction defaults (Lance applies them to every
   compaction of the table), limited to the compaction options of parameters.json that Lance
   reads from the config (pylance 14.0.2 reads all but ``num_threads`` and
@@ -32,7 +33,9 @@ import lance
 from ..errors import CompactionError
 from ..options import OptionSpec, convert_value, option_specs
 from ..runtime.failures import first_part
-from ..maintenance.policy import LANCE_COMPACTION_PREFIX, PROPERTY_PREFIX, check_policy_value, policy_specs
+from ..maintenance.policy import (LANCE_COMPACTION_PREFIX, PROPERTY_PREFIX, check_policy_value, policy_key,
+                                  policy_specs)
+from ..options import former_name
 from ..compaction.clustering.table_clustering import CLUSTER_BY_PROPERTY, split_changes
 from ..runtime.envelope import Envelope, Result
 
@@ -54,7 +57,7 @@ def valid_keys() -> list[str]:
 def _spec(key: str) -> OptionSpec | None:
     k = key.strip().lower()
     if k.startswith(PROPERTY_PREFIX):
-        return policy_specs().get(k[len(PROPERTY_PREFIX):])
+        return policy_specs().get(policy_key(k[len(PROPERTY_PREFIX):]))
     if k.startswith(LANCE_COMPACTION_PREFIX):
         return lance_config_specs().get(k[len(LANCE_COMPACTION_PREFIX):])
     return None
@@ -75,7 +78,16 @@ def checked_changes(table: str, set_: dict[str, Any], unset: list[str]) -> dict[
             raise _refuse(table, f"cannot set table property {key!r}")
         name = key.strip().lower()
         if name.startswith(PROPERTY_PREFIX):
-            v = check_policy_value(table, name[len(PROPERTY_PREFIX):], value, f"table property {name}")
+            v = check_policy_value(table, o.name, value, f"table property {name}")
+            own = PROPERTY_PREFIX + o.name
+            if own in update:
+                raise CompactionError(f"table {table}: table property {own} is set twice, also under its "
+                                      f"former name ({', '.join(PROPERTY_PREFIX + a for a in o.aliases)})")
+            if name != own:  # a former name: kept under the key's name
+                former_name("table property", name, own)
+                name = own
+            for alias in o.aliases:
+                update[PROPERTY_PREFIX + alias] = None  # the former name goes (if it is there)
         else:
             try:
                 v = convert_value(o, value, table)
@@ -86,9 +98,13 @@ def checked_changes(table: str, set_: dict[str, Any], unset: list[str]) -> dict[
         name = key.strip().lower()
         if not name.startswith((PROPERTY_PREFIX, LANCE_COMPACTION_PREFIX)):
             raise _refuse(table, f"cannot unset table property {key!r}")
-        if name in update:
-            raise CompactionError(f"table {table}: table property {name} is both set and unset")
-        update[name] = None
+        o = _spec(name) if name.startswith(PROPERTY_PREFIX) else None
+        # a policy key goes under its name and every former name
+        names = [name] if o is None else [PROPERTY_PREFIX + n for n in (o.name, *o.aliases)]
+        for n in names:
+            if update.get(n, None) is not None:
+                raise CompactionError(f"table {table}: table property {n} is both set and unset")
+            update[n] = None
     return update
 
 

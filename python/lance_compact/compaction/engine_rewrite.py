@@ -7,7 +7,7 @@ JSON back through an accumulator), and Lance's uneven tasks (a plan of 207 and 3
 keeps one Spark task busy for 2/3 of the work while pylance runs both with all threads). For
 a batch that reads little that is most of the CALL; Lance already uses every core of the
 process inside one task. So a batch reading at most
-``spark.lance.compact.engineRewrite.maxBytes`` runs here, its tasks against the run's own
+``spark.lance.compact.engineRewrite.maxBatchBytes`` runs here, its tasks against the run's own
 dataset (no open per task, no JSON round trip of the results), as many at once as the machine
 has cores, as ``compact_files`` runs them.
 
@@ -42,7 +42,10 @@ from .request import CompactionRequest
 
 log = logging.getLogger(__name__)
 
-MAX_BYTES = "spark.lance.compact.engineRewrite.maxBytes"
+MAX_BATCH_BYTES = "spark.lance.compact.engineRewrite.maxBatchBytes"
+# Its former name, still read for one release (with a warning): "maxBytes" read like one more of
+# the byte budgets (max_rewrite_bytes, max_total_rewrite_bytes) while it is a batch's size.
+FORMER_MAX_BYTES = "spark.lance.compact.engineRewrite.maxBytes"
 # Measured on the benchmark's streaming table (88 MB read, 2 tasks; 2 cores): the rewrite
 # itself takes ~0.3 s, so 256 MiB bounds a batch here to about a second and the engine's
 # memory to what pylance's compact_files of the same batch takes.
@@ -52,10 +55,10 @@ _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "m": 1 << 20, "mb": 1 << 2
           "g": 1 << 30, "gb": 1 << 30, "t": 1 << 40, "tb": 1 << 40}
 
 
-def _size(text: str) -> int:
+def _size(text: str, key: str = MAX_BATCH_BYTES) -> int:
     m = re.fullmatch(r"\s*(\d+)\s*([a-zA-Z]*)\s*", text)
     if m is None or m.group(2).lower() not in _UNITS:
-        raise ValueError(f"{MAX_BYTES} = {text!r}: expected a size such as 0, 268435456 or 256m")
+        raise ValueError(f"{key} = {text!r}: expected a size such as 0, 268435456 or 256m")
     return int(m.group(1)) * _UNITS[m.group(2).lower()]
 
 
@@ -65,16 +68,22 @@ def is_local(master: str) -> bool:
     return re.fullmatch(r"local(\[[^\]]*\])?", master.replace(" ", "")) is not None
 
 
-def max_bytes(conf: dict[str, str], master: str) -> int:
+def max_batch_bytes(conf: dict[str, str], master: str) -> int:
     """The largest batch (bytes its tasks read) rewritten in the engine: the operator's
-    ``spark.lance.compact.engineRewrite.maxBytes``, else 256 MiB in local mode and 0 (off)
-    on a cluster. A value that is no size is ignored with a warning (the default applies)."""
+    ``spark.lance.compact.engineRewrite.maxBatchBytes`` (or its former name
+    ``engineRewrite.maxBytes``, with a warning), else 256 MiB in local mode and 0 (off) on a
+    cluster. A value that is no size is ignored with a warning (the default applies)."""
     default = LOCAL_DEFAULT if is_local(master) else 0
-    text = conf.get(MAX_BYTES)
+    key = MAX_BATCH_BYTES
+    if key not in conf and FORMER_MAX_BYTES in conf:
+        key = FORMER_MAX_BYTES
+        log.warning("%s is deprecated: it is the former name of %s, read until the next release; use %s",
+                    FORMER_MAX_BYTES, MAX_BATCH_BYTES, MAX_BATCH_BYTES)
+    text = conf.get(key)
     if text is None:
         return default
     try:
-        return _size(text)
+        return _size(text, key)
     except ValueError as e:
         log.warning("%s; using the default %d", e, default)
         return default
@@ -197,5 +206,5 @@ def engine_settings(sc: Any) -> int:
     SparkContext (a read of the whole conf is a Py4J round trip; no statement can change it)."""
     known = _SETTINGS.get(id(sc))
     if known is None or known[0] is not sc:
-        known = _SETTINGS[id(sc)] = (sc, max_bytes(dict(sc.getConf().getAll()), sc.master))
+        known = _SETTINGS[id(sc)] = (sc, max_batch_bytes(dict(sc.getConf().getAll()), sc.master))
     return known[1]

@@ -166,7 +166,7 @@ def run_job(rdd: Any) -> None:
 
 class SparkBatchRunner:
     """Runs batches on the Spark cluster behind ``sc``; a batch that reads at most
-    ``spark.lance.compact.engineRewrite.maxBytes`` (default: 256 MiB in local mode, 0 on a
+    ``spark.lance.compact.engineRewrite.maxBatchBytes`` (default: 256 MiB in local mode, 0 on a
     cluster) in the engine process instead (``engine_rewrite.py``)."""
 
     def __init__(self, sc: SparkContext) -> None:

@@ -3,7 +3,8 @@
 Keys (parameters.json ``policy_keys`` plus the thresholds of ``maintain_parameters`` except
 ``dry_run``): ``enabled``, ``priority``, ``target_rows_per_fragment``,
 ``min_small_fragments``, ``min_unindexed_fragments``, ``older_than``, ``retain_versions``,
-``max_bytes``.
+``max_rewrite_bytes`` (formerly ``max_bytes``: a key's former names, parameters.json's
+``aliases``, are still read for one release, in every place below).
 
 Each key is resolved, first found wins:
 
@@ -27,7 +28,7 @@ from typing import Any, Mapping
 
 from .retention import check_older_than, default_older_than
 from ..errors import CompactionError
-from ..options import OptionSpec, convert_value, option_specs, spec
+from ..options import OptionSpec, canonical, convert_value, former_name, make_spec, option_specs, spec
 from ..runtime.envelope import DEFAULT_CATALOG
 
 PROPERTY_PREFIX = "lance_compact.maintain."
@@ -38,10 +39,14 @@ SOURCES = ("call", "table", "catalog", "default")
 @lru_cache(maxsize=None)
 def policy_specs() -> dict[str, OptionSpec]:
     """Every policy key with its type and range (name -> spec)."""
-    fields = set(OptionSpec.__dataclass_fields__)
     rows = list(spec()["policy_keys"]) + [o for o in spec()["maintain_parameters"]
                                            if o["name"] not in ("dry_run", "sort_order")]
-    return {o["name"]: OptionSpec(**{k: v for k, v in o.items() if k in fields}) for o in rows}
+    return {o["name"]: make_spec(o) for o in rows}
+
+
+def policy_key(key: str) -> str:
+    """The policy key ``key`` names: itself, or the key it is a former name of."""
+    return canonical(key, policy_specs())
 
 
 @lru_cache(maxsize=None)
@@ -114,19 +119,30 @@ def _convert(table: str, key: str, value: Any, where: str) -> Any:
 
 
 def _ours(mapping: Mapping[str, str] | None, prefix: str, table: str, where: str,
-          shown: str = "") -> dict[str, str]:
-    """The policy keys of ``mapping`` (keys under ``prefix``); an unknown key is refused."""
+          shown: str = "") -> tuple[dict[str, str], dict[str, str]]:
+    """The policy keys of ``mapping`` (keys under ``prefix``, a former name read as its key)
+    and, for each, the key as it was written; an unknown key is refused, and so is a key
+    written under its name and a former name at once."""
     out: dict[str, str] = {}
+    written: dict[str, str] = {}
     for k, v in (mapping or {}).items():
         if not k.lower().startswith(prefix):
             continue
-        key = k[len(prefix):].strip().lower()
+        given = k[len(prefix):].strip().lower()
+        key = policy_key(given)
         if key not in policy_specs():
             raise CompactionError(f"table {table}: unknown {where} {shown}{k}; valid keys are: "
                                   + ", ".join(shown + prefix + n for n in sorted(policy_specs())))
-        if v is not None:
-            out[key] = v
-    return out
+        if v is None:
+            continue
+        if key in out:
+            former = shown + prefix + (given if given != key else written[key])
+            raise CompactionError(f"table {table}: {where} {shown}{prefix}{key} is set twice, also under its "
+                                  f"former name {former}: remove {former}")
+        if given != key:
+            former_name(where, shown + prefix + given, shown + prefix + key)
+        out[key], written[key] = v, given
+    return out, written
 
 
 def resolve_policy(call_args: Mapping[str, Any] | None, table_config: Mapping[str, str] | None,
@@ -139,14 +155,14 @@ def resolve_policy(call_args: Mapping[str, Any] | None, table_config: Mapping[st
     policy keys (``dry_run``, a procedure's own) are ignored here."""
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
-    table_keys = _ours(table_config, PROPERTY_PREFIX, table, "table property")
+    table_keys, table_names = _ours(table_config, PROPERTY_PREFIX, table, "table property")
     origins: dict[str, str] = {}
     catalog_keys = {}
     for k, v in (catalog_settings or {}).items():
         bare = k[len("maintain."):] if k.lower().startswith("maintain.") else k
         catalog_keys[f"maintain.{bare}"] = v
-    catalog_keys = _ours(catalog_keys, "maintain.", table, "catalog setting",
-                         f"spark.sql.catalog.{catalog}.")
+    catalog_keys, catalog_names = _ours(catalog_keys, "maintain.", table, "catalog setting",
+                                        f"spark.sql.catalog.{catalog}.")
     lance_target = (table_config or {}).get(LANCE_COMPACTION_PREFIX + "target_rows_per_fragment")
     defaults = policy_defaults()
     for key in policy_specs():
@@ -155,7 +171,7 @@ def resolve_policy(call_args: Mapping[str, Any] | None, table_config: Mapping[st
             origins[key] = f"parameter {key}"
             values[key], sources[key] = _convert(table, key, given, origins[key]), "call"
         elif key in table_keys:
-            origins[key] = f"table property {PROPERTY_PREFIX}{key}"
+            origins[key] = f"table property {PROPERTY_PREFIX}{table_names[key]}"
             values[key] = _convert(table, key, table_keys[key], origins[key])
             sources[key] = "table"
         elif key == "target_rows_per_fragment" and lance_target is not None:
@@ -163,7 +179,7 @@ def resolve_policy(call_args: Mapping[str, Any] | None, table_config: Mapping[st
             values[key] = _convert(table, key, lance_target, origins[key])
             sources[key] = "table"
         elif key in catalog_keys:
-            origins[key] = f"catalog setting spark.sql.catalog.{catalog}.maintain.{key}"
+            origins[key] = f"catalog setting spark.sql.catalog.{catalog}.maintain.{catalog_names[key]}"
             values[key] = _convert(table, key, catalog_keys[key], origins[key])
             sources[key] = "catalog"
         elif key in defaults:

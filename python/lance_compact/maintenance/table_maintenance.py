@@ -80,12 +80,12 @@ def compact_step(t: Target, args: dict[str, Any], runner: Any, dry: bool,
         options: dict[str, Any] = {}
         strategy = None
         clustered = clustering_step(params, options, args.get("sort_order"), ds.config() or {},
-                                    args.get("max_bytes"))
+                                    args.get("max_rewrite_bytes"))
         if not clustered:  # indices behind the table: the optimize_indices step next decides, by the policy
             options["restore_indices"] = "false"
-        if args.get("max_bytes") is not None and not clustered:  # a budget: the best tasks first, committed as they finish
+        if args.get("max_rewrite_bytes") is not None and not clustered:  # a budget: the best tasks first, committed as they finish
             strategy = "io_bounded"
-            options["max_bytes"] = str(args["max_bytes"])
+            options["max_rewrite_bytes"] = str(args["max_rewrite_bytes"])
             params.update(partial_progress=True, max_commits=4)
         request = CompactionRequest.of(Envelope(action="compact", target=t, params=params, options=options,
                                                 strategy=strategy, catalog=t.catalog))

@@ -8,7 +8,7 @@ first (then priority), within budgets; one row per table and step.
    ``health_before``/``health_after`` are the numbers ``lance.system.table_health`` shows;
    unreadable, opted-out, excluded and healthy tables get one ``all`` row saying why;
 2. order the due ones (health, then priority, then name) and apply ``max_tables`` and
-   ``max_bytes`` (estimated from the manifest);
+   ``max_total_rewrite_bytes`` (estimated from the manifest);
 3. maintain them ``parallelism`` at a time: each table in its own thread runs
    ``table_maintenance.run_step`` for compact, optimize_indices and cleanup in order (its commits
    atomic and in order, its conflict re-plans its own), while this (the request's) thread
@@ -50,7 +50,8 @@ from ..compaction.shared_jobs import SharedJobs
 log = logging.getLogger(__name__)
 
 # Parameters of the run itself; the others are policy keys (maintain's thresholds).
-RUN_KEYS = ("dry_run", "max_tables", "max_bytes", "max_duration", "parallelism", "exclude", "sort_order")
+RUN_KEYS = ("dry_run", "max_tables", "max_total_rewrite_bytes", "max_duration", "parallelism", "exclude",
+            "sort_order")
 def parse_duration(text: str, what: str = "max_duration") -> timedelta:
     """'10 minutes', '90 seconds', '10m', an INTERVAL's text (runtime/durations.py)."""
     return durations.duration(text, f"maintain_warehouse: {what}")
@@ -157,7 +158,7 @@ def _evaluate(t: Table, call_args: dict[str, Any], settings: dict[str, str], cat
         own_policy = resolve_policy(None, ds.config() or {}, settings, t.target.table, catalog)
         if own_policy.values != policy.values:  # the call overrides a threshold: score as table_health does
             t.own = table_health(ds, own_policy, history=False, storage_options=t.target.storage_options)
-        if "compact" in health.due and estimate_bytes:  # only max_bytes asks (reads every fragment's metadata)
+        if "compact" in health.due and estimate_bytes:  # only max_total_rewrite_bytes asks (reads every fragment's metadata)
             estimate = _compaction_bytes(ds, policy)
     except Exception as e:  # unreadable table, invalid policy: its row says so
         error = _error_text(e, t.target.storage_options)
@@ -287,7 +288,7 @@ def _skip_reason(t: Table, excluded: set[str]) -> tuple[str, str | None] | None:
 def plan_tables(tables: list[Table], args: dict[str, Any], excluded: set[str],
                 budget: Budget | None = None) -> list[Table]:
     """Rank every readable table, mark those left alone, and return the due ones to
-    maintain, in order, within ``max_tables`` and ``max_bytes`` (those the spent
+    maintain, in order, within ``max_tables`` and ``max_total_rewrite_bytes`` (those the spent
     ``budget`` left unevaluated get a row saying so)."""
     readable = sorted((t for t in tables if t.error is None and t.health is not None),
                       key=lambda t: (t.score, -t.priority, t.target.table))
@@ -295,6 +296,7 @@ def plan_tables(tables: list[Table], args: dict[str, Any], excluded: set[str],
         t.rank = i + 1
     chosen: list[Table] = []
     spent = 0
+    total_bytes = args.get("max_total_rewrite_bytes")
     for t in readable + [t for t in tables if t.error is not None or t.health is None]:
         why = _skip_reason(t, excluded)
         if why is None and t.health is None:  # the max_duration budget ran out first
@@ -304,9 +306,9 @@ def plan_tables(tables: list[Table], args: dict[str, Any], excluded: set[str],
             t.skip(*why)
         elif args.get("max_tables") is not None and len(chosen) >= args["max_tables"]:
             t.skip(f"left: the max_tables budget ({args['max_tables']}) went to worse tables first")
-        elif args.get("max_bytes") is not None and spent + t.estimate > args["max_bytes"]:
+        elif total_bytes is not None and spent + t.estimate > total_bytes:
             t.skip(f"left: compacting it would read about {t.estimate:,} bytes, over what is left of the "
-                   f"max_bytes budget ({args['max_bytes'] - spent:,} of {args['max_bytes']:,})")
+                   f"max_total_rewrite_bytes budget ({total_bytes - spent:,} of {total_bytes:,})")
         else:
             spent += t.estimate
             chosen.append(t)
@@ -371,8 +373,8 @@ def maintain_warehouse(request: Envelope, run_packed: Callable,
     pool = ThreadPoolExecutor(max(1, min(METADATA_THREADS, len(evaluated))),
                               thread_name_prefix="maintain-warehouse-evaluate")
     try:
-        reads = [pool.submit(_evaluate, t, call_args, settings, catalog, budget, args.get("max_bytes") is not None)
-                 for t in evaluated]
+        estimate = args.get("max_total_rewrite_bytes") is not None
+        reads = [pool.submit(_evaluate, t, call_args, settings, catalog, budget, estimate) for t in evaluated]
         wait(reads, timeout=budget.remaining())
         with budget.lock:
             budget.closed = True
@@ -448,7 +450,7 @@ def maintain_warehouse_rows(request: Envelope, run_packed: Callable,
 
 def maintain_warehouse_on_spark(request: Envelope, sc: Any) -> list[tuple]:
     """The engine's handler: rewrite tasks run as shared Spark jobs on ``sc``'s cluster, a
-    table's batch small enough (``spark.lance.compact.engineRewrite.maxBytes``: by default in
+    table's batch small enough (``spark.lance.compact.engineRewrite.maxBatchBytes``: by default in
     local mode only) in the engine, as a single CALL's is."""
     from ..compaction import engine_rewrite
     from ..compaction.spark_job import run_packed

@@ -9,6 +9,8 @@ import lance
 from ...errors import CompactionError
 from .base import Plan, PlannedTask, Planner
 
+BUDGETS = ("max_rewrite_bytes", "max_rewrite_rows", "max_rewrite_fragments")
+
 
 def benefit(t: PlannedTask) -> float:
     """Fragments a task removes, plus its deleted rows counted in fragments' worth."""
@@ -19,22 +21,21 @@ def benefit(t: PlannedTask) -> float:
 
 class IoBoundedPlanner(Planner):
     """Lance's plan, then the tasks with the most benefit per byte read, within the budget
-    (``max_bytes``, ``max_rows``, ``max_fragments``; at least one)."""
+    (``max_rewrite_bytes``, ``max_rewrite_rows``, ``max_rewrite_fragments``; at least one)."""
 
     name = "io_bounded"
 
     def select(self, dataset: lance.LanceDataset, plan: Plan, options: dict[str, Any]) -> Plan:
-        budget = {k: self.settings[k] for k in ("max_bytes", "max_rows", "max_fragments")
-                  if self.settings.get(k) is not None}
+        budget = {k: self.settings[k] for k in BUDGETS if self.settings.get(k) is not None}
         if not budget:
             raise CompactionError(
-                "strategy io_bounded needs a budget: set max_bytes, max_rows or max_fragments "
-                "in options")
-        used = {"max_bytes": 0, "max_rows": 0, "max_fragments": 0}
+                "strategy io_bounded needs a budget: set max_rewrite_bytes, max_rewrite_rows or "
+                "max_rewrite_fragments in options")
+        used = dict.fromkeys(BUDGETS, 0)
 
         def cost(t: PlannedTask) -> dict[str, int]:
-            return {"max_bytes": t.bytes or 0, "max_rows": t.rows + t.deleted_rows,
-                    "max_fragments": len(t.fragment_ids)}
+            return {"max_rewrite_bytes": t.bytes or 0, "max_rewrite_rows": t.rows + t.deleted_rows,
+                    "max_rewrite_fragments": len(t.fragment_ids)}
 
         def score(t: PlannedTask) -> float:
             return benefit(t) / max(1, t.bytes or 0)

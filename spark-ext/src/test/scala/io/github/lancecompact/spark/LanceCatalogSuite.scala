@@ -38,7 +38,7 @@ class LanceCatalogSuite extends AnyFunSuite with BeforeAndAfterAll {
       .config("spark.sql.execution.pyspark.python", python)
       // Every rewrite as a Spark job, as on a cluster (local mode rewrites small batches in the
       // engine itself: tests/test_engine_rewrite.py)
-      .config("spark.lance.compact.engineRewrite.maxBytes", "0")
+      .config("spark.lance.compact.engineRewrite.maxBatchBytes", "0")
       .getOrCreate()
     spark.sparkContext.addSparkListener(new SparkListener {
       override def onJobStart(e: SparkListenerJobStart): Unit = descriptions.synchronized {

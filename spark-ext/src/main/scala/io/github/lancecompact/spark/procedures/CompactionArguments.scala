@@ -16,7 +16,8 @@ import io.github.lancecompact.spark.engine.EngineRequest
 /** The arguments the procedures share, and their binding into the engine's request.
  *
  * Positional order: table, the options and settings marked `sql` in parameters.json,
- * options, strategy. Values are checked by the engine (one set of rules for SQL and
+ * options, strategy; then the former names (`aliases`) of those parameters, last so that no
+ * positional call changes. Values are checked by the engine (one set of rules for SQL and
  * Python); here they are type-checked and carried as Spark bound them.
  */
 object CompactionArguments {
@@ -37,13 +38,21 @@ object CompactionArguments {
       "by whoever configures the catalog (spark.sql.catalog.<catalog>.strategies.<name> = module.Class); " +
       "also Iceberg's binpack (a plain compaction) and sort (a clustering run by sort_order)").build()
 
+  /** The former names of `specs` as parameters of the same type (the engine maps each to its
+   * name, and refuses a call that gives both). */
+  private def formerNames(specs: Seq[OptionSpec]): Seq[ProcedureParameter] = specs.flatMap { o =>
+    o.aliases.map(a => ProcedureParameter.in(a, o.dataType).defaultValue("NULL")
+      .comment(s"Deprecated: the former name of ${o.name}, accepted until the next release.").build())
+  }
+
   /** Every parameter of compact and plan_compaction, in positional order. */
-  val compaction: Array[ProcedureParameter] = ((table +: named) :+ options :+ strategy).toArray
+  val compaction: Array[ProcedureParameter] =
+    (((table +: named) :+ options :+ strategy) ++ formerNames(OptionSpec.sqlParameters)).toArray
 
   private def after(table: ProcedureParameter, specs: Seq[OptionSpec]): Array[ProcedureParameter] =
-    (table +: specs.map { o =>
+    ((table +: specs.map { o =>
       ProcedureParameter.in(o.name, o.dataType).defaultValue("NULL").comment(o.doc).build()
-    }).toArray
+    }) ++ formerNames(specs)).toArray
 
   /** The parameters of cleanup. */
   val cleanup: Array[ProcedureParameter] = after(table, OptionSpec.cleanupParameters)

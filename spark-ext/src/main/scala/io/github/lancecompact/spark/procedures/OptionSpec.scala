@@ -7,9 +7,11 @@ import org.apache.spark.sql.types._
 
 /** One compaction option from the engine's parameters.json (packaged into this jar), so
  * names, types and docs of the CALL parameters live in one place with the engine's checks.
+ * `aliases` are its former names: still CALL parameters for one release, passed to the engine
+ * under the name given, which maps them (options.py).
  */
 final case class OptionSpec(name: String, kind: String, doc: String, sql: Boolean, lanceDefault: Option[String],
-                            setting: Boolean) {
+                            setting: Boolean, aliases: Seq[String] = Nil) {
   /** What applies when the parameter is left out. */
   def defaultText: String =
     if (setting) "none"
@@ -37,7 +39,8 @@ object OptionSpec {
     root.get(name).elements().asScala.map { o =>
       OptionSpec(o.get("name").asText, o.get("type").asText, o.get("doc").asText,
         Option(o.get("sql")).exists(_.asBoolean),
-        Option(o.get("lance_default")).filterNot(_.isNull).map(_.asText), setting)
+        Option(o.get("lance_default")).filterNot(_.isNull).map(_.asText), setting,
+        Option(o.get("aliases")).map(_.elements().asScala.map(_.asText).toSeq).getOrElse(Nil))
     }.toSeq
 
   lazy val all: Seq[OptionSpec] =
@@ -71,7 +74,8 @@ object OptionSpec {
    * which [[CompactionArguments]] turns into the text the engine parses (runtime/durations.py). */
   lazy val temporal: Map[String, String] =
     (all ++ cleanupParameters ++ optimizeIndicesParameters ++ layoutParameters ++ maintainParameters ++
-      maintainWarehouseParameters).filter(o => o.kind == "duration" || o.kind == "age").map(o => o.name -> o.kind).toMap
+      maintainWarehouseParameters).filter(o => o.kind == "duration" || o.kind == "age")
+      .flatMap(o => (o.name +: o.aliases).map(_ -> o.kind)).toMap
 
   /** The options and settings that are also named CALL parameters, in declaration order. */
   lazy val sqlParameters: Seq[OptionSpec] = all.filter(_.sql)

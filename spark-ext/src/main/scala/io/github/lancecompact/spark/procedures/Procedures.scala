@@ -36,7 +36,7 @@ object Procedures {
       CompactionArguments.maintain, "maintain"),
     // its figures also go to the metrics source (EnginePlugin)
     ProcedureSpec("maintain_warehouse",
-      "Maintains every table of the warehouse (or of namespace) that its health says needs it: compaction, index optimization and cleanup as maintain does, worst health first then priority, within max_tables, max_bytes and max_duration; opted-out (lance_compact.maintain.enabled=false) and healthy tables are reported as skipped; one row per table and step; dry_run reports only.",
+      "Maintains every table of the warehouse (or of namespace) that its health says needs it: compaction, index optimization and cleanup as maintain does, worst health first then priority, within max_tables, max_total_rewrite_bytes and max_duration; opted-out (lance_compact.maintain.enabled=false) and healthy tables are reported as skipped; one row per table and step; dry_run reports only.",
       CompactionArguments.maintainWarehouse, "maintain_warehouse", CompactionArguments.bindWarehouse,
       scan => MaintenanceMetrics.record(scan.readSchema(), scan.rows()))
   )

@@ -8,11 +8,11 @@ import org.apache.spark.sql.{DataFrame, Row}
 /** Table maintenance from a Structured Streaming query (the Scala side of
  * `lance_compact.streaming.with_maintenance`): wrap the query's `foreachBatch` function;
  * every `every` micro-batches (and on the first) it runs `CALL <catalog>.maintain` on the
- * batch's session after the write, with the given parameters (`max_bytes` bounds the
+ * batch's session after the write, with the given parameters (`max_rewrite_bytes` bounds the
  * compaction). A failed maintenance is logged and the stream goes on.
  * {{{
  * stream.writeStream.foreachBatch(LanceMaintenance.withMaintenance("db.events", every = 20,
- *   params = Map("max_bytes" -> (256L << 20), "older_than" -> java.time.Duration.ofDays(8))) { (batch, id) =>
+ *   params = Map("max_rewrite_bytes" -> (256L << 20), "older_than" -> java.time.Duration.ofDays(8))) { (batch, id) =>
  *   ... the query's own write ...
  * }).start()
  * }}}
@@ -43,7 +43,7 @@ object LanceMaintenance extends Logging {
 
   /** The same for every table of the warehouse (or of `namespace`): `CALL <catalog>.maintain_warehouse`
    * every `every` micro-batches, with `params` (bound each round with `max_duration`, `max_tables`
-   * or `max_bytes`). */
+   * or `max_total_rewrite_bytes`). */
   def withWarehouseMaintenance(every: Int, namespace: Option[String] = None, params: Map[String, Any] = Map.empty,
                                catalog: String = "lance", onResult: (Long, Seq[Row]) => Unit = (_, _) => ())
                               (write: (DataFrame, Long) => Unit): (DataFrame, Long) => Unit = {
