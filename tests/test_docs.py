@@ -175,15 +175,44 @@ def test_architecture_names_every_module():
     assert not missing, f"docs/architecture.md does not describe: {missing}"
 
 
-def test_procedures_page_signatures_are_the_jars(served):
-    """docs/procedures.md's `lance.x(a, [b], ...)` signatures name the jar's parameters in order."""
+def _former_names(spec: dict) -> set[str]:
+    """Every former name (``aliases``) of the spec's entries."""
+    return {a for entries in gen_reference.list_sections(spec).values() for e in entries for a in e.get("aliases", ())}
+
+
+def test_procedures_page_signatures_are_the_jars(served, spec):
+    """docs/procedures.md's `lance.x(a, [b], ...)` signatures name the jar's parameters in order
+    (the guide leaves out the former names the jar still takes; the reference lists them)."""
     page = (ROOT / "docs" / "procedures.md").read_text()
     shown = re.findall(r"`lance\.(\w+)\(([^)`]*)\)`", page)
+    former = _former_names(spec)
     checked = 0
     for name, args in shown:
         if "..." in args or not args.strip():
             continue
         names = [a.strip(" []") for a in args.split(",")]
-        assert names == [n for n, _ in served["signatures"][name]], f"procedures.md: lance.{name}({args})"
+        served_names = [n for n, _ in served["signatures"][name]]
+        assert names == [n for n in served_names if n not in former], f"procedures.md: lance.{name}({args})"
         checked += 1
     assert checked >= 5
+
+
+def test_former_names_are_served_last_and_listed_in_the_reference(served, spec):
+    """A renamed parameter's former name is still a parameter of the jar's procedure (after all
+    the others, so positional calls are unchanged), and the reference's Former names table lists
+    every former name with its new name."""
+    sections = _reference_sections((ROOT / "docs" / "reference.md").read_text())
+    listed = set(re.findall(r"^\| `([\w.]+)` \| `([\w.]+)` \|", sections["Former names"], flags=re.M))
+    former = _former_names(spec)
+    assert {"max_bytes", "max_rows", "max_fragments"} <= former
+    for entries in gen_reference.list_sections(spec).values():
+        for e in entries:
+            for a in e.get("aliases", ()):
+                assert (a, e["name"]) in listed, f"the reference does not list {a} as the former name of {e['name']}"
+    for procedure, signature in served["signatures"].items():
+        names = [n for n, _ in signature]
+        tail = [n for n in names if n in former]
+        assert names[len(names) - len(tail):] == tail, f"{procedure}: former names not last in {names}"
+    assert [n for n, _ in served["signatures"]["maintain"]][-1] == "max_bytes"
+    assert "max_bytes" in [n for n, _ in served["signatures"]["maintain_warehouse"]]
+    assert ("spark.lance.compact.engineRewrite.maxBytes", "spark.lance.compact.engineRewrite.maxBatchBytes") in listed
