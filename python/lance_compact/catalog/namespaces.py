@@ -9,6 +9,9 @@ Two layouts, as lance-spark names them:
   root's ``__manifest`` table and tables live in folders named by Lance
   (``<root>/<hash>_db$events``); Spark sees ``lance.db.events``.
 
+A catalog service (``impl=rest``: runtime/catalog_service.py) is asked the same questions
+through its client; its storage options name it (no ``root``).
+
 The JVM catalog asks through the engine: ``{"root", "storage_options", "single_level",
 "op", "id"}``; every answer is rows of ``(kind, name, location)``.
 """
@@ -20,15 +23,34 @@ from lance import namespace as lance_ns
 from lance_namespace.errors import NamespaceNotFoundError, TableNotFoundError
 
 from ..errors import CompactionError
+from ..runtime.catalog_service import client as catalog_client, lance_options, service_of, unreachable
 from ..runtime.envelope import Envelope, Result
 
 DEFAULT = "default"
 COLUMNS = "`kind` STRING, `name` STRING, `location` STRING"
 
 
-def _namespace(request: Envelope) -> lance_ns.DirectoryNamespace:
-    props = {f"storage.{k}": v for k, v in request.storage_options.items()}
+def _namespace(request: Envelope) -> Any:
+    """The catalog service the request's storage options name (runtime/catalog_service.py),
+    else the directory namespace at the request's ``root``."""
+    service = service_of(request.storage_options)
+    if service is not None:
+        return catalog_client(service)
+    props = {f"storage.{k}": v for k, v in lance_options(request.storage_options).items()}
     return lance_ns.DirectoryNamespace(root=request.extras["root"], **props)
+
+
+def _all(list_page: Any, request_type: Any, ident: list[str], attribute: str) -> list[str]:
+    """Every name a listing returns, page after page (a service may page its answers)."""
+    names: list[str] = []
+    token = None
+    for _ in range(100_000):
+        response = list_page(request_type(id=ident, page_token=token))
+        names.extend(getattr(response, attribute) or [])
+        token = getattr(response, "page_token", None)
+        if not token:
+            return names
+    raise CompactionError(f"namespace {'.'.join(ident)}: the listing did not end after 100,000 pages")
 
 
 def _lance_id(raw: Any, ident: list[str]) -> list[str] | None:
@@ -64,22 +86,33 @@ def namespace_rows(request: Envelope) -> Result:
     ``table`` (one row with the table's location if it exists), ``create_namespace``,
     ``drop_namespace``.
     """
+    service = service_of(request.storage_options)
+    try:
+        return _rows(request, _namespace(request))
+    except (CompactionError, NamespaceNotFoundError, TableNotFoundError):
+        raise
+    except Exception as e:  # the service's own failure (unreachable, refused): named, redacted
+        if service is None:
+            raise
+        raise unreachable(service, e) from None
+
+
+def _rows(request: Envelope, ns: Any) -> Result:
     raw = request.extras
     op, ident = raw["op"], list(raw.get("id") or [])
-    ns = _namespace(request)
     single = bool(raw.get("single_level"))
     if op == "namespace_exists":
         return Result(COLUMNS, [["namespace", ".".join(ident), None]] if _exists(ns, _lance_id(raw, ident)) else [])
     if op == "list_namespaces":
         if single:
             return Result(COLUMNS, [["namespace", DEFAULT, None]] if not ident else [])
-        names = ns.list_namespaces(lance_ns.ListNamespacesRequest(id=ident)).namespaces or []
+        names = _all(ns.list_namespaces, lance_ns.ListNamespacesRequest, ident, "namespaces")
         return Result(COLUMNS, [["namespace", n, None] for n in sorted(names) if not n.startswith("__")])
     if op == "list_tables":
         lance_id = _lance_id(raw, ident)
         if not _exists(ns, lance_id):
             return Result(COLUMNS, [])
-        names = ns.list_tables(lance_ns.ListTablesRequest(id=lance_id)).tables or []
+        names = _all(ns.list_tables, lance_ns.ListTablesRequest, lance_id, "tables")
         return Result(COLUMNS, [["table", n, None] for n in sorted(names) if not n.startswith("__")])
     if op == "table":
         lance_id = _lance_id(raw, ident[:-1])

@@ -29,6 +29,7 @@ from ..options import columns_ddl, result_columns
 from ..maintenance.policy import resolve_policy
 from ..runtime.envelope import Envelope, TableEntry
 from ..runtime.secrets import redact
+from ..runtime.catalog_service import for_entry
 from ..runtime.tables import open_dataset
 
 log = logging.getLogger(__name__)
@@ -100,7 +101,7 @@ def table_health_rows(request: Envelope) -> tuple[str, list[tuple]]:
 
     def rows_of(namespace: str, name: str, uri: str) -> list[dict[str, Any]]:
         table = f"{namespace}.{name}"
-        ds = open_dataset(table, uri, storage)
+        ds = open_dataset(table, uri, for_entry(storage, namespace, name))
         policy = resolve_policy(None, ds.config() or {}, settings, table, catalog)
         h = table_health(ds, policy)
         p = h.parts
@@ -168,7 +169,7 @@ def maintenance_history_rows(request: Envelope) -> tuple[str, list[tuple]]:
     wanted = version_filter(request.extras.get("filters") or {})
 
     def rows_of(namespace: str, name: str, uri: str) -> list[dict[str, Any]]:
-        ds = open_dataset(f"{namespace}.{name}", uri, storage)
+        ds = open_dataset(f"{namespace}.{name}", uri, for_entry(storage, namespace, name))
         records = version_records(ds, wanted)
         if wanted is not None and any(r["operation"] == "CreateIndex" for r in records):
             # whether an index was built or optimized depends on the versions before: read them all

@@ -39,6 +39,8 @@ from lance.file import LanceFileSession
 from lance.fragment import FragmentMetadata
 from lance.optimize import RewriteResult
 
+from ..runtime.catalog_service import commit_arguments, resolved_options
+
 log = logging.getLogger(__name__)
 
 
@@ -141,7 +143,7 @@ def _deleted_positions(result: RewriteResult, base: lance.LanceDataset,
 def _remove_detached(uri: str, storage_options: dict[str, str] | None, version: int) -> None:
     """Remove a detached version's manifest (it was never part of the table's history)."""
     try:
-        session = LanceFileSession(uri.rstrip("/"), storage_options or None)
+        session = LanceFileSession(uri.rstrip("/"), resolved_options(storage_options) or None)
         for name in session.list("_versions"):
             if name.rsplit("/", 1)[-1].startswith(f"d{version}."):
                 session.delete_file(name if name.startswith("_versions") else f"_versions/{name}")
@@ -175,7 +177,7 @@ def carry_over(uri: str, storage_options: dict[str, str] | None, results: list[R
     handles = LanceOperation.Append([FragmentMetadata.from_json(json.dumps(f))
                                      for _, news, _ in staged for f in news])
     detached = lance.LanceDataset.commit(uri, handles, read_version=latest.version, detached=True,
-                                         storage_options=storage_options or None)
+                                         **commit_arguments(storage_options))
     try:
         now = {f.fragment_id: f.metadata for f in latest.get_fragments()}
         for r, news, positions in staged:
@@ -205,7 +207,7 @@ def commit_carried(uri: str, storage_options: dict[str, str] | None, carried: li
         groups=[LanceOperation.RewriteGroup(old_fragments=c.old_fragments, new_fragments=c.new_fragments)
                 for c in carried],
         rewritten_indices=[])
-    return lance.LanceDataset.commit(uri, op, read_version=version, storage_options=storage_options or None)
+    return lance.LanceDataset.commit(uri, op, read_version=version, **commit_arguments(storage_options))
 
 
 def is_id_collision(error: Exception) -> bool:

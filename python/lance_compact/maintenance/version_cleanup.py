@@ -48,6 +48,7 @@ from lance.file import LanceFileSession
 from ..runtime import driver_conf, durations
 from .retention import check_older_than, default_older_than
 from ..errors import CompactionError
+from ..runtime.catalog_service import resolved_options
 from ..runtime.envelope import Target
 
 LANCE_UNVERIFIED_AGE = timedelta(days=7)  # Lance removes unreferenced files this old anyway
@@ -214,7 +215,7 @@ def cleanup(target: Target, args: Mapping[str, Any], options: Mapping[str, Any] 
     # Also after Lance's delete_unverified: it leaves deletion files no version ever referenced.
     if unverified and min_age < LANCE_UNVERIFIED_AGE:
         cutoff = time.time() - min_age.total_seconds()
-        session = LanceFileSession(uri.rstrip("/"), storage or None)
+        session = LanceFileSession(uri.rstrip("/"), resolved_options(storage) or None)
         opened = []  # the latest version, opened after the listing (see unreferenced_files)
 
         def open_latest():

@@ -364,7 +364,7 @@ def maintain_warehouse(request: Envelope, run_packed: Callable,
     settings = dict(request.maintain_settings)
     catalog = request.catalog_name
     base = Target("", "", storage, catalog, settings)
-    tables = [Table(base.other(e.qualified, e.uri), sort_order=args.get("sort_order")) for e in request.tables]
+    tables = [Table(base.other(e.qualified, e.uri, e.table_id), sort_order=args.get("sort_order")) for e in request.tables]
     workers = max(1, min(args["parallelism"], len(tables) or 1))
     evaluated = [t for t in tables if t.target.table not in excluded]
     # Metadata only, I/O bound: as many at once as the system tables read, each table opened

@@ -24,6 +24,7 @@ from typing import Any, Mapping, Sequence
 
 from ..errors import CompactionError
 from ..options import columns_ddl, procedure_args, result_columns, spec
+from .catalog_service import for_table
 from .locations import check as check_location
 
 # The catalog a request belongs to when it names none (a handler called outside the JVM);
@@ -67,9 +68,11 @@ class Target:
         v = version if version is not None else self.version
         return open_dataset(self.table, self.uri, dict(self.storage_options), version=v)
 
-    def other(self, table: str, uri: str) -> "Target":
-        """Another table of the same catalog and store (a warehouse's)."""
-        return replace(self, table=table, uri=uri, version=None)
+    def other(self, table: str, uri: str, table_id: Sequence[str] | None = None) -> "Target":
+        """Another table of the same catalog and store (a warehouse's); ``table_id``: its
+        identifier, by which a catalog service opens it (runtime/catalog_service.py)."""
+        storage = self.storage_options if table_id is None else for_table(self.storage_options, table_id)
+        return replace(self, table=table, uri=uri, version=None, storage_options=storage)
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,12 @@ class TableEntry:
     @property
     def qualified(self) -> str:
         return f"{self.namespace}.{self.name}" if self.namespace else self.name
+
+    @property
+    def table_id(self) -> list[str]:
+        """The table's identifier as a catalog service knows it (the JVM lists no service
+        namespace whose name holds a dot)."""
+        return [p for p in self.namespace.split(".") if p] + [self.name]
 
 
 @dataclass(frozen=True)

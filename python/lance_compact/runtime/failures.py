@@ -6,7 +6,8 @@ into one of:
 
 - ``conflict``: another writer committed an incompatible change (which operation: Delete,
   Update, Rewrite, Overwrite, Restore, Merge, CreateIndex, ...);
-- ``storage``: the object store was unreachable or refused (timeout, connection, HTTP 403,
+- ``storage``: the object store (or the catalog service that vends its credentials) was
+  unreachable or refused (timeout, connection, HTTP 403,
   404, throttling 429/503, 5xx), or the storage is full (no space left on a disk, a disk
   quota, an object store's quota or HTTP 507 Insufficient Storage): a storage failure, not a
   bug;
@@ -36,6 +37,9 @@ _BAD_PROPERTY = re.compile(r"invalid value for (lance\.compaction\.[\w.]+): ('[^
 # Lance 14.0.2 parses a column name as a path, with back-quotes as quotes: a top-level column
 # whose name holds one can be created but never projected, filtered on or rewritten.
 _QUOTED_COLUMN = re.compile(r'(?:No field named "|Column "?)((?:[^"\s]|\s(?!does))*`[^"]*?)"?(?:\.| does not exist)')
+# A catalog service that did not answer (runtime/catalog_service.py), also when Lance met it
+# refreshing a table's storage options deep inside a read or a commit.
+_SERVICE_DOWN = re.compile(r"catalog service \S+(?: at \S+)? did not answer")
 _VERSION_GONE = re.compile(r"_versions/[^/\s]+\.manifest was not found")
 _OPERATION = re.compile(r"concurrent transaction (\w+)", re.I)
 _HTTP = re.compile(r"status code: (\d{3})\s*([A-Za-z][A-Za-z ]*[A-Za-z])?")
@@ -166,6 +170,10 @@ def classify(error: BaseException | str) -> Failure:
         if _VERSION_GONE.search(low):  # an old version cleanup removed, not the table
             return Failure(MISSING, "a version of the table does not exist (removed by cleanup, or never written)", None, detail)
         return Failure(MISSING, "the table does not exist", None, detail)
+    m = _SERVICE_DOWN.search(text)
+    if m:
+        return Failure(STORAGE, f"{m.group(0)} (the table's location and storage credentials come from "
+                                "it): check the service, then run it again", None, first_part(text[m.start():]))
     if any(s in low for s in _FULL):
         return Failure(STORAGE, _full(low), None, detail)
     if any(s in low for s in _STORE):

@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Mapping
 
 # A catalog's storage options (all of them: an endpoint or account name is harmless, but the
-# key names vary by store) and anything named like a secret.
-_SENSITIVE = re.compile(r"(?i)^spark\.sql\.catalog\.[^.]+\.storage\.|secret|password|token|"
+# key names vary by store), a catalog service's headers (an API key, a bearer token) and
+# anything named like a secret.
+_SENSITIVE = re.compile(r"(?i)^spark\.sql\.catalog\.[^.]+\.(storage|headers?)\.|secret|password|token|"
                         r"access[._]?key|credential|session|signature|sas")
 
 

@@ -10,13 +10,15 @@ import logging
 import re
 import sys
 import threading
+from collections import OrderedDict
 from contextlib import contextmanager
 from typing import Iterator, Mapping
 
 # Storage option names whose values are secrets or identify one: aws_access_key_id,
 # aws_secret_access_key, aws_session_token, azure_storage_account_key, *_sas_*, tokens,
 # passwords, service account keys and credentials.
-SECRET_OPTION = re.compile(r"(?i)secret|key|token|password|credential|sas|signature|session")
+# A catalog service's headers (``header.Authorization``, ``header.x-api-key``) are secrets too.
+SECRET_OPTION = re.compile(r"(?i)secret|key|token|password|credential|sas|signature|session|header|authorization")
 REDACTED = "*********(redacted)"
 
 
@@ -28,10 +30,35 @@ def secret_values(storage_options: Mapping[str, str] | None) -> list[str]:
 
 
 def redact(text: str, storage_options: Mapping[str, str] | None) -> str:
-    """``text`` with every secret storage option value replaced."""
-    for value in secret_values(storage_options):
+    """``text`` with every secret storage option value replaced, and every secret a catalog
+    service vended to this process (:func:`remember_vended`)."""
+    values = set(secret_values(storage_options))
+    with _vended_lock:
+        values.update(_vended)
+    for value in sorted(values, key=len, reverse=True):
         text = text.replace(value, REDACTED)
     return text
+
+
+# Secrets a catalog service vended (DescribeTable's storage options: temporary keys, tokens),
+# remembered by the process that received them and redacted from its errors and log lines. They
+# change with every refresh; the newest are kept (bounded: a long-lived engine sees many).
+MAX_VENDED_SECRETS = 256
+_vended: "OrderedDict[str, None]" = OrderedDict()
+_vended_lock = threading.Lock()
+
+
+def remember_vended(storage_options: Mapping[str, str] | None) -> None:
+    """Redact the secret values of storage options a catalog service vended from now on."""
+    values = [v for v in secret_values(storage_options) if len(v) >= MIN_LOGGED_SECRET]
+    if not values:
+        return
+    with _vended_lock:
+        for value in values:
+            _vended[value] = None
+            _vended.move_to_end(value)
+        while len(_vended) > MAX_VENDED_SECRETS:
+            _vended.popitem(last=False)
 
 
 # The engine's log: every line is redacted of the operator's secrets (the static configuration's
@@ -84,6 +111,8 @@ def request_secrets(storage_options: Mapping[str, str] | None) -> Iterator[None]
 def _log_secrets() -> list[str]:
     with _operator_lock:
         known = set(_operator)
+    with _vended_lock:
+        known.update(_vended)
     known.update(getattr(_request, "values", ()))
     return sorted(known, key=len, reverse=True)
 

@@ -23,6 +23,7 @@ from lance.file import LanceFileSession
 
 from ..errors import CompactionError
 from .failures import MISSING, classify
+from .catalog_service import client as catalog_client, lance_options, resolved_options, service_of
 from .locations import reinterpreted
 
 
@@ -76,6 +77,16 @@ def options_digest(storage_options: Mapping[str, str] | None) -> str:
     return hashlib.sha256(repr(sorted((storage_options or {}).items())).encode()).hexdigest()[:32]
 
 
+def _plain(location: str) -> str:
+    """A location as compared with another: a ``file:`` URI as its path (the JVM catalog hands
+    local locations on as plain paths), no trailing '/'."""
+    for scheme in ("file://", "file:"):
+        if location.startswith(scheme):
+            location = location[len(scheme):]
+            break
+    return location.rstrip("/") or "/"
+
+
 def dataset(uri: str, storage_options: Mapping[str, str] | None = None,
             version: int | None = None) -> lance.LanceDataset:
     """``lance.dataset`` through the process's session; a location Lance would read as another
@@ -83,7 +94,18 @@ def dataset(uri: str, storage_options: Mapping[str, str] | None = None,
     why = reinterpreted(uri)
     if why is not None:
         raise CompactionError(f"location '{uri}' is refused: it holds {why}")
-    return lance.dataset(uri, version=version, storage_options=dict(storage_options or {}) or None,
+    service = service_of(storage_options)
+    if service is not None and service.table_id is not None:
+        # Through the catalog service: its storage options overlay ours and Lance refreshes
+        # them before they expire (runtime/catalog_service.py).
+        ds = lance.dataset(namespace_client=catalog_client(service), table_id=list(service.table_id),
+                           version=version, storage_options=lance_options(storage_options) or None,
+                           session=lance_session())
+        if _plain(ds.uri) != _plain(uri):
+            raise CompactionError(f"{service.shown} now gives table {'.'.join(service.table_id)} the location "
+                                  f"'{ds.uri}', not '{uri}' as when the statement resolved it; run it again")
+        return ds
+    return lance.dataset(uri, version=version, storage_options=lance_options(storage_options) or None,
                          session=lance_session())
 
 
@@ -100,7 +122,7 @@ class _FileSessions:
     def folder(self, uri: str, storage_options: Mapping[str, str] | None) -> tuple[LanceFileSession, str]:
         """A session and the path of ``uri`` relative to it."""
         uri = uri.rstrip("/")
-        options = dict(storage_options or {}) or None
+        options = resolved_options(storage_options) or None
         parts = urlsplit(uri)
         if len(parts.scheme) <= 1 or parts.scheme == "file" or not parts.netloc:  # local (or C:\)
             return LanceFileSession(uri, options), ""

@@ -16,6 +16,7 @@ import lance
 from lance import LanceOperation
 from lance.fragment import FragmentMetadata
 
+from ...runtime.catalog_service import commit_arguments
 from ..commit import is_retryable_conflict, remove_uncommitted
 from ..fragments import index_state
 
@@ -41,7 +42,7 @@ def commit_rewrite(uri: str, storage_options: dict[str, str], read_version: int,
         rewritten_indices=[])
     try:
         ds = lance.LanceDataset.commit(uri, operation, read_version=read_version,
-                                       storage_options=storage_options or None)
+                                       **commit_arguments(storage_options))
     except Exception as e:  # Lance's CommitConflictError (an OSError) or its text
         if is_retryable_conflict(e):
             return CommitResult(None, str(e).split(", /")[0][:300])

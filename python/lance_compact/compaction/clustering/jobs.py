@@ -29,6 +29,7 @@ import lance
 import numpy as np
 import pyarrow as pa
 
+from ...runtime.catalog_service import resolved_options
 from ...runtime.tables import dataset
 from ...runtime.task_outcomes import drop as drop_outcomes, outcomes_accumulator
 from .keys import (column_bounds, from_ipc, linear_partitions, order_indices,
@@ -290,7 +291,8 @@ class _Writer:
         if self.max_bytes_per_file:
             kwargs["max_bytes_per_file"] = self.max_bytes_per_file
         new = lance.fragment.write_fragments(rows, self.source.uri,
-                                             storage_options=self.source.storage_options or None, **kwargs)
+                                             storage_options=resolved_options(self.source.storage_options) or None,
+                                             **kwargs)
         written = sum(f.file_size_bytes or 0 for m in new for f in m.data_files())
         ranges: list[tuple[int, int]] = []
         if self.domain:  # the new fragments hold consecutive slices of the sorted rows

@@ -1,0 +1,246 @@
+"""Tables of a catalog service (a Lance Namespace: ``impl=rest`` today), opened through it.
+
+A catalog configured with ``spark.sql.catalog.<name>.impl=rest`` (and ``uri``, ``headers.*``)
+keeps its tables where the service says: their locations, and the storage options (vended,
+expiring credentials among them) come from the service's DescribeTable. Such a table is opened
+with ``lance.dataset(namespace_client=..., table_id=[...])``, so Lance overlays the service's
+storage options on the operator's ``storage.*`` and refreshes them itself (it calls DescribeTable
+again when they near ``expires_at_millis``), on the driver and on every executor alike, and
+respects the service's managed versioning.
+
+How the service travels: the JVM catalog adds reserved storage options (:data:`PREFIX`):
+``lance_compact.catalog.impl``, the service's properties (``lance_compact.catalog.uri``,
+``lance_compact.catalog.header.<name>``) and, per table, ``lance_compact.catalog.table_id`` (a
+JSON list). Storage options already reach every place a table is opened (the engine, compaction
+tasks, clustering jobs, distributed reads), so every open of the table goes through the service
+without another field to carry; :func:`lance_options` removes them before Lance sees options.
+The JVM refuses storage options a user gives under that prefix (Scala ``LanceCatalog``), and only
+the operator's catalog may name a service.
+
+The client wraps the service's (:class:`_Checked`): every location it returns is checked as
+every location is (runtime/locations.py: Lance must read it as written), the secrets it vends
+are redacted from logs and errors (runtime/secrets.py), and its DescribeTable calls (a refresh
+is one) are counted for the engine's log.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from ..errors import CompactionError
+from .locations import reinterpreted
+from .secrets import redact, remember_vended
+
+log = logging.getLogger(__name__)
+
+PREFIX = "lance_compact.catalog."
+IMPL = PREFIX + "impl"
+TABLE_ID = PREFIX + "table_id"
+# Lance Namespace implementations a catalog may name. Each is a fixed class of pylance; a class
+# name (which Lance would import) is not accepted, nor the dynamic context provider properties
+# (which would import a class too).
+IMPLS = ("rest", "dir")
+_REFUSED_PROPERTIES = ("dynamic_context_provider.",)
+
+
+@dataclass(frozen=True)
+class Service:
+    """A catalog service: its implementation, its properties (``uri``, ``header.*``, ...), and
+    the table asked about (None for namespace-wide questions)."""
+
+    impl: str
+    properties: tuple[tuple[str, str], ...]
+    table_id: tuple[str, ...] | None = None
+
+    @property
+    def shown(self) -> str:
+        """The service as errors name it: its implementation and endpoint, never a header."""
+        props = dict(self.properties)
+        where = props.get("uri") or props.get("root") or ""
+        return f"catalog service {self.impl}" + (f" at {where}" if where else "")
+
+
+def service_of(storage_options: Mapping[str, str] | None) -> Service | None:
+    """The catalog service the storage options name, or None (a table of a folder warehouse)."""
+    opts = storage_options or {}
+    impl = opts.get(IMPL)
+    if not impl:
+        return None
+    impl = impl.strip().lower()
+    if impl not in IMPLS:
+        raise CompactionError(f"catalog service impl '{impl}' is not supported: expected one of "
+                              f"{', '.join(IMPLS)}")
+    props = []
+    for k, v in opts.items():
+        if not k.startswith(PREFIX) or k in (IMPL, TABLE_ID):
+            continue
+        name = k[len(PREFIX):]
+        if name.startswith("headers."):  # lance-spark's spelling; pylance's RestNamespace reads header.*
+            name = "header." + name[len("headers."):]
+        if name.startswith(_REFUSED_PROPERTIES):
+            raise CompactionError(f"catalog service property '{name}' is not accepted (it names a class "
+                                  "to import)")
+        props.append((name, str(v)))
+    table_id = None
+    if opts.get(TABLE_ID):
+        try:
+            ident = json.loads(opts[TABLE_ID])
+        except ValueError:
+            ident = None
+        if not isinstance(ident, list) or not ident or not all(isinstance(p, str) and p for p in ident):
+            raise CompactionError(f"engine: storage option {TABLE_ID} is not a table identifier")
+        table_id = tuple(ident)
+    return Service(impl, tuple(sorted(props)), table_id)
+
+
+def lance_options(storage_options: Mapping[str, str] | None) -> dict[str, str]:
+    """The storage options Lance gets: without the reserved catalog-service keys."""
+    return {k: v for k, v in (storage_options or {}).items() if not k.startswith(PREFIX)}
+
+
+def for_table(storage_options: Mapping[str, str] | None, table_id: list[str] | tuple[str, ...]) -> dict[str, str]:
+    """The storage options of one table of the catalog (its id added) when the catalog is a
+    service; the options unchanged otherwise."""
+    opts = dict(storage_options or {})
+    if opts.get(IMPL):
+        opts[TABLE_ID] = json.dumps(list(table_id))
+    return opts
+
+
+def for_entry(storage_options: Mapping[str, str] | None, namespace: str, name: str) -> dict[str, str]:
+    """:func:`for_table` of a listed table (a warehouse-wide request's ``namespace``, dotted, and
+    ``table``): the JVM lists no service namespace whose name holds a dot."""
+    return for_table(storage_options, [p for p in namespace.split(".") if p] + [name])
+
+
+def unreachable(service: Service, error: BaseException) -> CompactionError:
+    """The error for a service that failed to answer: it names the service, never its headers."""
+    text = redact(f"{type(error).__name__}: {error}", dict(service.properties))
+    return CompactionError(f"{service.shown} did not answer: {text}")
+
+
+class _Checked:
+    """The service's client, as Lance and the engine use it: every location checked, vended
+    secrets remembered for redaction, DescribeTable calls counted. Lance calls it back (from
+    its own threads) to refresh storage options."""
+
+    def __init__(self, inner: Any, service: Service) -> None:
+        self._inner = inner
+        self._service = service
+        self._lock = threading.Lock()
+        self.describes = 0
+
+    def namespace_id(self) -> str:
+        return self._inner.namespace_id()
+
+    def describe_table(self, request: Any) -> Any:
+        try:
+            response = self._inner.describe_table(request)
+        except Exception as e:
+            from lance_namespace.errors import NamespaceNotFoundError, TableNotFoundError
+            if isinstance(e, (TableNotFoundError, NamespaceNotFoundError)):
+                raise
+            raise unreachable(self._service, e) from None
+        with self._lock:
+            self.describes += 1
+        remember_vended(response.storage_options)
+        location = response.location
+        why = reinterpreted(location) if isinstance(location, str) else "no location"
+        if why is not None:
+            raise CompactionError(f"{self._service.shown}: table {'.'.join(request.id or [])}: the location "
+                                  f"it gave, '{location}', is refused: it holds {why}")
+        return response
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+_checked_cls: type | None = None
+
+
+def _checked_class() -> type:
+    """:class:`_Checked` as a ``LanceNamespace`` (what Lance accepts as a namespace client):
+    every operation of the interface but DescribeTable passed to the service's client as is
+    (the base class would answer each with "not supported")."""
+    global _checked_cls
+    if _checked_cls is None:
+        from lance_namespace import LanceNamespace
+
+        def passed(name: str):
+            return lambda self, *a, **k: getattr(self._inner, name)(*a, **k)
+
+        own = {"describe_table", "namespace_id"}
+        methods = {n: passed(n) for n in dir(LanceNamespace)
+                   if not n.startswith("_") and n not in own and callable(getattr(LanceNamespace, n))}
+        _checked_cls = type("CheckedNamespace", (_Checked, LanceNamespace), methods)
+    return _checked_cls
+
+
+_clients: OrderedDict[Service, Any] = OrderedDict()
+_clients_lock = threading.Lock()
+_MOST_CLIENTS = 16
+
+
+def client(service: Service) -> Any:
+    """The process's client of ``service`` (one per implementation and properties; a table's
+    id is not part of it), made on first use."""
+    key = Service(service.impl, service.properties)
+    with _clients_lock:
+        found = _clients.get(key)
+        if found is not None:
+            _clients.move_to_end(key)
+            return found
+    from lance import namespace as lance_ns
+
+    cls = {"rest": lance_ns.RestNamespace, "dir": lance_ns.DirectoryNamespace}[service.impl]
+    try:
+        inner = cls(**dict(service.properties))
+    except Exception as e:
+        raise CompactionError(f"{service.shown}: cannot connect: "
+                              f"{redact(str(e), dict(service.properties))}") from None
+    checked = _checked_class()(inner, service)
+    with _clients_lock:
+        _clients[key] = checked
+        while len(_clients) > _MOST_CLIENTS:
+            _clients.popitem(last=False)
+    return checked
+
+
+def describes() -> int:
+    """How many DescribeTable calls this process's service clients made (refreshes included)."""
+    with _clients_lock:
+        return sum(c.describes for c in _clients.values())
+
+
+def resolved_options(storage_options: Mapping[str, str] | None) -> dict[str, str]:
+    """The storage options to reach a service table's files directly (listings, file sessions):
+    the operator's, overlaid with what the service gives now; plain options for any other table."""
+    service = service_of(storage_options)
+    options = lance_options(storage_options)
+    if service is None or service.table_id is None:
+        return options
+    from lance import namespace as lance_ns
+
+    response = client(service).describe_table(lance_ns.DescribeTableRequest(id=list(service.table_id)))
+    return {**options, **(response.storage_options or {})}
+
+
+def commit_arguments(storage_options: Mapping[str, str] | None) -> dict[str, Any]:
+    """The arguments of ``LanceDataset.commit`` (by location) that reach the table: for a
+    service table the service's storage options, its client and the table's id (so a service
+    that manages versions commits the version); the plain storage options otherwise."""
+    service = service_of(storage_options)
+    options = lance_options(storage_options)
+    if service is None or service.table_id is None:
+        return {"storage_options": options or None}
+    from lance import namespace as lance_ns
+
+    namespace = client(service)
+    response = namespace.describe_table(lance_ns.DescribeTableRequest(id=list(service.table_id)))
+    return {"storage_options": {**options, **(response.storage_options or {})} or None,
+            "namespace_client": namespace, "table_id": list(service.table_id),
+            "namespace_client_managed_versioning": getattr(response, "managed_versioning", None) is True}
