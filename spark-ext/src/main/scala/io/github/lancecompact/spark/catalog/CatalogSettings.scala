@@ -22,8 +22,10 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap
  */
 object CatalogSettings {
   /** Keys read by LanceCatalog.initialize (lower case); `storage.` and `maintain.` are prefixes. */
-  val Locked: Set[String] = Set("warehouse", "root", "impl", "single_level_ns", "read_max_rows", "distributed_reads")
-  val LockedPrefixes: Seq[String] = Seq("storage.", "maintain.")
+  val Locked: Set[String] = Set("warehouse", "root", "impl", "single_level_ns", "read_max_rows", "distributed_reads",
+    "uri", "delimiter")
+  /** A catalog service's headers (`headers.x-api-key`, lance-spark's spelling; `header.`) and TLS settings too. */
+  val LockedPrefixes: Seq[String] = Seq("storage.", "maintain.", "headers.", "header.", "tls.")
 
   def locked(key: String): Boolean = {
     val k = key.toLowerCase(Locale.ROOT)

@@ -26,6 +26,8 @@ import io.github.lancecompact.spark.procedures.Procedures
  * spark.sql.catalog.lance.storage.<key>=<value>         (Lance storage options, sent to every executor)
  * spark.sql.catalog.lance.impl=dir, .root=<dir or URI>   (instead of warehouse: a Lance directory namespace,
  * spark.sql.catalog.lance.single_level_ns=true|false      as lance-spark's catalog lays it out)
+ * spark.sql.catalog.lance.impl=rest, .uri=<endpoint>     (a catalog service, a Lance REST namespace:
+ * spark.sql.catalog.lance.headers.<name>=<value>          LanceNamespaceService; the operator's only)
  * spark.sql.catalog.lance.distributed_reads=true         (false: SELECT reads on the driver, up to
  * spark.sql.catalog.lance.read_max_rows=1000000           rows)
  * }}}
@@ -42,6 +44,7 @@ class LanceCatalog extends TableCatalog with SupportsNamespaces with ProcedureCa
   private var readMaxRows: Long = 1000000L
   private var distributedReads: Boolean = true
   private var maintain: Map[String, String] = Map.empty
+  private var service: Option[LanceNamespaceService] = None
 
   override def initialize(name: String, sessionOptions: CaseInsensitiveStringMap): Unit = {
     catalogName = name
@@ -53,7 +56,20 @@ class LanceCatalog extends TableCatalog with SupportsNamespaces with ProcedureCa
     storage = options.asCaseSensitiveMap().asScala.collect {
       case (k, v) if k.toLowerCase.startsWith("storage.") => k.substring("storage.".length) -> v
     }.toMap
+    LanceNamespaceService.refuseReserved(name, storage)
+    service = None
     warehouseRef = Option(options.get("impl")).map(_.trim).filter(_.nonEmpty) match {
+      case Some(impl) if LanceNamespaceService.Impls.contains(impl.toLowerCase) =>
+        // A catalog service is the operator's to name: its client runs in the driver's engine.
+        if (!CatalogSettings.operators(Option(SparkEnv.get).map(_.conf), name, getClass.getName)) throw new LanceCompactException(
+          s"catalog $name: impl '$impl' (a catalog service) is accepted only in a catalog the operator registers in the " +
+            "driver's static configuration, not in one a session defines", null)
+        val props = LanceNamespaceService.properties(options.asCaseSensitiveMap().asScala.toMap)
+        if (!props.contains("uri")) throw new LanceCompactException(
+          s"catalog $name: impl=$impl needs spark.sql.catalog.$name.uri (the service's endpoint)", null)
+        val s = new LanceNamespaceService(name, impl.toLowerCase, props, storage)
+        service = Some(s)
+        s
       case Some(impl) =>
         LanceDirectoryNamespace.check(name, impl)
         val nsRoot = Option(options.get("root")).orElse(root).map(_.trim).filter(_.nonEmpty).getOrElse(
@@ -81,8 +97,12 @@ class LanceCatalog extends TableCatalog with SupportsNamespaces with ProcedureCa
 
   override def name(): String = catalogName
 
-  /** Lance storage options from the catalog's `storage.*` settings. */
-  def storageOptions: Map[String, String] = storage
+  /** Lance storage options from the catalog's `storage.*` settings (with a catalog service,
+   * also the service: [[LanceNamespaceService]]). */
+  def storageOptions: Map[String, String] = service.map(_.storageOptions).getOrElse(storage)
+
+  /** The storage options of one table (with a catalog service, its identifier too). */
+  def tableStorage(id: Seq[String]): Map[String, String] = service.map(_.tableStorage(id)).getOrElse(storage)
 
   /** The warehouse (or directory namespace root) in normal form, which every engine request
    * carries: the engine refuses to open a location outside it. */
@@ -117,11 +137,19 @@ class LanceCatalog extends TableCatalog with SupportsNamespaces with ProcedureCa
   /** The location of a table argument: `namespace.table` of this catalog (optionally
    * prefixed with the catalog's name), or a path/URI inside the warehouse.
    */
-  def resolveTable(table: String): String = {
+  def resolveTable(table: String): String = resolve(table)._1
+
+  /** [[resolveTable]], with the storage options of that table. */
+  def resolve(table: String): (String, Map[String, String]) = {
     Names.checkText(catalogName, "table", table)
     val arg = table.trim
     if (arg.isEmpty) throw new IllegalArgumentException("parameter table must not be empty")
-    if (arg.contains('/') || arg.contains('\\')) warehouseRef.checkPath(arg)
+    if (arg.contains('/') || arg.contains('\\')) service match {
+      case Some(s) =>
+        val (ident, location) = s.tableAt(arg)
+        (location, s.tableStorage(ident.namespace.toSeq :+ ident.name))
+      case None => (warehouseRef.checkPath(arg), storage)
+    }
     else {
       val parts = try CatalystSqlParser.parseMultipartIdentifier(arg) catch {
         case e: ParseException => throw new IllegalArgumentException(
@@ -131,7 +159,7 @@ class LanceCatalog extends TableCatalog with SupportsNamespaces with ProcedureCa
       if (local.length < 2) throw new IllegalArgumentException(
         s"table '$arg' needs a namespace: write <namespace>.<table>, for example db.events")
       // requireTable checks the location against the warehouse's boundary (real paths).
-      warehouseRef.requireTable(Identifier.of(local.init.toArray, local.last))
+      (warehouseRef.requireTable(Identifier.of(local.init.toArray, local.last)), tableStorage(local))
     }
   }
 
@@ -183,7 +211,8 @@ class LanceCatalog extends TableCatalog with SupportsNamespaces with ProcedureCa
   }
 
   private def ref(ident: Identifier, location: String, version: Option[Long] = None) =
-    TableRef(s"$catalogName.${(ident.namespace :+ ident.name).mkString(".")}", location, storage, version, readMaxRows,
+    TableRef(s"$catalogName.${(ident.namespace :+ ident.name).mkString(".")}", location,
+      tableStorage(ident.namespace.toSeq :+ ident.name), version, readMaxRows,
       distributedReads, warehouseRoot)
 
   /** A table `ns.t`, a metadata table `ns.t.fragments` (`versions`, `indices`) of table `ns.t`,
@@ -195,7 +224,7 @@ class LanceCatalog extends TableCatalog with SupportsNamespaces with ProcedureCa
       return new SystemTable(catalogName, ident.name,
         // a pushed namespace filter: only those namespaces are listed
         (namespaces: Option[Set[String]]) => namespaces.map(warehouseRef.tablesOf)
-          .getOrElse(warehouseRef.tablesUnder(Array.empty)), storage, maintain, warehouseRoot)
+          .getOrElse(warehouseRef.tablesUnder(Array.empty)), storageOptions, maintain, warehouseRoot)
     }
     metadataOf(ident).getOrElse(new LanceTable(ref(ident, warehouseRef.requireTable(ident)), Some((this, ident))))
   }

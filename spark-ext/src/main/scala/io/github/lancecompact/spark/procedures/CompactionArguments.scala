@@ -205,12 +205,13 @@ object CompactionArguments {
   def bind(catalog: LanceCatalog, params: Array[ProcedureParameter], row: InternalRow): Bound = {
     if (row.isNullAt(0)) throw new IllegalArgumentException("parameter table is required")
     val tableArg = row.getUTF8String(0).toString
-    val uri = catalog.resolveTable(tableArg)
+    val (uri, storage) = catalog.resolve(tableArg)
 
     // `where` is Spark SQL: translated to Lance's filter against the table's schema, read only when given.
-    lazy val schema = new LanceTable(TableRef(tableArg, uri, catalog.storageOptions, warehouse = catalog.warehouseRoot)).schema()
+    lazy val schema = new LanceTable(TableRef(tableArg, uri, storage, warehouse = catalog.warehouseRoot)).schema()
     def where(text: String) = if (text.trim.isEmpty) text else WhereClause.lanceFilter(tableArg, schema, text)
-    Bound(tableArg, uri, bindRest(catalog, tableArg, params, row, Some(tableArg), Some(uri), Nil, where)(_ => ()))
+    Bound(tableArg, uri, bindRest(catalog, tableArg, params, row, Some(tableArg), Some(uri), Nil, where,
+      storage)(_ => ()))
   }
 
   /** Bind maintain_warehouse's row: the namespace's tables (listed by the catalog, the way
@@ -233,8 +234,10 @@ object CompactionArguments {
   private def bindRest(catalog: LanceCatalog, tableArg: String, params: Array[ProcedureParameter],
                        row: InternalRow, table: Option[String], uri: Option[String],
                        tables: Seq[(String, String, String)],
-                       where: String => String = identity)(fill: ObjectNode => Unit): String =
-    EngineRequest(table = table, uri = uri, storage = catalog.storageOptions, catalog = Some(catalog.name()),
+                       where: String => String = identity,
+                       storage: Map[String, String] = Map.empty)(fill: ObjectNode => Unit): String =
+    EngineRequest(table = table, uri = uri, storage = if (uri.isDefined) storage else catalog.storageOptions,
+                  catalog = Some(catalog.name()),
                   maintainSettings = catalog.maintainSettings, tables = tables,
                   warehouse = catalog.warehouseRoot) { request =>
     fill(request)

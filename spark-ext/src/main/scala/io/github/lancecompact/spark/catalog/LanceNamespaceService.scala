@@ -1,0 +1,157 @@
+package io.github.lancecompact.spark.catalog
+
+import java.util.Locale
+
+import com.fasterxml.jackson.databind.ObjectMapper
+
+import org.apache.spark.internal.Logging
+import org.apache.spark.sql.catalyst.analysis.{NamespaceAlreadyExistsException, NoSuchNamespaceException, NonEmptyNamespaceException}
+import org.apache.spark.sql.connector.catalog.Identifier
+
+import io.github.lancecompact.spark.engine.{EngineRequest, LanceCompactException, PythonEngine}
+
+/** Tables kept by a catalog service, a Lance Namespace (`impl=rest`, with `uri` and
+ * `headers.*` as lance-spark names them), resolved by the engine through the service's own client
+ * (python/lance_compact/runtime/catalog_service.py, catalog/namespaces.py): its namespaces and
+ * tables, and each table's location from DescribeTable. There is no warehouse folder: the
+ * boundary is the catalog's. SQL names tables by identifier; a path given as a table is accepted
+ * only when it is the location the service gives for one of its tables, and every location the
+ * service returns is put in normal form (as every path is: [[WarehouseBoundary.normalise]]).
+ *
+ * The service travels to the engine, and from there to every executor, as reserved storage
+ * options ([[LanceNamespaceService.Prefix]]: its implementation, its properties, and per table
+ * its identifier), so every open of a table (procedures, reads, compaction tasks) goes through
+ * the service and gets its storage options and vended credentials, refreshed by Lance before
+ * they expire.
+ */
+final class LanceNamespaceService(catalogName: String, impl: String, properties: Map[String, String],
+                                  storage: Map[String, String]) extends TableDirectory with Logging {
+  private val normal = new Warehouse(catalogName, None)  // no root: normal form only
+
+  /** The catalog's storage options as sent to the engine: the operator's `storage.*` and the service. */
+  val storageOptions: Map[String, String] =
+    storage ++ properties.map { case (k, v) => s"${LanceNamespaceService.Prefix}$k" -> v } +
+      (s"${LanceNamespaceService.Prefix}impl" -> impl)
+
+  /** Those of one table: with its identifier. */
+  def tableStorage(id: Seq[String]): Map[String, String] =
+    storageOptions + (s"${LanceNamespaceService.Prefix}table_id" -> LanceNamespaceService.json(id))
+
+  override def boundaryRoot: Option[String] = None
+
+  private def ask(op: String, id: Seq[String]): Seq[(String, String)] = {
+    val request = EngineRequest(storage = storageOptions) { r =>
+      r.put("op", op)
+      val ids = r.putArray("id")
+      id.foreach(ids.add)
+    }
+    PythonEngine.query("namespace", request).rows().toSeq.map { row =>
+      (row.getUTF8String(1).toString, if (row.isNullAt(2)) null else row.getUTF8String(2).toString)
+    }
+  }
+
+  def namespaceExists(namespace: Array[String]): Boolean =
+    namespace.isEmpty || ask("namespace_exists", namespace.toSeq).nonEmpty
+
+  def namespaceLocation(namespace: Array[String]): String =
+    s"$impl catalog service${properties.get("uri").map(u => s" at $u").getOrElse("")}"
+
+  /** A namespace whose name holds a dot is left out: the engine names a listed table's
+   * namespace dotted, so it would be another namespace's table. */
+  def listNamespaces(namespace: Array[String]): Array[Array[String]] = {
+    if (!namespaceExists(namespace)) throw new NoSuchNamespaceException(namespace)
+    ask("list_namespaces", namespace.toSeq).map(_._1).filter { n =>
+      val dotted = n.contains('.')
+      if (dotted) logWarning(s"catalog $catalogName: leaving namespace ${Names.show((namespace :+ n).mkString("."))} " +
+        "out: its name holds a '.'")
+      !dotted
+    }.map(n => namespace :+ n).toArray
+  }
+
+  def listTables(namespace: Array[String]): Array[Identifier] = {
+    if (!namespaceExists(namespace)) throw new NoSuchNamespaceException(namespace)
+    ask("list_tables", namespace.toSeq).map(t => Identifier.of(namespace, t._1)).toArray
+  }
+
+  def findTable(ident: Identifier): Option[String] =
+    ask("table", ident.namespace.toSeq :+ ident.name).headOption.map(_._2).map { location =>
+      try normal.checkPath(location) catch {
+        case e: IllegalArgumentException => throw new IllegalArgumentException(
+          s"table ${(ident.namespace :+ ident.name).mkString(".")}: the location the catalog service gives: ${e.getMessage}", e)
+      }
+    }
+
+  /** Tables whose location is refused are left out of catalog-wide listings (noted in the log). */
+  override def listedLocation(ident: Identifier): Option[String] =
+    try findTable(ident) catch {
+      case e: IllegalArgumentException =>
+        logWarning(s"catalog $catalogName: leaving table ${Names.show((ident.namespace :+ ident.name).mkString("."))} " +
+          s"out of listings: ${Names.show(e.getMessage)}")
+        None
+    }
+
+  def createNamespace(namespace: Array[String]): Unit = {
+    if (namespace.isEmpty || namespaceExists(namespace)) throw new NamespaceAlreadyExistsException(namespace)
+    if (namespace.exists(_.contains('.'))) throw new IllegalArgumentException(
+      s"catalog $catalogName: a namespace name holding a '.' is not created in a catalog service")
+    ask("create_namespace", namespace.toSeq)
+  }
+
+  def dropNamespace(namespace: Array[String], cascade: Boolean): Boolean = {
+    if (namespace.isEmpty || !namespaceExists(namespace)) throw new NoSuchNamespaceException(namespace)
+    if (listTables(namespace).nonEmpty || listNamespaces(namespace).nonEmpty) {
+      if (!cascade) throw new NonEmptyNamespaceException(namespace)
+      throw new UnsupportedOperationException(
+        s"catalog $catalogName: will not drop namespace ${namespace.mkString(".")} with its tables; remove them with Lance first")
+    }
+    ask("drop_namespace", namespace.toSeq)
+    true
+  }
+
+  /** A path given as a table: only the location the service gives for one of its tables,
+   * in normal form; its identifier with it. */
+  def tableAt(path: String): (Identifier, String) = {
+    val location = try normal.checkPath(path) catch {
+      case e: IllegalArgumentException => throw new IllegalArgumentException(
+        s"table path '${Names.show(path)}' of catalog $catalogName: ${e.getMessage}", e)
+    }
+    tablesUnder(Array.empty).tables.collectFirst {
+      case (ns, t, l) if l == location => (Identifier.of(ns, t), l)
+    }.getOrElse(throw new IllegalArgumentException(
+      s"table path '${Names.show(path)}' is not the location catalog $catalogName's service gives for any of its " +
+        "tables: name the table by its identifier (<namespace>.<table>); a catalog service's tables are " +
+        "reached through the service only"))
+  }
+
+  def checkPath(path: String): String = tableAt(path)._2
+}
+
+object LanceNamespaceService {
+  /** Storage options under this prefix carry the service to the engine; a user's are refused. */
+  val Prefix = "lance_compact.catalog."
+
+  /** Implementations served through the engine's Lance Namespace clients. */
+  val Impls: Set[String] = Set("rest")
+
+  /** The catalog settings passed to the service as its properties (lance-spark's keys;
+   * `headers.<name>` as pylance's RestNamespace reads it, `header.<name>`). */
+  def properties(options: Map[String, String]): Map[String, String] = options.collect {
+    case (k, v) if k.equalsIgnoreCase("uri") || k.equalsIgnoreCase("delimiter") => k.toLowerCase(Locale.ROOT) -> v
+    case (k, v) if k.toLowerCase(Locale.ROOT).startsWith("headers.") => s"header.${k.substring("headers.".length)}" -> v
+    case (k, v) if k.toLowerCase(Locale.ROOT).startsWith("header.") => s"header.${k.substring("header.".length)}" -> v
+    case (k, v) if k.toLowerCase(Locale.ROOT).startsWith("tls.") => k -> v
+  }
+
+  private val mapper = new ObjectMapper()
+  def json(id: Seq[String]): String = {
+    val a = mapper.createArrayNode()
+    id.foreach(a.add)
+    mapper.writeValueAsString(a)
+  }
+
+  def refuseReserved(catalogName: String, storage: Map[String, String]): Unit =
+    storage.keys.find(_.toLowerCase(Locale.ROOT).startsWith("lance_compact.")).foreach { k =>
+      throw new LanceCompactException(s"catalog $catalogName: storage option '${Names.show(k)}' is refused: storage " +
+        "options named lance_compact.* are reserved for the catalog's own use", null)
+    }
+}
