@@ -123,6 +123,19 @@ def slow_commit(uri, storage_options):
     time.sleep(3)
 
 
+def mark_then_pause(uri, storage_options):
+    """Say the run reached its commit (a marker file: :func:`at_commit` of ``uri``), then pause
+    3 s, so that a test can break something right before the commit."""
+    import time
+    open(_state(uri, "at-commit"), "w").close()
+    time.sleep(3)
+
+
+def at_commit(uri) -> str:
+    """The marker :func:`mark_then_pause` writes for ``uri``."""
+    return _state(uri, "at-commit")
+
+
 FILLER = "zz_filler"
 
 

@@ -1,0 +1,298 @@
+"""A catalog service: the lance catalog over a Lance REST namespace (`impl=rest`, `uri`), as
+teams keep Lance tables. pylance's own server (`lance.namespace.RestAdapter`, in this process,
+127.0.0.1, port 0) serves a directory namespace; namespace `db` and table `db.t` are made through
+the namespace (its location a name no folder convention predicts). Through Spark every way in
+works by identifier; a path is accepted only as the location the service gives; the server
+down is a named error with nothing committed.
+
+A second service vends storage options (DirectoryNamespace's `vend_input_storage_options`, with
+an expiry a few seconds out) for a table on the S3-compatible server: the operator's catalog
+holds no storage credential at all, so every read and write uses the vended ones, and a
+compaction that outlasts them is seen refreshing them (DescribeTable calls after the first
+credential expired, counted by a proxy in front of the server), with no vended credential in
+the engine's log, the event log (job descriptions included) or the result rows."""
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+import time
+import uuid
+
+import lance
+import lance_namespace
+import pytest
+from lance import namespace as lance_ns
+
+from conftest import NO_CLEANUP_FLOOR, ROOT, STRATEGIES, lance_session
+from fault_proxy import FaultProxy
+from lance_compact.api import CATALOG_CLASS
+from oracle import batch, content
+import writers
+
+VEND_SECONDS = 2
+TOKEN = uuid.uuid4().hex[:12].upper()
+PLANTED = (f"AKIA{TOKEN}", f"vended-secret-{TOKEN.lower()}-Zq8")
+
+
+class Service:
+    """A RestAdapter serving a directory namespace, with a proxy in front that records the
+    requests it forwards (DescribeTable among them); bounded start and stop."""
+
+    def __init__(self, properties: dict[str, str]) -> None:
+        self.adapter = lance_ns.RestAdapter("dir", properties, host="127.0.0.1", port=0)
+        self.adapter.start()
+        deadline = time.monotonic() + 30
+        while not self.adapter.port:
+            assert time.monotonic() < deadline, "the REST adapter did not start in 30 s"
+            time.sleep(0.05)
+        self.proxy = FaultProxy(f"http://127.0.0.1:{self.adapter.port}").start()
+        self.uri = self.proxy.endpoint
+        self.client = lance_namespace.connect("rest", {"uri": f"http://127.0.0.1:{self.adapter.port}"})
+
+    def describes(self) -> int:
+        return len(self.proxy.statuses("POST", r"/v1/table/[^/]+/describe")) + \
+            len(self.proxy.statuses("GET", r"/v1/table/[^/]+/describe"))
+
+    def stop(self) -> None:
+        self.proxy.stop()
+        self.adapter.stop()
+
+
+def _make_table(service: Service, fragments: int, storage_options: dict | None = None) -> str:
+    """db.t through the namespace: ``fragments`` appends of 20 rows, some rows deleted."""
+    service.client.create_namespace(lance_ns.CreateNamespaceRequest(id=["db"]))
+    for i in range(fragments):
+        lance.write_dataset(batch(i * 20, 20), namespace_client=service.client, table_id=["db", "t"],
+                            mode="create" if i == 0 else "append")
+    ds = lance.dataset(namespace_client=service.client, table_id=["db", "t"])
+    ds.delete("id % 11 = 0")
+    return ds.uri
+
+
+@pytest.fixture(scope="module")
+def services(tmp_path_factory, s3):
+    root = tmp_path_factory.mktemp("rest_root")
+    plain = Service({"root": str(root)})
+    bucket = s3.fresh_bucket("vended")
+    storage = {**s3.storage_options, "aws_access_key_id": PLANTED[0], "aws_secret_access_key": PLANTED[1]}
+    vend = Service({"root": f"{bucket}/root", **{f"storage.{k}": v for k, v in storage.items()},
+                    "vend_input_storage_options": "true",
+                    "vend_input_storage_options_refresh_interval_millis": str(VEND_SECONDS * 1000)})
+    try:
+        plain.location = _make_table(plain, 30)
+        vend.location = _make_table(vend, 12)
+        vend.storage = storage
+        yield plain, vend
+    finally:
+        plain.stop()
+        vend.stop()
+
+
+@pytest.fixture(scope="module")
+def spark(warehouse, services, tmp_path_factory):
+    """The operator's catalogs `rest` and `vend` (static settings: no storage credential for
+    `vend`), with the engine's log and Spark's event log kept for the secrets check."""
+    plain, vend = services
+    logs = tmp_path_factory.mktemp("logs")
+    (logs / "events").mkdir()
+    conf = {"spark.sql.shuffle.partitions": "2", **NO_CLEANUP_FLOOR,
+            "spark.sql.catalog.rest": CATALOG_CLASS, "spark.sql.catalog.rest.impl": "rest",
+            "spark.sql.catalog.rest.uri": plain.uri,
+            "spark.sql.catalog.vend": CATALOG_CLASS, "spark.sql.catalog.vend.impl": "rest",
+            "spark.sql.catalog.vend.uri": vend.uri,
+            "spark.sql.catalog.vend.headers.x-api-key": "operator-api-key-7Hq2",
+            "spark.eventLog.enabled": "true", "spark.eventLog.dir": str(logs / "events"),
+            "spark.eventLog.compress": "false", "spark.eventLog.rolling.enabled": "false",
+            "spark.lance.compact.engine.log": str(logs / "engine.log")}
+    session = lance_session("local[2]", "lance-compact-tests", str(warehouse), conf, strategies=STRATEGIES,
+                            picture_dir=str(warehouse.parent))
+    session.logs = logs
+    yield session
+    session.stop()
+
+
+def _version(service: Service) -> int:
+    return lance.dataset(namespace_client=service.client, table_id=["db", "t"]).version
+
+
+def test_every_way_in_by_identifier(spark, services):
+    plain, _ = services
+    assert "$" in plain.location and not plain.location.endswith(".lance")  # no folder convention
+    assert [r[0] for r in spark.sql("SHOW NAMESPACES IN rest").collect()] == ["db"]
+    assert [r.tableName for r in spark.sql("SHOW TABLES IN rest.db").collect()] == ["t"]
+    before = lance.dataset(namespace_client=plain.client, table_id=["db", "t"])
+    want = content(before)
+    assert spark.sql("SELECT count(*), sum(id) FROM rest.db.t").collect()[0][:] == \
+        (len(want), sum(want["id"].to_pylist()))
+
+    plan = spark.sql("CALL rest.plan_compaction(table => 'db.t', target_rows_per_fragment => 200)").collect()
+    assert plan and sum(r.fragments for r in plan) >= 29
+    assert _version(plain) == before.version  # planning commits nothing
+
+    r = spark.sql("CALL rest.compact(table => 'db.t', target_rows_per_fragment => 200)").collect()[0]
+    after = lance.dataset(namespace_client=plain.client, table_id=["db", "t"])
+    assert r.fragments_removed == 30 and after.version == r.new_version and content(after) == want
+
+    # a clustering run (sort_order), read back through Spark in order
+    r = spark.sql("CALL rest.compact(table => 'db.t', sort_order => 'category', "
+                  "target_rows_per_fragment => 200)").collect()[0]
+    clustered = lance.dataset(namespace_client=plain.client, table_id=["db", "t"])
+    assert clustered.version == r.new_version and content(clustered) == want
+    cats = clustered.to_table(columns=["category"])["category"].to_pylist()
+    assert cats == sorted(cats)
+
+    layout = spark.sql("CALL rest.describe_layout(table => 'db.t')").collect()[0]
+    assert layout.fragments == len(clustered.get_fragments()) and layout.version == clustered.version
+    assert spark.sql("SELECT count(*) FROM rest.db.t.fragments").collect()[0][0] == len(clustered.get_fragments())
+
+    cleaned = spark.sql("CALL rest.cleanup(table => 'db.t', older_than => '0 seconds')").collect()[0]
+    assert cleaned.old_versions >= 1
+    assert spark.sql("SELECT count(*) FROM rest.db.t.versions").collect()[0][0] == 1
+
+    m = spark.sql("CALL rest.maintain(table => 'db.t')").collect()
+    assert m and {row.step for row in m} >= {"compact", "cleanup"}
+    health = spark.sql("SELECT namespace, `table`, error, health_score FROM rest.system.table_health").collect()
+    assert [tuple(h)[:3] for h in health] == [("db", "t", None)] and 0 <= health[0].health_score <= 100
+    w = spark.sql("CALL rest.maintain_warehouse(target_rows_per_fragment => 200)").collect()
+    assert w and {x.table for x in w} == {"db.t"} and all(x.error is None for x in w)
+    assert content(lance.dataset(namespace_client=plain.client, table_id=["db", "t"])) == want
+
+
+def test_a_path_is_only_the_location_the_service_gives(spark, services, tmp_path):
+    plain, _ = services
+    located = spark.sql(f"CALL rest.describe_layout(table => '{plain.location}')").collect()[0]
+    assert located.version == _version(plain)
+    outside = tmp_path / "elsewhere.lance"
+    lance.write_dataset(batch(0, 20), str(outside))
+    for path in (str(outside), plain.location + "/../x", plain.location.replace("file://", "") + "x"):
+        with pytest.raises(Exception, match="is not the location catalog rest's service gives|refused|escapes"):
+            spark.sql(f"CALL rest.compact(table => '{path}')").collect()
+    assert lance.dataset(str(outside)).version == 1
+
+
+def test_the_operators_service_cannot_be_changed_or_borrowed(spark, services):
+    plain, _ = services
+    mine = spark.newSession()
+    mine.conf.set("spark.sql.catalog.rest.uri", "http://127.0.0.1:9")
+    with pytest.raises(Exception, match="spark.sql.catalog.rest.uri is set by the operator"):
+        mine.sql("SHOW TABLES IN rest.db").collect()
+    own = spark.newSession()
+    own.conf.set("spark.sql.catalog.mine", CATALOG_CLASS)
+    own.conf.set("spark.sql.catalog.mine.impl", "rest")
+    own.conf.set("spark.sql.catalog.mine.uri", plain.uri)
+    with pytest.raises(Exception, match="accepted only in a catalog the operator registers"):
+        own.sql("SHOW TABLES IN mine.db").collect()
+    reserved = spark.newSession()
+    reserved.conf.set("spark.sql.catalog.mine2", CATALOG_CLASS)
+    reserved.conf.set("spark.sql.catalog.mine2.warehouse", "/tmp")
+    reserved.conf.set("spark.sql.catalog.mine2.storage.lance_compact.catalog.impl", "rest")
+    with pytest.raises(Exception, match="reserved"):
+        reserved.sql("SHOW NAMESPACES IN mine2").collect()
+
+
+def test_vended_credentials_refreshed_during_a_compaction(spark, services):
+    _, vend = services
+    before = lance.dataset(namespace_client=vend.client, table_id=["db", "t"])
+    want = content(before)
+    described = vend.client.describe_table(lance_ns.DescribeTableRequest(id=["db", "t"]))
+    assert int(described.storage_options["expires_at_millis"]) <= (time.time() + VEND_SECONDS + 1) * 1000
+    samples: list[tuple[float, int]] = []
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            samples.append((time.monotonic(), vend.describes()))
+            time.sleep(0.1)
+
+    threading.Thread(target=watch, daemon=True).start()
+    started = time.monotonic()
+    try:
+        # the commit waits 3 s (tests/writers.py slow_commit): the run outlasts the first credential
+        r = spark.sql("CALL vend.compact(table => 'db.t', target_rows_per_fragment => 1000, "
+                      "options => map('test_before_commit', 'writers.slow_commit'))").collect()[0]
+    finally:
+        done.set()
+    took = time.monotonic() - started
+    after = lance.dataset(namespace_client=vend.client, table_id=["db", "t"])
+    assert r.fragments_removed == 12 and after.version == r.new_version and content(after) == want
+    expired = started + VEND_SECONDS
+    assert took > VEND_SECONDS + 0.5, took
+    at_expiry = max(c for t, c in samples if t <= expired)
+    assert samples[-1][1] > at_expiry, (at_expiry, samples[-1])  # DescribeTable again after it expired
+    assert spark.sql("SELECT count(*) FROM vend.db.t").collect()[0][0] == len(want)
+    rows = [str(x) for x in spark.sql("SELECT * FROM vend.system.table_health").collect()] + [str(r)]
+    health = spark.sql("SELECT `table`, error FROM vend.system.table_health").collect()
+    assert [tuple(h) for h in health] == [("t", None)]
+
+    # no vended credential (nor the operator's header) anywhere a user or an operator reads
+    texts = {"rows": "\n".join(rows), "engine log": (spark.logs / "engine.log").read_text()}
+    for f in (spark.logs / "events").rglob("*"):
+        if f.is_file():
+            texts[f"event log {f.name}"] = f.read_text(errors="replace")
+    assert any(k.startswith("event log") and "lance_compact compact db.t" in t for k, t in texts.items())
+    found = [(name, s) for name, text in texts.items()
+             for s in (*PLANTED, "operator-api-key-7Hq2") if s in text]
+    assert not found, found
+
+
+def test_the_service_down_is_named_and_nothing_commits(spark, services):
+    _, vend = services
+    lance.write_dataset(batch(10_000, 20), namespace_client=vend.client, table_id=["db", "t"], mode="append")
+    lance.write_dataset(batch(10_020, 20), namespace_client=vend.client, table_id=["db", "t"], mode="append")
+    version = lance.dataset(namespace_client=vend.client, table_id=["db", "t"]).version
+    # before a statement: named at once
+    fault = vend.proxy.inject("status", status=503, path=r"^/v1/")
+    try:
+        with pytest.raises(Exception, match=r"catalog service rest at http://127\.0\.0\.1:\d+ did not answer"):
+            spark.sql("CALL vend.compact(table => 'db.t', target_rows_per_fragment => 1000)").collect()
+        with pytest.raises(Exception, match="did not answer"):
+            spark.sql("SELECT count(*) FROM vend.system.table_health").collect()
+    finally:
+        vend.proxy.heal()
+    assert fault.injected >= 1
+    assert lance.dataset(namespace_client=vend.client, table_id=["db", "t"]).version == version
+
+    # mid-way: the tasks ran, then the service stops answering before the commit (the vended
+    # credentials have expired by then, so the commit needs the service)
+    marker = writers.at_commit(vend.location)
+    if os.path.exists(marker):
+        os.remove(marker)
+    failure: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            spark.sql("CALL vend.compact(table => 'db.t', target_rows_per_fragment => 1000, "
+                      "options => map('test_before_commit', 'writers.mark_then_pause'))").collect()
+        except BaseException as e:  # noqa: B036 - the statement's failure is the test's subject
+            failure.append(e)
+
+    t = threading.Thread(target=call, daemon=True)
+    t.start()
+    deadline = time.monotonic() + 120
+    while not os.path.exists(marker):
+        assert t.is_alive() and time.monotonic() < deadline, (failure, "the run never reached its commit")
+        time.sleep(0.05)
+    fault = vend.proxy.inject("status", status=503, path=r"^/v1/")
+    try:
+        t.join(120)
+        assert not t.is_alive()
+    finally:
+        vend.proxy.heal()
+    assert fault.injected >= 1 and failure, "the compaction committed without its catalog service"
+    message = str(failure[0])
+    assert "did not answer" in message and "catalog service rest" in message, message[-2000:]
+    assert lance.dataset(namespace_client=vend.client, table_id=["db", "t"]).version == version
+
+
+def test_lance_spark_sql_without_a_warehouse(services, tmp_path):
+    plain, _ = services
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK_GATEWAY")}
+    p = subprocess.run([str(ROOT / "bin" / "lance-spark-sql"), "--master", "local[1]",
+                        "--conf", "spark.sql.catalog.lance.impl=rest",
+                        "--conf", f"spark.sql.catalog.lance.uri={plain.uri}",
+                        "-e", "SHOW TABLES IN lance.db; SELECT count(*) FROM lance.db.t"],
+                       capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env)
+    assert p.returncode == 0, p.stderr[-3000:]
+    rows = lance.dataset(namespace_client=plain.client, table_id=["db", "t"]).count_rows()
+    assert "t" in p.stdout.split() and str(rows) in p.stdout.split()
