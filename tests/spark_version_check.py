@@ -2,7 +2,8 @@
 and the one jar ($LANCE_COMPACT_JAR): the jar loads, and on a small degraded table
 plan_compaction, CALL lance.compact (content exact, fewer fragments), describe_layout, a
 SELECT read on the executors,
-SHOW NAMESPACES and SHOW PROCEDURES (from 4.1) answer through PySpark; then CALL through
+SHOW NAMESPACES, SHOW PROCEDURES (from 4.1) and CREATE INDEX / DROP INDEX answer through
+PySpark; then CALL through
 that version's own spark-sql. Writes {"version", "checks": {name: [ok, seconds, detail]}} to
 --out after every step (ok is null for a check that does not apply to this version), so a
 run cut short still tells how far it got. Each step has a time limit."""
@@ -159,6 +160,22 @@ def main() -> int:
             assert p in names, names
         return f"{len(names)} procedures"
 
+    def indices():
+        """CREATE INDEX / DROP INDEX parse and plan to the table's SupportsIndex on this version
+        (Spark's CreateIndex, DropIndex); the index answers a filter as a full scan does."""
+        spark.sql(f"CREATE INDEX id_idx ON lance.{TABLE} USING BTREE (id)").collect()
+        ds = lance.dataset(str(path))
+        f = "id < 100"
+        assert "ScalarIndexQuery" in ds.scanner(filter=f).explain_plan(), "the index is not used"
+        assert ds.to_table(filter=f).sort_by("id") == ds.to_table(filter=f, use_scalar_index=False).sort_by("id")
+        spark.sql(f"CREATE INDEX IF NOT EXISTS id_idx ON lance.{TABLE} USING BTREE (id)").collect()
+        listed = [(r.name, r.segments) for r in spark.sql(f"SELECT * FROM lance.{TABLE}.indices").collect()]
+        assert listed == [("id_idx", 1)], listed
+        spark.sql(f"DROP INDEX IF EXISTS nope ON lance.{TABLE}").collect()
+        spark.sql(f"DROP INDEX id_idx ON lance.{TABLE}").collect()
+        assert lance.dataset(str(path)).list_indices() == [], "not dropped"
+        return "CREATE INDEX [IF NOT EXISTS], the indices table, DROP INDEX [IF EXISTS]"
+
     if check("jar loads", jar_loads):
         check("plan_compaction", plan)
         check("CALL via PySpark", call)
@@ -167,6 +184,7 @@ def main() -> int:
         check("SELECT", select)
         check("SHOW NAMESPACES", namespaces)
         check("SHOW PROCEDURES", procedures)
+        check("CREATE/DROP INDEX", indices)
     if spark is not None:
         signal.alarm(60)
         try:

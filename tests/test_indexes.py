@@ -1,5 +1,8 @@
-"""Indices survive compaction: Lance's commit remaps them, queries answer the same."""
+"""Indices survive compaction: Lance's commit remaps them, queries answer the same. Indices in
+SQL: CREATE INDEX / DROP INDEX (Spark's SupportsIndex), CALL lance.drop_index, the indices
+metadata table, table_health's index columns."""
 import shutil
+from datetime import datetime
 
 import lance
 import numpy as np
@@ -62,3 +65,176 @@ def test_btree_and_ivf_pq_answer_the_same_after_compaction(spark, indexed_table,
     assert "ScalarIndexQuery" in after.scanner(filter="id = 123").explain_plan()
     assert uses_index(after, "id") and uses_index(after, "vector")
     assert queries(after) == expected
+
+
+# ---- indices in SQL: CREATE INDEX, DROP INDEX, listing (issue 35) --------------------------
+
+def two_segments_and_appends(path):
+    """8 fragments of 50 rows; id_idx (BTREE) in 2 segments over the first 6 (built, 2 appended,
+    then a delta segment), the last 2 appended after: unindexed."""
+    shutil.rmtree(path, ignore_errors=True)
+    ds = lance.write_dataset(batch(0, 200), str(path), max_rows_per_file=50)
+    ds.create_scalar_index("id", index_type="BTREE")
+    ds = lance.write_dataset(batch(200, 100), str(path), mode="append", max_rows_per_file=50)
+    ds.optimize.optimize_indices(num_indices_to_merge=0)  # a new segment for the 2 appended
+    return lance.write_dataset(batch(300, 100), str(path), mode="append", max_rows_per_file=50)
+
+
+def failure(spark, sql):
+    with pytest.raises(Exception) as e:
+        spark.sql(sql).collect()
+    return str(e.value)
+
+
+def java_table(spark, namespace, name):
+    """The catalog's table as Spark's SupportsIndex sees it (the JVM object)."""
+    jvm = spark._jvm
+    ns = spark._sc._gateway.new_array(jvm.java.lang.String, 1)
+    ns[0] = namespace
+    ident = jvm.org.apache.spark.sql.connector.catalog.Identifier.of(ns, name)
+    return spark._jsparkSession.sessionState().catalogManager().catalog("lance").loadTable(ident)
+
+
+def test_indices_table_listing_and_health_show_segments_coverage_and_age(spark, warehouse):
+    path = warehouse / "db" / "segmented.lance"
+    ds = two_segments_and_appends(path)
+    segments = sorted(s.created_at for d in ds.describe_indices() if d.name == "id_idx" for s in d.segments)
+    assert len(segments) == 2
+    row, = spark.sql("SELECT * FROM lance.db.segmented.indices").collect()
+    assert (row.name, row.type, row.columns, row.segments) == ("id_idx", "BTree", ["id"], 2)
+    assert (row.fragments_covered, row.fragments, row.unindexed_fragments, row.unindexed_rows) == (6, 8, [6, 7], 100)
+    assert row.metric is None
+    # Spark shows a TIMESTAMP in the session's time zone, without one
+    local = [s.astimezone().replace(tzinfo=None) for s in segments]
+    assert (row.created_at, row.updated_at) == (local[0], local[1])
+    assert 0 <= row.age_hours < 1
+
+    # Spark's SupportsIndex.listIndexes (no SQL statement of Spark's lists indices)
+    table = java_table(spark, "db", "segmented")
+    assert table.indexExists("id_idx") and not table.indexExists("ID_IDX")
+    listed, = table.listIndexes()
+    props = dict(listed.properties())
+    assert (listed.indexName(), listed.indexType(), [c.toString() for c in listed.columns()]) == ("id_idx", "BTree", ["id"])
+    assert (props["segments"], props["fragments_covered"], props["fragments"], props["unindexed_rows"]) == ("2", "6", "8", "100")
+    assert props["unindexed_fragments"] == "6,7"
+    assert datetime.fromisoformat(props["created_at"].replace("Z", "+00:00")) == segments[0]
+
+    health, = spark.sql("SELECT * FROM lance.system.table_health WHERE table = 'segmented'").collect()
+    assert (health.unindexed_fragments, health.unindexed_rows, health.index_segments) == (2, 100, 2)
+    assert [(i.name, i.unindexed_fragments, i.unindexed_rows, i.segments) for i in health.indices] == [("id_idx", 2, 100, 2)]
+
+
+def test_drop_index_in_sql_and_by_call(spark, warehouse):
+    from lance_compact import drop_index
+
+    path = warehouse / "db" / "droppable.lance"
+    ds = two_segments_and_appends(path)
+    ds.create_index("vector", index_type="IVF_PQ", num_partitions=2, num_sub_vectors=2, metric="cosine")
+    version, expected = lance.dataset(str(path)).version, content(lance.dataset(str(path)))
+    assert {r.name: r.metric for r in spark.sql("SELECT name, metric FROM lance.db.droppable.indices").collect()} == \
+        {"id_idx": None, "vector_idx": "cosine"}
+
+    # an unknown name: refused naming the table's indices, by DROP INDEX and by CALL; IF EXISTS: nothing
+    message = failure(spark, "DROP INDEX nope ON lance.db.droppable")
+    assert "INDEX_NOT_FOUND" in message and "its indices are: id_idx, vector_idx" in message
+    message = failure(spark, "CALL lance.drop_index(table => 'db.droppable', name => 'nope')")
+    assert "no index named 'nope'; its indices are: id_idx, vector_idx" in message
+    assert spark.sql("DROP INDEX IF EXISTS nope ON lance.db.droppable").collect() == []
+    assert "needs the index's name" in failure(spark, "CALL lance.drop_index(table => 'db.droppable')")
+    assert lance.dataset(str(path)).version == version
+
+    assert spark.sql("DROP INDEX id_idx ON lance.db.droppable").collect() == []
+    after = lance.dataset(str(path))
+    assert after.version == version + 1 and [i["name"] for i in after.list_indices()] == ["vector_idx"]
+    assert content(after) == expected
+    assert {i.name for i in after.read_transaction(after.version).operation.removed_indices} == {"id_idx"}
+    history = spark.sql("SELECT details FROM lance.system.maintenance_history "
+                        f"WHERE table = 'droppable' AND version = {after.version}").collect()
+    assert history[0].details == "index id_idx dropped (2 segments)"
+    assert "INDEX_NOT_FOUND" in failure(spark, "DROP INDEX id_idx ON lance.db.droppable")
+
+    r, = drop_index(spark, "db.droppable", name="vector_idx").collect()
+    assert (r.name, r.type, r.columns, r.segments, r.read_version, r.new_version) == \
+        ("vector_idx", "IVF_PQ", ["vector"], 1, version + 1, version + 2)
+    final = lance.dataset(str(path))
+    assert final.list_indices() == [] and content(final) == expected
+    assert spark.sql("SELECT * FROM lance.db.droppable.indices").collect() == []
+
+
+def job_descriptions(spark) -> list[str]:
+    """The descriptions of the session's Spark jobs so far (Spark's status store: the UI's)."""
+    jobs = spark._jsparkSession.sparkContext().statusStore().jobsList(None)
+    out = []
+    for i in range(jobs.size()):
+        d = jobs.apply(i).description()
+        out.append(d.get() if d.isDefined() else "")
+    return out
+
+
+def test_create_index_in_sql_is_the_create_index_procedure(spark, warehouse):
+    path = warehouse / "db" / "created.lance"
+    shutil.rmtree(path, ignore_errors=True)
+    lance.write_dataset(batch(0, 400), str(path), max_rows_per_file=50)
+    version = lance.dataset(str(path)).version
+
+    assert spark.sql("CREATE INDEX cat_idx ON lance.db.created USING BITMAP (category)").collect() == []
+    ds = lance.dataset(str(path))
+    assert ds.version == version + 1 and [i["name"] for i in ds.list_indices()] == ["cat_idx"]
+    # the job descriptions name the table as CALL lance.create_index(table => 'db.created') does
+    assert any("create_index db.created: " in d for d in job_descriptions(spark))
+    # a query that uses it answers what a full scan does
+    f = "category = 'cat-3'"
+    assert "ScalarIndexQuery" in ds.scanner(filter=f).explain_plan()
+    indexed = ds.to_table(filter=f, columns=["id"]).sort_by("id")
+    assert indexed == ds.to_table(filter=f, columns=["id"], use_scalar_index=False).sort_by("id")
+    assert indexed["id"].to_pylist() == [i for i in range(400) if i % 17 == 3]
+    assert sorted(r.id for r in spark.sql(f"SELECT id FROM lance.db.created WHERE {f}").collect()) == \
+        indexed["id"].to_pylist()
+    row, = spark.sql("SELECT * FROM lance.db.created.indices").collect()
+    assert (row.name, row.type, row.columns, row.segments, row.fragments_covered, row.unindexed_rows) == \
+        ("cat_idx", "Bitmap", ["category"], 1, 8, 0)
+
+    # IF NOT EXISTS: nothing is built; without it Spark's INDEX_ALREADY_EXISTS; replace = true rebuilds
+    assert spark.sql("CREATE INDEX IF NOT EXISTS cat_idx ON lance.db.created USING BITMAP (category)").collect() == []
+    assert lance.dataset(str(path)).version == version + 1
+    message = failure(spark, "CREATE INDEX cat_idx ON lance.db.created USING BITMAP (category)")
+    assert "INDEX_ALREADY_EXISTS" in message and lance.dataset(str(path)).version == version + 1
+    uuid = ds.list_indices()[0]["uuid"]
+    spark.sql("CREATE INDEX cat_idx ON lance.db.created USING BTREE (category) OPTIONS (replace = true)").collect()
+    ds = lance.dataset(str(path))
+    assert [(i["name"], i["type"]) for i in ds.list_indices()] == [("cat_idx", "BTree")]
+    assert ds.list_indices()[0]["uuid"] != uuid and ds.to_table(filter=f, columns=["id"]).sort_by("id") == indexed
+
+    # a vector index: metric and Lance's parameters in OPTIONS (the column's own OPTIONS too)
+    spark.sql("CREATE INDEX vec_idx ON TABLE lance.db.created USING IVF_PQ (vector OPTIONS (num_sub_vectors = 2)) "
+              "OPTIONS (num_partitions = 2, metric = 'cosine')").collect()
+    rows = {r.name: r for r in spark.sql("SELECT * FROM lance.db.created.indices").collect()}
+    assert rows["vec_idx"].type == "IVF_PQ" and rows["vec_idx"].metric == "cosine"
+    assert rows["vec_idx"].fragments_covered == 8
+    details, = [d.details for d in lance.dataset(str(path)).describe_indices() if d.name == "vec_idx"]
+    assert details["metric_type"].lower() == "cosine" and details["compression"]["num_sub_vectors"] == 2
+
+
+@pytest.mark.parametrize("statement,match", [
+    ("CREATE INDEX x_idx ON lance.db.bad USING BTREE (nope)", "UNRESOLVED_COLUMN"),
+    ("CREATE INDEX x_idx ON lance.db.bad USING NOPE (id)", "NOPE"),
+    ("CREATE INDEX x_idx ON lance.db.bad USING BTREE (id) OPTIONS (bogus = 3)", "bogus"),
+    ("CREATE INDEX x_idx ON lance.db.bad USING IVF_PQ (category)", "category"),
+    ("CREATE INDEX x_idx ON lance.db.bad USING BTREE (id, category)", "a Lance index covers one column"),
+    ("CREATE INDEX x_idx ON lance.db.bad (id)", "needs the index's type"),
+    ("CREATE INDEX x_idx ON lance.db.bad USING BTREE (id) OPTIONS (replace = 'maybe')",
+     "replace expects true or false, got 'maybe'"),
+    ("CREATE INDEX x_idx ON lance.db.bad USING BTREE (id) OPTIONS (dry_run = true)", "OPTIONS may not hold dry_run"),
+    ("CREATE INDEX x_idx ON lance.db.bad USING BTREE (id) OPTIONS (metric = 'l2', METRIC = 'dot')", "given twice"),
+    ("CREATE INDEX `x\nidx` ON lance.db.bad USING BTREE (id)", "contains a control character"),
+    ("CREATE INDEX id_idx ON lance.db.bad USING BITMAP (id)", "INDEX_ALREADY_EXISTS"),
+    ("DROP INDEX `x\nidx` ON lance.db.bad", "contains a control character"),
+])
+def test_bad_index_statements_are_refused_and_change_nothing(spark, warehouse, statement, match):
+    path = warehouse / "db" / "bad.lance"
+    if not path.exists():
+        lance.write_dataset(batch(0, 100), str(path), max_rows_per_file=50).create_scalar_index("id", "BTREE")
+    version, indices = lance.dataset(str(path)).version, lance.dataset(str(path)).list_indices()
+    message = failure(spark, statement)
+    assert match in message, message[:1500]
+    assert lance.dataset(str(path)).version == version and lance.dataset(str(path)).list_indices() == indices

@@ -31,7 +31,9 @@ def places(tmp_path_factory):
     base = tmp_path_factory.mktemp("boundary")
     wh, outside = base / "wh", base / "outside"
     degraded_table(str(wh / "db" / "t.lance"), fragments=6, rows_per_fragment=10)
-    degraded_table(str(outside / "db" / "ext.lance"), fragments=6, rows_per_fragment=10, appends=2)
+    # an index, so a DROP INDEX that got through would change the table
+    degraded_table(str(outside / "db" / "ext.lance"), fragments=6, rows_per_fragment=10,
+                   appends=2).create_scalar_index("id", "BTREE")
     # (a) a table folder linking out; (b) a namespace folder linking out; a table whose
     # folders link out
     (wh / "db" / "link.lance").symlink_to(outside / "db" / "ext.lance")
@@ -97,6 +99,11 @@ TABLE_STATEMENTS = [
     "CALL lance.compact(table => '{path}', target_rows_per_fragment => 100)",
     "CALL lance.cleanup(table => '{path}', older_than => '0 seconds')",
     "CALL lance.maintain(table => 'lance.{}', older_than => '0 seconds')",
+    "DROP INDEX id_idx ON lance.{}",
+    "DROP INDEX IF EXISTS id_idx ON lance.{}",
+    "CREATE INDEX IF NOT EXISTS cat_idx ON lance.{} USING BITMAP (category)",
+    "CALL lance.drop_index(table => '{}', name => 'id_idx')",
+    "CALL lance.drop_index(table => '{path}', name => 'id_idx')",
 ]
 LINKED = {"table_link": ("db.link", "db/link.lance"), "namespace_link": ("linkns.ext", "linkns/ext.lance"),
           "folders_link": ("db.inner", "db/inner.lance")}
