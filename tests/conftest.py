@@ -31,6 +31,14 @@ NO_VERSION_FLOOR = {VERSION_FLOOR_KEY: "0s"}
 NO_CLEANUP_FLOOR = {CLEANUP_FLOOR_KEY: "0 seconds", **NO_VERSION_FLOOR}
 
 
+def pytest_configure(config):
+    """Modules collected longest first (bin/test runs them side by side) and each module's time
+    in the summary: tests/scheduling.py."""
+    import scheduling
+
+    scheduling.configure(config)
+
+
 @contextmanager
 def engine_settings(settings: dict):
     """The operator's driver settings as the engine's code in this process reads them
