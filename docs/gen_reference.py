@@ -37,6 +37,7 @@ PROCEDURES: dict[str, dict] = {
     "cleanup": {"head": ("table",), "section": "cleanup_parameters", "columns": ["cleanup_columns"]},
     "optimize_indices": {"head": ("table",), "section": "optimize_indices_parameters",
                          "columns": ["optimize_indices_columns"]},
+    "create_index": {"head": ("table",), "section": "create_index_parameters", "columns": ["create_index_columns"]},
     "drop_index": {"head": ("table",), "section": "drop_index_parameters", "columns": ["drop_index_columns"]},
     "maintain": {"head": ("table",), "section": "maintain_parameters", "columns": ["maintain_columns"]},
     "maintain_warehouse": {"head": ("namespace",), "section": "maintain_warehouse_parameters",
@@ -82,6 +83,7 @@ SECTION_TITLES = {
     "options": "Lance compaction options",
     "settings": "Strategy settings",
     "run_settings": "Run settings",
+    "index_options": "Index options (create_index's options map)",
     "test_hooks": "Test hooks",
 }
 SECTION_NOTES = {
@@ -92,6 +94,10 @@ SECTION_NOTES = {
     "settings": "Settings of the strategies named in the strategies column; giving one with "
                 "another strategy is an error.",
     "run_settings": "How a run commits, retries and chooses what to compact.",
+    "index_options": "Keys of `create_index`'s `options` map: Lance's parameters by the names "
+                     "`LanceDataset.create_index` takes, each for the index types listed (another type "
+                     "refuses it; Lance itself would silently ignore an unknown one), and the build's "
+                     "own settings (no types listed).",
     "test_hooks": "Fault injection for the project's own tests: these keys exist only in an engine "
                   "whose driver was started with `LANCE_COMPACT_TEST_HOOKS=1`; otherwise they are "
                   "unknown options.",
@@ -115,6 +121,13 @@ SUMMARIES = {
     "drop_index": "Drops one of the table's indices by name, in one commit (Lance's drop_index; "
                   "the index's files stay until cleanup). The same as `DROP INDEX name ON "
                   "lance.db.t`. One row of what was dropped.",
+    "create_index": "Builds an index on the cluster: for a vector index a bounded training sample "
+                    "gathered by Spark tasks and one model trained from it; a segment per fragment "
+                    "group built by a Spark task with that model; merged with bounded fan-in and "
+                    "committed once on the driver against the version it read (a concurrent rewrite "
+                    "of indexed fragments makes it build those groups again). A small table in local "
+                    "mode, and IVF_SQ and IVF_HNSW_SQ always, are built by pylance's create_index in "
+                    "the engine (`built_by`). `dry_run` returns the plan. One row.",
     "maintain": "Everyday maintenance in one call: compaction, index optimization and cleanup, "
                 "each only when the layout says it is due. One row per step.",
     "maintain_warehouse": "Maintains every table of the warehouse (or of a namespace) that its "
@@ -131,6 +144,8 @@ EXAMPLES = {
     "cleanup": "CALL lance.cleanup(table => 'db.events', older_than => '7 days', dry_run => true)",
     "optimize_indices": "CALL lance.optimize_indices(table => 'db.events')",
     "drop_index": "CALL lance.drop_index(table => 'db.events', name => 'id_idx')",
+    "create_index": "CALL lance.create_index(table => 'db.items', column => 'emb', index_type => 'IVF_PQ',\n"
+                    "                        options => map('num_partitions', '256', 'num_sub_vectors', '16'))",
     "maintain": "CALL lance.maintain(table => 'db.events', older_than => INTERVAL 8 DAYS)",
     "maintain_warehouse": "CALL lance.maintain_warehouse(namespace => 'db', max_tables => 10,\n"
                           "                              max_duration => '30 minutes')",
@@ -163,6 +178,8 @@ def sql_type(kind: str) -> str:
         return "bigint list (comma-separated)"
     if kind == "duration":  # runtime/durations.py: text such as '10 minutes' or '10m', or an INTERVAL
         return "string or interval"
+    if kind == "map":  # create_index's options
+        return "map<string,string>"
     if kind == "age":  # a duration, or a moment in the past
         return "string, interval or timestamp"
     return re.sub(r"\blong\b", "bigint", kind)
@@ -202,6 +219,8 @@ def range_text(entry: dict) -> str:
         parts.append(f">= {entry['min']}")
     if "max" in entry:
         parts.append(f"<= {entry['max']}")
+    if "types" in entry:  # index options: the index types that take it
+        parts.append("for " + ", ".join(f"`{t}`" for t in entry["types"]))
     if "strategies" in entry:
         parts.append("strategy " + ", ".join(f"`{s}`" for s in entry["strategies"]))
     return "; ".join(parts)

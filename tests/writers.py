@@ -149,3 +149,20 @@ def fill_disk(uri, storage_options):
                     pass
             except OSError:
                 pass
+
+
+def append_copies(uri, storage_options):
+    """A streaming append of 25 rows of the table's own schema (its first rows, ids moved up
+    by 900,000): for tables of any schema."""
+    if _once(uri, "append_copies"):
+        ds = lance.dataset(uri, storage_options=storage_options)
+        rows = ds.to_table(limit=25)
+        rows = rows.set_column(rows.schema.get_field_index("id"), "id", pa.compute.add(rows["id"], 900_000))
+        lance.write_dataset(rows, uri, mode="append", storage_options=storage_options)
+
+
+def compact_into_one(uri, storage_options):
+    """Another compaction rewrites every fragment of the table into one."""
+    if _once(uri, "compact_into_one"):
+        lance.dataset(uri, storage_options=storage_options).optimize.compact_files(
+            target_rows_per_fragment=1 << 24)

@@ -282,7 +282,8 @@ def call_procedure(spark: Any, procedure: str, table: str | None, catalog: str =
 # suggestion (:func:`_discoverable`).
 
 _PY_TYPES = {"long": "int", "double": "float", "boolean": "bool", "string": "str",
-             "long_list": "Sequence[int]", "duration": "str | timedelta", "age": "str | datetime | timedelta"}
+             "long_list": "Sequence[int]", "duration": "str | timedelta", "age": "str | datetime | timedelta",
+             "map": "Mapping[str, Any]"}
 
 # Which spec sections make each procedure's parameters (after its table or namespace).
 PROCEDURE_SECTIONS: dict[str, tuple[str, ...]] = {
@@ -291,6 +292,7 @@ PROCEDURE_SECTIONS: dict[str, tuple[str, ...]] = {
     "describe_layout": ("options:target_rows_per_fragment,materialize_deletions_threshold", "layout_parameters"),
     "cleanup": ("cleanup_parameters",),
     "optimize_indices": ("optimize_indices_parameters",),
+    "create_index": ("create_index_parameters",),
     "drop_index": ("drop_index_parameters",),
     "maintain": ("maintain_parameters",),
     "maintain_warehouse": ("maintain_warehouse_parameters",),
@@ -415,6 +417,28 @@ def drop_index(spark: Any, table: str, *, catalog: str = DEFAULT_CATALOG, name: 
     >>> drop_index(spark, "db.events", name="id_idx").show()
     """
     return call_procedure(spark, "drop_index", table, catalog, _given("drop_index", locals()))
+
+
+@_discoverable("create_index")
+def create_index(spark: Any, table: str, column: str, index_type: str, *, catalog: str = DEFAULT_CATALOG,
+                 name: str | None = None, metric: str | None = None, replace: bool = False,
+                 options: Mapping[str, Any] | None = None, dry_run: bool = False) -> Any:
+    """Build an index on the cluster (``CALL lance.create_index``): for a vector index a training
+    sample gathered by Spark tasks and one model, then a segment per fragment group built by a
+    Spark task, merged and committed once on the driver (a small table in local mode is built by
+    pylance's ``create_index`` in the engine: the row's ``built_by`` says which). ``options``
+    holds the build's parameters by the names ``LanceDataset.create_index`` takes
+    (``num_partitions``, ``num_sub_vectors``, ...) and the build's own settings
+    (``rows_per_segment``, ...); values may be numbers or booleans. ``dry_run=True`` returns the
+    plan. A one-row DataFrame.
+
+    >>> create_index(spark, "db.items", "emb", "IVF_PQ", options={"num_partitions": 256, "num_sub_vectors": 16}).show()
+    """
+    params: dict[str, Any] = {"column": column, "index_type": index_type, "name": name, "metric": metric,
+                              "replace": replace, "dry_run": dry_run}
+    if options:
+        params["options"] = {str(k): str(v).lower() if isinstance(v, bool) else str(v) for k, v in options.items()}
+    return call_procedure(spark, "create_index", table, catalog, {k: v for k, v in params.items() if v is not None})
 
 
 @_discoverable("maintain")
@@ -591,6 +615,10 @@ class LanceTable:
     def maintain(self, **params: Any) -> Any:
         """:func:`maintain` of this table."""
         return maintain(self._spark, self.name, catalog=self.catalog, **params)
+
+    def create_index(self, column: str, index_type: str, **params: Any) -> Any:
+        """:func:`create_index` on this table."""
+        return create_index(self._spark, self.name, column, index_type, catalog=self.catalog, **params)
 
     def optimize_indices(self, **params: Any) -> Any:
         """:func:`optimize_indices` of this table."""

@@ -85,6 +85,9 @@ def _handlers(sc: Any) -> dict[str, Handler]:
         "optimize_indices": lambda r: Result.of("optimize_indices_columns",
                                                 [optimize_indices(r.require_target(), r.args)]),
         "maintain_warehouse": warehouse_maintenance,
+        # the cluster builds an index (indexing/build.py); imported on first use
+        "create_index": lambda r: Result.of("create_index_columns", [
+            importlib.import_module(".indexing.build", __package__).create_index(r, sc)]),
         "drop_index": lambda r: Result.of("drop_index_columns", [
             importlib.import_module(".maintenance.index_drop", __package__).drop_index(r.require_target(), r.args)]),
         "table_health": system_table("table_health_rows"),
@@ -385,8 +388,8 @@ def main() -> None:
     threading.Thread(target=_start_workers, args=(sc,), daemon=True).start()
     preload.join()
     handlers = _handlers(sc)
-    from .compaction import spark_job
-    spark_job.bind_bridge(bridge)  # its jobs hand the statement's cancel watch over (spark_job.run_job)
+    from .runtime import spark_jobs
+    spark_jobs.bind_bridge(bridge)  # every Spark job of a request hands its cancel watch over (spark_jobs.run_job)
     workers = _Workers()
     bridge.ready()
     serving = _Serving()

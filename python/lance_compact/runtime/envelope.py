@@ -42,6 +42,7 @@ _COMMON = ("table", "uri", "storage_options", "catalog", "maintain_settings", "v
 PARAMETER_SECTIONS = {
     "cleanup": "cleanup_parameters",
     "optimize_indices": "optimize_indices_parameters",
+    "create_index": "create_index_parameters",
     "drop_index": "drop_index_parameters",
     "maintain": "maintain_parameters",
     "maintain_warehouse": "maintain_warehouse_parameters",

@@ -63,6 +63,9 @@ object CompactionArguments {
   /** The parameters of drop_index. */
   val dropIndex: Array[ProcedureParameter] = after(table, OptionSpec.dropIndexParameters)
 
+  /** The parameters of create_index (its `options` a map, bound as compact's options map). */
+  val createIndex: Array[ProcedureParameter] = after(table, OptionSpec.createIndexParameters)
+
   /** The parameters of describe_layout: table, the target and threshold its counts use,
    * then histogram, picture and compare_version. */
   val describeLayout: Array[ProcedureParameter] =

@@ -21,6 +21,7 @@ final case class OptionSpec(name: String, kind: String, doc: String, sql: Boolea
     case "long" => LongType
     case "double" => DoubleType
     case "boolean" => BooleanType
+    case "map" => MapType(StringType, StringType)  // create_index's options (CompactionArguments binds it by name)
     case _ => StringType
   }
 }
@@ -55,6 +56,9 @@ object OptionSpec {
 
   /** The drop_index procedure's parameters (after `table`). */
   lazy val dropIndexParameters: Seq[OptionSpec] = section("drop_index_parameters", setting = true)
+
+  /** The create_index procedure's parameters (after `table`). */
+  lazy val createIndexParameters: Seq[OptionSpec] = section("create_index_parameters", setting = true)
 
   /** describe_layout's own parameters (after table and the two options it takes). */
   lazy val layoutParameters: Seq[OptionSpec] = section("layout_parameters", setting = true)

@@ -1,0 +1,6 @@
+"""Indices built by the cluster (``CALL lance.create_index``): the request checked against the
+table (spec.py), fragment groups (plan.py), a bounded training sample gathered by Spark tasks
+(sample.py), one model trained from it (train.py), a segment per group built by Spark tasks
+(segments.py), merged with bounded fan-in and committed once (commit.py), the run and its row
+(build.py). Imports ``runtime/``, ``errors.py`` and ``options.py`` only; ``compaction/`` and
+``maintenance/`` may import it."""

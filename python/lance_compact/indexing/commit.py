@@ -1,0 +1,87 @@
+"""Segments into one committed index: merged with bounded fan-in (``merge_existing_index_segments``,
+each segment at most once: re-merging a merged segment lost recall upstream, lance issue 7731),
+committed in one ``commit_existing_index_segments`` against the build's read version, so Lance's
+conflict rules apply to a concurrent writer: an append or a delete is fine (new fragments stay
+unindexed; deleted rows are masked), a rewrite of indexed fragments conflicts. A segment whose
+fragments changed is never committed (Lance would commit it covering nothing: seen with a
+segment over 4 fragments of which 3 were compacted away, the index then reported 0 indexed
+fragments), so an index never points at wrong rows. Files of segments never committed are
+removed (local tables; elsewhere ``CALL lance.cleanup`` does)."""
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from typing import Any, Iterable, Sequence
+
+import lance
+
+log = logging.getLogger(__name__)
+
+
+def is_conflict(error: BaseException) -> bool:
+    """Whether Lance refused a commit because of a concurrent writer (retryable)."""
+    text = str(error).lower()
+    return "commit conflict" in text or "preempted by concurrent transaction" in text
+
+
+def merge_segments(ds: lance.LanceDataset, segments: Sequence[Any], fan_in: int) -> list[Any]:
+    """``segments`` (``lance.dataset.Index``) merged in runs of at most ``fan_in``, in their
+    order, each run once; a run of one stays as it is. The merged segments (new files; the
+    inputs' files are then unreferenced) in order."""
+    out = []
+    for i in range(0, len(segments), max(2, fan_in)):
+        run = list(segments[i:i + max(2, fan_in)])
+        out.append(run[0] if len(run) == 1 else ds.merge_existing_index_segments(run))
+    return out
+
+
+def fragment_fingerprint(ds: lance.LanceDataset, ids: Iterable[int]) -> dict[int, tuple] | None:
+    """Per fragment id: its data files and physical rows at ``ds`` (None when one is gone)."""
+    out = {}
+    for i in ids:
+        f = ds.get_fragment(i)
+        if f is None:
+            return None
+        m = f.metadata
+        out[i] = (tuple(sorted(d.path for d in m.files)), m.physical_rows)
+    return out
+
+
+def unchanged(read: lance.LanceDataset, latest: lance.LanceDataset, ids: Iterable[int]) -> bool:
+    """Whether fragments ``ids`` hold the same files and rows at ``latest`` as at ``read`` (a
+    deletion since is fine: the index masks deleted rows)."""
+    ids = list(ids)
+    before, after = fragment_fingerprint(read, ids), fragment_fingerprint(latest, ids)
+    return before is not None and before == after
+
+
+def commit_segments(ds: lance.LanceDataset, name: str, column: str, segments: Sequence[Any]) -> int:
+    """Commit ``segments`` as index ``name`` on ``column`` against ``ds``'s version (its read
+    version: a concurrent writer's change is checked by Lance); the new version. An index of
+    the same name is replaced in the same commit when the segments were built with
+    ``replace``."""
+    ds.commit_existing_index_segments(name, column, list(segments))
+    return ds.latest_version
+
+
+def segment_uuids(segments: Iterable[Any]) -> list[str]:
+    return [str(s.uuid) for s in segments]
+
+
+def remove_segments(uri: str, latest: lance.LanceDataset, uuids: Iterable[str]) -> int:
+    """Delete the folders (``_indices/<uuid>``) of segments never committed: local tables only
+    (elsewhere ``CALL lance.cleanup`` removes them). A segment the latest version's indices
+    reference is kept whatever happened. Returns how many it removed."""
+    if "://" in uri and not uri.startswith("file://"):
+        return 0
+    root = uri[len("file://"):] if uri.startswith("file://") else uri
+    referenced = {str(s.uuid) for i in latest.describe_indices() for s in i.segments} \
+        if hasattr(latest, "describe_indices") else set()
+    removed = 0
+    for u in set(uuids) - referenced:
+        folder = os.path.join(root, "_indices", u)
+        if os.path.isdir(folder):
+            shutil.rmtree(folder, ignore_errors=True)
+            removed += 1
+    return removed
