@@ -215,6 +215,28 @@ def test_reads_and_metadata_tables(spark, s3, wh):
         [v["version"] for v in ds.versions()]
 
 
+def test_create_index_on_spark_tasks(spark, s3, wh):
+    """CALL lance.create_index on the object store: the sample and the segments read by Spark
+    tasks with the catalog's storage options (a test hook keeps the small table off the
+    engine), merged and committed once; queries answer from the index."""
+    t, uri = table(s3, wh, "indexed")
+    before = dataset(s3, uri)
+    r = spark.sql(f"CALL lance.create_index(table => '{t}', column => 'vector', index_type => 'IVF_PQ', "
+                  "options => map('num_partitions', '4', 'num_sub_vectors', '2', 'rows_per_segment', '1000', "
+                  "'test_task_sleep_ms', 'all:1'))").collect()[0]
+    assert r.built_by == "spark tasks" and r.segments_built == len(r.groups) >= 2 and r.segments_committed == 1
+    after = dataset(s3, uri)
+    assert r.new_version == after.version == before.version + 1 and content(after) == content(before)
+    stats = after.stats.index_stats("vector_idx")
+    assert stats["num_indexed_fragments"] == len(after.get_fragments()) and stats["num_unindexed_fragments"] == 0
+    q = after.to_table(columns=["vector"], limit=1)["vector"][0].values.to_numpy()
+    exact = after.to_table(nearest={"column": "vector", "q": q, "k": 5, "use_index": False}, columns=["id"])
+    ann = after.to_table(nearest={"column": "vector", "q": q, "k": 5, "nprobes": 4, "refine_factor": 100},
+                         columns=["id"])
+    assert ann["id"].to_pylist() == exact["id"].to_pylist()
+    no_secrets(str(r), "the result row")
+
+
 def test_event_log_and_engine_log_hold_no_secret(spark):
     """Last in the module: everything above ran in this session."""
     logs = [f for f in Path(spark.events).rglob("*") if f.is_file()]

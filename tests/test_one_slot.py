@@ -97,6 +97,11 @@ STATEMENTS = {
     "maintain of a CLUSTER BY table": "CALL lance.maintain(table => '{t}', target_rows_per_fragment => 300)",
     "maintain_warehouse after CLUSTER BY":
         "CALL lance.maintain_warehouse(namespace => '{ns}', target_rows_per_fragment => 300)",
+    # a test hook keeps it on Spark tasks: a sampling job, then a segment job, on the only slot
+    "create_index on Spark tasks": "CALL lance.create_index(table => '{t}', column => 'vector', index_type => "
+                                   "'IVF_PQ', options => map('num_partitions', '4', 'num_sub_vectors', '2', "
+                                   "'rows_per_segment', '1000', 'test_task_sleep_ms', 'all:1'))",
+    "create_index in the engine": "CALL lance.create_index(table => '{t}', column => 'id', index_type => 'BTREE')",
 }
 
 
@@ -120,6 +125,9 @@ def test_every_procedure_answers_on_one_slot(spark, warehouse, what):
         assert len(after.get_fragments()) < len(before.get_fragments()), what
     if "clust" in what.lower() and "plan" not in what:
         assert "clustering" in str(rows) or what.startswith("maintain"), rows
+    if what.startswith("create_index"):
+        assert rows[0].built_by == ("spark tasks" if "Spark" in what else "engine")
+        assert len(after.describe_indices()) == 1 and after.version == before.version + 1
 
 
 def test_a_fair_pool_at_its_limit_still_runs_a_clustering(spark, warehouse):
