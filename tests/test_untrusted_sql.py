@@ -206,6 +206,8 @@ def test_the_operators_keys_go_only_to_the_operators_endpoint(shared):
     "ALTER TABLE lance.db.link SET TBLPROPERTIES ('lance_compact.maintain.priority' = '7')",
     "CALL lance.compact(table => 'db.link')",
     "CALL lance.describe_layout(table => 'db.link')",
+    "DROP INDEX id_idx ON lance.db.link",
+    "CREATE INDEX IF NOT EXISTS cat_idx ON lance.db.link USING BITMAP (category)",
 ])
 def test_a_symlink_out_of_the_warehouse_is_refused_everywhere(shared, statement):
     secret = shared["outside"] / "x" / "secret.lance"
@@ -407,3 +409,23 @@ def test_the_operators_keys_cannot_be_read_with_spark_builtins(shared):
         "SELECT * FROM props"], "builtins.sql")
     assert SECRET not in out, [line[:200] for line in out.splitlines() if SECRET in line]
     assert out.count("SharedServerGuard") >= 4, out[-3000:]  # each one refused, not failing otherwise
+
+
+def test_a_users_create_index_is_bounded_and_drop_index_reaches_only_the_warehouse(shared):
+    """CREATE INDEX and DROP INDEX through the guarded server (SharedServerGuard lets them
+    through: they are the create_index and drop_index procedures): an option beyond its bound is
+    refused by the engine before anything is built, as in a CALL; a valid one builds and drops."""
+    path = shared["wh"] / "db" / "t.lance"
+    before = version(path)
+    code, out = sql(shared, "CREATE INDEX vec_idx ON lance.db.t USING IVF_PQ (vector) "
+                            "OPTIONS (num_partitions = 10000000, num_sub_vectors = 2);")
+    assert code != 0 and "num_partitions" in out, out
+    code, out = sql(shared, "CREATE INDEX bad_idx ON lance.db.t USING BTREE (id) OPTIONS (test_before_commit = 'x');")
+    assert code != 0 and "test_before_commit" in out, out
+    assert version(path) == before and lance.dataset(str(path)).list_indices() == []
+    code, out = sql(shared, "CREATE INDEX cat_idx ON lance.db.t USING BITMAP (category);\n"
+                            "SELECT name, segments, unindexed_rows FROM lance.db.t.indices;\n"
+                            "DROP INDEX cat_idx ON lance.db.t;\n"
+                            "DROP INDEX IF EXISTS cat_idx ON lance.db.t;")
+    assert code == 0 and "cat_idx" in out, out
+    assert version(path) == before + 2 and lance.dataset(str(path)).list_indices() == []
