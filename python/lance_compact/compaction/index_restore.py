@@ -1,10 +1,11 @@
-"""Indices left covering less than the table, restored at the end of a compaction run (Lance's
-``optimize_indices``), whoever left them so: a clustering's Rewrite (its new fragments are not
-covered until then), an earlier run killed or failed between its Rewrite and its restore, or
-appends no index optimization has covered yet. Coverage is read where every part of the
-product reads it (``fragments.index_state``); what happened is said in the result row's
-``index_coverage`` and, when the restore fails after the run committed, in the error with the
-versions committed.
+"""Indices left covering less than the table, restored at the end of a compaction run (the
+uncovered rows built as new segments of each index with its model, merged size-tiered, as
+``optimize_indices`` does: indexing/upkeep.py), whoever left them so: a clustering's Rewrite
+(its new fragments are not covered until then), an earlier run killed or failed between its
+Rewrite and its restore, or appends no index optimization has covered yet. Coverage is read where
+every part of the product reads it (``fragments.index_state``); what happened is said in the
+result row's ``index_coverage`` and, when the restore fails after the run committed, in the error
+with the versions committed.
 """
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import CompactionError
+from ..indexing import upkeep
 from ..runtime import hooks
+from ..runtime.envelope import Target
 from ..runtime.failures import classify, committed_phrase, describe
 from ..runtime.tables import open_dataset
 from .commit import is_retryable_conflict
@@ -79,7 +82,11 @@ def restore(request: Any, lost: set[str], versions: list[int], dataset: Any = No
     names = sorted(behind)
     try:
         hooks.fault_at(request, "index_restore")
-        latest.optimize.optimize_indices(index_names=names)  # Lance moves ``latest`` to its version
+        # the new rows as new segments with each index's model, merged size-tiered (indexing/upkeep.py)
+        version = upkeep.keep_up(Target(request.table, request.uri, dict(request.storage_options)), latest, names,
+                                 "compact")
+    except upkeep.UpkeepConflict as e:
+        return IndexCoverage(lost_now, False, found=found, conflict=e.message.split(" (")[0][:200])
     except Exception as e:  # noqa: B902 - Lance's (OSError, ValueError, ...) or the store's
         if is_retryable_conflict(e):
             return IndexCoverage(lost_now, False, found=found, conflict=str(e).split(",")[0][:200])
@@ -89,4 +96,4 @@ def restore(request: Any, lost: set[str], versions: list[int], dataset: Any = No
             f"{committed_phrase(versions)}; the index restore did not land: {left} (queries stay correct, "
             f"scanning what an index does not cover); the next compact or maintain, or CALL "
             f"lance.optimize_indices(table => '{request.table}'), restores them", classify(e).kind) from None
-    return IndexCoverage(lost_now, True, latest.version, found)
+    return IndexCoverage(lost_now, True, version, found)

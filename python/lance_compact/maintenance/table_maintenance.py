@@ -122,7 +122,7 @@ def optimize_indices_step(t: Target, args: dict[str, Any], runner: Any, dry: boo
            "reason": rules.optimize_indices_reason(state, lagging, args["min_unindexed_fragments"])}
     if lagging and not dry:
         names = ",".join(sorted(lagging))
-        r = optimize_indices(t, {"indices": names}, ds)
+        r = optimize_indices(t, {"indices": names}, ds, procedure="maintain")
         row.update(ran=True, version=r["new_version"],
                    outcome=f"{r['indices_optimized']} indices: unindexed fragments "
                            f"{r['unindexed_fragments_before']} -> {r['unindexed_fragments_after']}")
