@@ -297,14 +297,18 @@ def test_an_existing_name_needs_replace(spark, base_vectors, warehouse):
     assert ds.to_table(filter="id = 77", columns=["id"])["id"].to_pylist() == [77]
 
 
-def test_a_concurrent_append_during_the_build_stays_unindexed_and_answers_stay_right(spark, base_vectors, warehouse):
-    t, path = copy_of(base_vectors, warehouse, "appended")
-    r = create(spark, t, "id", "BTREE", options={"rows_per_segment": "5000", "test_before_commit": "writers.append_copies"})
+@pytest.mark.parametrize("writer", ["append_copies", "delete_in_first_fragment"])
+def test_a_concurrent_append_or_delete_during_the_build_keeps_answers_right(spark, base_vectors, warehouse, writer):
+    t, path = copy_of(base_vectors, warehouse, f"concurrent_{writer}")
+    r = create(spark, t, "id", "BTREE", options={"rows_per_segment": "5000", "test_before_commit": f"writers.{writer}"})
     ds = lance.dataset(str(path))
-    assert r.retries == 0 and r.new_version == ds.version and ds.count_rows() == N + 25
+    assert r.retries == 0 and r.new_version == ds.version
+    assert ds.count_rows() == (N + 25 if writer == "append_copies" else N - 5)
     stats = ds.stats.index_stats("id_idx")
-    assert stats["num_indexed_fragments"] == 8 and stats["num_unindexed_fragments"] == 1
-    for f in ("id = 900010", "id < 100", "id >= 899990"):
+    # the appended fragment is not indexed (optimize_indices adds it); deleted rows are masked
+    assert stats["num_indexed_fragments"] == 8
+    assert stats["num_unindexed_fragments"] == (1 if writer == "append_copies" else 0)
+    for f in ("id = 900010", "id < 100", "id >= 899990", "id = 3", "id IN (0, 1, 2, 3, 4, 5, 6)"):
         assert ds.to_table(filter=f, columns=["id"]).sort_by("id") == \
             ds.to_table(filter=f, columns=["id"], use_scalar_index=False).sort_by("id"), f
 
@@ -321,6 +325,15 @@ def test_a_concurrent_compaction_makes_the_build_plan_again(spark, base_vectors,
     assert recall(ds, queries, brute_force(queries), nprobes=16) == 1.0
     # no segment left behind: only the committed index's segments are in _indices
     assert segment_dirs(path) == {str(s.uuid) for i in ds.describe_indices() for s in i.segments}
+
+
+def test_a_failed_segment_task_commits_nothing_and_leaves_no_segment_files(spark, base_vectors, warehouse):
+    t, path = copy_of(base_vectors, warehouse, "failed")
+    with refused(path, r"table db.failed: building the index segment of fragments 4, 5 failed.*injected failure of "
+                       r"task 2, attempt 0.*nothing was committed"):
+        create(spark, t, "emb", "IVF_PQ", options={"num_partitions": "16", "num_sub_vectors": "4",
+                                                   "rows_per_segment": "5000", "test_fail_task": "2:all:raise"})
+    assert not lance.dataset(str(path)).describe_indices() and segment_dirs(path) == set()
 
 
 def test_cancel_leaves_no_committed_index_and_no_segment_files(spark, base_vectors, warehouse):

@@ -421,8 +421,8 @@ def drop_index(spark: Any, table: str, *, catalog: str = DEFAULT_CATALOG, name: 
 
 @_discoverable("create_index")
 def create_index(spark: Any, table: str, column: str, index_type: str, *, catalog: str = DEFAULT_CATALOG,
-                 name: str | None = None, metric: str | None = None, replace: bool = False,
-                 options: Mapping[str, Any] | None = None, dry_run: bool = False) -> Any:
+                 name: str | None = None, metric: str | None = None, replace: bool | None = None,
+                 options: Mapping[str, Any] | None = None, dry_run: bool | None = None) -> Any:
     """Build an index on the cluster (``CALL lance.create_index``): for a vector index a training
     sample gathered by Spark tasks and one model, then a segment per fragment group built by a
     Spark task, merged and committed once on the driver (a small table in local mode is built by
