@@ -33,6 +33,7 @@ import writers
 VEND_SECONDS = 2
 TOKEN = uuid.uuid4().hex[:12].upper()
 PLANTED = (f"AKIA{TOKEN}", f"vended-secret-{TOKEN.lower()}-Zq8")
+GLUE_KEYS = (f"AKIAGLUE{TOKEN[:8]}", f"glue-secret-{TOKEN.lower()}-Kp4")
 
 
 class Service:
@@ -70,6 +71,29 @@ def _make_table(service: Service, fragments: int, storage_options: dict | None =
     return ds.uri
 
 
+class Glue:
+    """AWS Glue as moto serves it (the tests' S3-compatible server is moto's, which answers
+    Glue's API too): database `db`, table `db.t` declared at a location no convention predicts,
+    its data written there with Lance."""
+
+    def __init__(self, s3, bucket: str) -> None:
+        from lance_namespace_impls.glue import GlueNamespace
+
+        self.storage = s3.storage_options
+        self.settings = {"endpoint": s3.endpoint, "region": "us-east-1", "access_key_id": GLUE_KEYS[0],
+                         "secret_access_key": GLUE_KEYS[1]}
+        self.client = GlueNamespace(**self.settings, **{f"storage.{k}": v for k, v in self.storage.items()})
+        self.client.create_namespace(lance_ns.CreateNamespaceRequest(id=["db"]))
+        self.location = self.client.declare_table(lance_ns.DeclareTableRequest(
+            id=["db", "t"], location=f"{bucket}/glue-data/t-{TOKEN.lower()}")).location
+        for i in range(12):
+            lance.write_dataset(batch(i * 20, 20), self.location, mode="create" if i == 0 else "append",
+                                storage_options=self.storage)
+
+    def dataset(self) -> lance.LanceDataset:
+        return lance.dataset(self.location, storage_options=self.storage)
+
+
 @pytest.fixture(scope="module")
 def services(tmp_path_factory, s3):
     root = tmp_path_factory.mktemp("rest_root")
@@ -83,6 +107,7 @@ def services(tmp_path_factory, s3):
         plain.location = _make_table(plain, 30)
         vend.location = _make_table(vend, 12)
         vend.storage = storage
+        plain.glue = Glue(s3, bucket)
         yield plain, vend
     finally:
         plain.stop()
@@ -102,6 +127,9 @@ def spark(warehouse, services, tmp_path_factory):
             "spark.sql.catalog.vend": CATALOG_CLASS, "spark.sql.catalog.vend.impl": "rest",
             "spark.sql.catalog.vend.uri": vend.uri,
             "spark.sql.catalog.vend.headers.x-api-key": "operator-api-key-7Hq2",
+            "spark.sql.catalog.glue": CATALOG_CLASS, "spark.sql.catalog.glue.impl": "glue",
+            **{f"spark.sql.catalog.glue.{k}": v for k, v in plain.glue.settings.items()},
+            **{f"spark.sql.catalog.glue.storage.{k}": v for k, v in plain.glue.storage.items()},
             "spark.eventLog.enabled": "true", "spark.eventLog.dir": str(logs / "events"),
             "spark.eventLog.compress": "false", "spark.eventLog.rolling.enabled": "false",
             "spark.lance.compact.engine.log": str(logs / "engine.log")}
@@ -296,3 +324,35 @@ def test_lance_spark_sql_without_a_warehouse(services, tmp_path):
     assert p.returncode == 0, p.stderr[-3000:]
     rows = lance.dataset(namespace_client=plain.client, table_id=["db", "t"]).count_rows()
     assert "t" in p.stdout.split() and str(rows) in p.stdout.split()
+
+
+def test_glue(spark, services):
+    """The same catalog over AWS Glue (moto's): lance-spark's keys (region, endpoint, the Glue
+    client's credentials), the table's data on the S3-compatible server with the operator's
+    storage.*."""
+    glue = services[0].glue
+    before = glue.dataset()
+    want = content(before)
+    assert [r.tableName for r in spark.sql("SHOW TABLES IN glue.db").collect()] == ["t"]
+    assert spark.sql("SELECT count(*) FROM glue.db.t").collect()[0][0] == len(want)
+    r = spark.sql("CALL glue.compact(table => 'db.t', target_rows_per_fragment => 100)").collect()[0]
+    after = glue.dataset()
+    assert r.fragments_removed == 12 and after.version == r.new_version and content(after) == want
+    r = spark.sql("CALL glue.compact(table => 'db.t', sort_order => 'category', "
+                  "target_rows_per_fragment => 100)").collect()[0]
+    clustered = glue.dataset()
+    assert clustered.version == r.new_version and content(clustered) == want
+    cats = clustered.to_table(columns=["category"])["category"].to_pylist()
+    assert cats == sorted(cats)
+    health = spark.sql("SELECT namespace, `table`, error FROM glue.system.table_health").collect()
+    assert [tuple(h) for h in health] == [("db", "t", None)]
+    w = spark.sql("CALL glue.maintain_warehouse(target_rows_per_fragment => 100)").collect()
+    assert w and {x.table for x in w} == {"db.t"} and all(x.error is None for x in w)
+    with pytest.raises(Exception, match="TABLE_OR_VIEW_NOT_FOUND|cannot be found"):
+        spark.sql("CALL glue.compact(table => 'db.nope')").collect()
+    with pytest.raises(Exception, match="is not the location catalog glue's service gives"):
+        spark.sql(f"CALL glue.compact(table => '{glue.location}x')").collect()
+    assert content(glue.dataset()) == want
+    texts = [(spark.logs / "engine.log").read_text()] + [
+        f.read_text(errors="replace") for f in (spark.logs / "events").rglob("*") if f.is_file()]
+    assert not [k for k in GLUE_KEYS for t in texts if k in t]

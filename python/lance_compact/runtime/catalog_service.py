@@ -1,4 +1,4 @@
-"""Tables of a catalog service (a Lance Namespace: ``impl=rest`` today), opened through it.
+"""Tables of a catalog service (a Lance Namespace: ``impl=rest``, ``impl=glue``), opened through it.
 
 A catalog configured with ``spark.sql.catalog.<name>.impl=rest`` (and ``uri``, ``headers.*``)
 keeps its tables where the service says: their locations, and the storage options (vended,
@@ -43,7 +43,7 @@ TABLE_ID = PREFIX + "table_id"
 # Lance Namespace implementations a catalog may name. Each is a fixed class of pylance; a class
 # name (which Lance would import) is not accepted, nor the dynamic context provider properties
 # (which would import a class too).
-IMPLS = ("rest", "dir")
+IMPLS = ("rest", "glue", "dir")
 _REFUSED_PROPERTIES = ("dynamic_context_provider.",)
 
 
@@ -60,7 +60,7 @@ class Service:
     def shown(self) -> str:
         """The service as errors name it: its implementation and endpoint, never a header."""
         props = dict(self.properties)
-        where = props.get("uri") or props.get("root") or ""
+        where = props.get("uri") or props.get("endpoint") or props.get("root") or ""
         return f"catalog service {self.impl}" + (f" at {where}" if where else "")
 
 
@@ -138,12 +138,13 @@ class _Checked:
         return self._inner.namespace_id()
 
     def describe_table(self, request: Any) -> Any:
+        from lance_namespace.errors import NamespaceNotFoundError, TableNotFoundError
+
         try:
-            response = self._inner.describe_table(request)
+            response = translated(self._inner.describe_table, request)
+        except (TableNotFoundError, NamespaceNotFoundError):
+            raise
         except Exception as e:
-            from lance_namespace.errors import NamespaceNotFoundError, TableNotFoundError
-            if isinstance(e, (TableNotFoundError, NamespaceNotFoundError)):
-                raise
             raise unreachable(self._service, e) from None
         with self._lock:
             self.describes += 1
@@ -155,8 +156,34 @@ class _Checked:
                                   f"it gave, '{location}', is refused: it holds {why}")
         return response
 
+    def namespace_exists(self, request: Any) -> Any:
+        from lance import namespace as lance_ns
+        from lance_namespace.errors import UnsupportedOperationError
+
+        try:
+            return translated(self._inner.namespace_exists, request)
+        except UnsupportedOperationError:  # Glue's: a namespace exists when it can be described
+            return translated(self._inner.describe_namespace, lance_ns.DescribeNamespaceRequest(id=request.id))
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
+
+
+def translated(call: Any, *args: Any, **kwargs: Any) -> Any:
+    """``call(*args, **kwargs)``, with a missing table or namespace raised as Lance Namespace's own
+    errors: the Python implementations of lance-namespace-impls (Glue) raise ``RuntimeError("Table
+    does not exist: ...")`` instead."""
+    from lance_namespace.errors import NamespaceNotFoundError, TableNotFoundError
+
+    try:
+        return call(*args, **kwargs)
+    except RuntimeError as e:
+        text = str(e)
+        if text.startswith("Table does not exist"):
+            raise TableNotFoundError(text) from None
+        if text.startswith("Namespace does not exist"):
+            raise NamespaceNotFoundError(text) from None
+        raise
 
 
 _checked_cls: type | None = None
@@ -171,9 +198,9 @@ def _checked_class() -> type:
         from lance_namespace import LanceNamespace
 
         def passed(name: str):
-            return lambda self, *a, **k: getattr(self._inner, name)(*a, **k)
+            return lambda self, *a, **k: translated(getattr(self._inner, name), *a, **k)
 
-        own = {"describe_table", "namespace_id"}
+        own = {"describe_table", "namespace_id", "namespace_exists"}
         methods = {n: passed(n) for n in dir(LanceNamespace)
                    if not n.startswith("_") and n not in own and callable(getattr(LanceNamespace, n))}
         _checked_cls = type("CheckedNamespace", (_Checked, LanceNamespace), methods)
@@ -196,7 +223,16 @@ def client(service: Service) -> Any:
             return found
     from lance import namespace as lance_ns
 
-    cls = {"rest": lance_ns.RestNamespace, "dir": lance_ns.DirectoryNamespace}[service.impl]
+    if service.impl == "glue":
+        try:
+            from lance_namespace_impls.glue import GlueNamespace
+        except ImportError:
+            raise CompactionError(f"{service.shown}: impl=glue needs the Python package "
+                                  "lance-namespace-impls (with boto3) on the driver and every executor: "
+                                  "pip install 'lance-spark-compact[glue]'") from None
+        cls = GlueNamespace
+    else:
+        cls = {"rest": lance_ns.RestNamespace, "dir": lance_ns.DirectoryNamespace}[service.impl]
     try:
         inner = cls(**dict(service.properties))
     except Exception as e:

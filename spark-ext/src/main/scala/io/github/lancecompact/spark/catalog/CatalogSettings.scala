@@ -23,7 +23,8 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap
 object CatalogSettings {
   /** Keys read by LanceCatalog.initialize (lower case); `storage.` and `maintain.` are prefixes. */
   val Locked: Set[String] = Set("warehouse", "root", "impl", "single_level_ns", "read_max_rows", "distributed_reads",
-    "uri", "delimiter")
+    "uri", "delimiter", "region", "catalog_id", "endpoint", "access_key_id", "secret_access_key", "session_token",
+    "max_retries", "retry_mode")
   /** A catalog service's headers (`headers.x-api-key`, lance-spark's spelling; `header.`) and TLS settings too. */
   val LockedPrefixes: Seq[String] = Seq("storage.", "maintain.", "headers.", "header.", "tls.")
 

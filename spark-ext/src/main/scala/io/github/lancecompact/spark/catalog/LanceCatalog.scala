@@ -64,8 +64,8 @@ class LanceCatalog extends TableCatalog with SupportsNamespaces with ProcedureCa
         if (!CatalogSettings.operators(Option(SparkEnv.get).map(_.conf), name, getClass.getName)) throw new LanceCompactException(
           s"catalog $name: impl '$impl' (a catalog service) is accepted only in a catalog the operator registers in the " +
             "driver's static configuration, not in one a session defines", null)
-        val props = LanceNamespaceService.properties(options.asCaseSensitiveMap().asScala.toMap)
-        if (!props.contains("uri")) throw new LanceCompactException(
+        val props = LanceNamespaceService.properties(impl.toLowerCase, options.asCaseSensitiveMap().asScala.toMap)
+        if (impl.equalsIgnoreCase("rest") && !props.contains("uri")) throw new LanceCompactException(
           s"catalog $name: impl=$impl needs spark.sql.catalog.$name.uri (the service's endpoint)", null)
         val s = new LanceNamespaceService(name, impl.toLowerCase, props, storage)
         service = Some(s)

@@ -89,6 +89,6 @@ object LanceDirectoryNamespace {
   def check(catalogName: String, impl: String): Unit =
     if (!impl.trim.equalsIgnoreCase("dir")) throw new LanceCompactException(
       s"catalog $catalogName: impl '$impl' is not supported; impl=dir (a Lance directory namespace, " +
-        "as lance-spark writes it, with root=<folder or URI>) and impl=rest (a Lance REST namespace, with " +
-        "uri=<endpoint>) are, or leave impl unset and set warehouse", null)
+        "as lance-spark writes it, with root=<folder or URI>), impl=rest (a Lance REST namespace, with " +
+        "uri=<endpoint>) and impl=glue (AWS Glue) are, or leave impl unset and set warehouse", null)
 }

@@ -11,7 +11,8 @@ import org.apache.spark.sql.connector.catalog.Identifier
 import io.github.lancecompact.spark.engine.{EngineRequest, LanceCompactException, PythonEngine}
 
 /** Tables kept by a catalog service, a Lance Namespace (`impl=rest`, with `uri` and
- * `headers.*` as lance-spark names them), resolved by the engine through the service's own client
+ * `headers.*` as lance-spark names them; `impl=glue`, with `region`, `endpoint`, `catalog_id` and
+ * the Glue client's credentials), resolved by the engine through the service's own client
  * (python/lance_compact/runtime/catalog_service.py, catalog/namespaces.py): its namespaces and
  * tables, and each table's location from DescribeTable. There is no warehouse folder: the
  * boundary is the catalog's. SQL names tables by identifier; a path given as a table is accepted
@@ -54,7 +55,7 @@ final class LanceNamespaceService(catalogName: String, impl: String, properties:
     namespace.isEmpty || ask("namespace_exists", namespace.toSeq).nonEmpty
 
   def namespaceLocation(namespace: Array[String]): String =
-    s"$impl catalog service${properties.get("uri").map(u => s" at $u").getOrElse("")}"
+    s"$impl catalog service${properties.get("uri").orElse(properties.get("endpoint")).map(u => s" at $u").getOrElse("")}"
 
   /** A namespace whose name holds a dot is left out: the engine names a listed table's
    * namespace dotted, so it would be another namespace's table. */
@@ -131,12 +132,19 @@ object LanceNamespaceService {
   val Prefix = "lance_compact.catalog."
 
   /** Implementations served through the engine's Lance Namespace clients. */
-  val Impls: Set[String] = Set("rest")
+  val Impls: Set[String] = Set("rest", "glue")
+
+  /** Glue's settings (lance-spark's keys: the Glue client's region, catalog, endpoint and credentials;
+   * `root` where its new tables go). */
+  val GlueKeys: Set[String] = Set("region", "catalog_id", "endpoint", "access_key_id", "secret_access_key",
+    "session_token", "root", "max_retries", "retry_mode")
 
   /** The catalog settings passed to the service as its properties (lance-spark's keys;
    * `headers.<name>` as pylance's RestNamespace reads it, `header.<name>`). */
-  def properties(options: Map[String, String]): Map[String, String] = options.collect {
-    case (k, v) if k.equalsIgnoreCase("uri") || k.equalsIgnoreCase("delimiter") => k.toLowerCase(Locale.ROOT) -> v
+  def properties(impl: String, options: Map[String, String]): Map[String, String] = options.collect {
+    case (k, v) if impl == "rest" && (k.equalsIgnoreCase("uri") || k.equalsIgnoreCase("delimiter")) =>
+      k.toLowerCase(Locale.ROOT) -> v
+    case (k, v) if impl == "glue" && GlueKeys.contains(k.toLowerCase(Locale.ROOT)) => k.toLowerCase(Locale.ROOT) -> v
     case (k, v) if k.toLowerCase(Locale.ROOT).startsWith("headers.") => s"header.${k.substring("headers.".length)}" -> v
     case (k, v) if k.toLowerCase(Locale.ROOT).startsWith("header.") => s"header.${k.substring("header.".length)}" -> v
     case (k, v) if k.toLowerCase(Locale.ROOT).startsWith("tls.") => k -> v

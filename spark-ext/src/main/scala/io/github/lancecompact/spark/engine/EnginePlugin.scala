@@ -48,7 +48,7 @@ class EnginePlugin extends SparkPlugin {
 object EnginePlugin {
   val RedactionKey = "spark.redaction.regex"
   /** Catalog storage options, whatever the store calls its keys. */
-  val StorageOptions = """catalog\.[^.]+\.(storage|headers?)\."""
+  val StorageOptions = """catalog\.[^.]+\.(storage\.|headers?\.|access_key_id|secret_access_key|session_token)"""
   private val SparkDefault = "(?i)secret|password|token|access[.]?key"
 
   /** `spark.redaction.regex` extended to cover catalog storage options (kept if it already does). */
