@@ -90,19 +90,18 @@ def test_spark_sql_reports_a_bad_option_and_changes_nothing(cli_warehouse):
 
 
 def test_sql_examples_parse_and_run(cli_warehouse, tmp_path):
-    """sql/compact.sql as shipped, against a warehouse holding db.events."""
+    """The sql/ examples as shipped, one after another against a warehouse holding db.events,
+    in one spark-sql process (`-f` of the files joined: each process start costs seconds)."""
     wh = tmp_path / "wh"
     degraded_table(str(wh / "db" / "events.lance"))
-    p = spark_sql(wh, "-f", str(ROOT / "sql" / "compact.sql"))
+    script = tmp_path / "examples.sql"
+    script.write_text("".join((ROOT / "sql" / name).read_text() for name in (
+        "compact.sql", "maintenance.sql", "streaming_maintenance.sql", "layout_and_plan.sql")))
+    p = spark_sql(wh, "-f", str(script))
     assert p.returncode == 0, p.stderr[-3000:]
-    assert rows_of(p.stdout)[0]["table"] == "db.events"
-    p = spark_sql(wh, "-f", str(ROOT / "sql" / "maintenance.sql"))
-    assert p.returncode == 0, p.stderr[-3000:]
-    assert rows_of(p.stdout)[0]["table"] == "db.events"
-    p = spark_sql(wh, "-e", (ROOT / "sql" / "streaming_maintenance.sql").read_text()
-                  + (ROOT / "sql" / "layout_and_plan.sql").read_text())
-    assert p.returncode == 0, p.stderr[-3000:]
-    assert [r["strategy"] for r in rows_of(p.stdout)] == ["incremental", "deletion_only", "default"]
+    compacted = rows_of(p.stdout)
+    assert [r["table"] for r in compacted[:2]] == ["db.events", "db.events"]  # compact.sql, maintenance.sql
+    assert [r["strategy"] for r in compacted[2:]] == ["incremental", "deletion_only", "default"]
     assert rows_of(p.stdout, "table\tversion\tdry_run")[0]["dry_run"] == "true"
 
 
