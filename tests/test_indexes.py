@@ -229,6 +229,9 @@ def test_create_index_in_sql_is_the_create_index_procedure(spark, warehouse):
     ("CREATE INDEX `x\nidx` ON lance.db.bad USING BTREE (id)", "contains a control character"),
     ("CREATE INDEX id_idx ON lance.db.bad USING BITMAP (id)", "INDEX_ALREADY_EXISTS"),
     ("DROP INDEX `x\nidx` ON lance.db.bad", "contains a control character"),
+    # a metadata table takes no index: Spark's own words
+    ("CREATE INDEX x_idx ON lance.db.bad.indices USING BTREE (name)", "CreateIndex is not supported in this table"),
+    ("DROP INDEX id_idx ON lance.db.bad.fragments", "DropIndex is not supported in this table"),
 ])
 def test_bad_index_statements_are_refused_and_change_nothing(spark, warehouse, statement, match):
     path = warehouse / "db" / "bad.lance"
