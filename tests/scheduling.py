@@ -24,8 +24,8 @@ import pytest
 
 SECONDS_FILE = Path(__file__).with_name("module_seconds.json")
 # A module not in SECONDS_FILE: its Spark session's start, then this much per test.
-START_GUESS = 10.0
-PER_TEST_GUESS = 3.0
+START_GUESS = 15.0
+PER_TEST_GUESS = 1.5
 SHOWN = 15  # modules listed in the summary
 
 
