@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import re
 import statistics
+import subprocess
+import sys
 import time
 
 import lance
@@ -17,6 +19,7 @@ import pyarrow as pa
 import pytest
 
 from conftest import NO_CLEANUP_FLOOR
+from lance_compact.runtime.memory import ARENAS
 
 ROUNDS = 120
 TABLES = 4
@@ -78,11 +81,15 @@ def test_the_engine_keeps_its_caches_within_their_bounds_and_its_memory_levels_o
             break
         time.sleep(2)
     assert lines, "the engine logged no memory figures"
+    log_text = spark.engine_log.read_text()
+    assert f"memory: at most {ARENAS} malloc arenas" in log_text, "the engine did not cap glibc's arenas"
     for line in lines:
         held, bound = map(int, re.search(r"Lance session caches (\d+) MiB \(bounds: metadata (\d+) MiB", line).groups())
         assert bound == BOUND_MIB and held <= 2 * BOUND_MIB, line  # index cache empty: metadata only
         versions, most = map(int, re.search(r"(\d+) versions \(at most (\d+)\)", line).groups())
         assert versions <= most, line
+        in_use, free = map(int, re.search(r"C heap (\d+) MiB in use, (\d+) MiB free", line).groups())
+        assert 0 < in_use < 200 and free < 200, line
     # Growth over the last third against the middle third: the cache is full within a few rounds,
     # what is left is noise. Measured on a busy machine (load 40): the code before the bound grew
     # 11.0 MiB here (its cache was filling towards 256 MiB), with it 1.6 MiB.
@@ -90,6 +97,52 @@ def test_the_engine_keeps_its_caches_within_their_bounds_and_its_memory_levels_o
     middle, last = statistics.median(rss[third:2 * third]), statistics.median(rss[2 * third:])
     assert last - middle < 6, (f"engine RSS grew {last - middle:.1f} MiB from the middle to the last third of "
                                f"{ROUNDS} rounds ({took:.0f} s): {[round(x) for x in rss[::10]]}")
+
+
+# Threads that each allocate through malloc, then the number of arenas glibc made (malloc_info's
+# <heap nr=...>), with and without the engine's cap.
+_ARENAS_PROBE = """
+import ctypes, os, sys, tempfile, threading
+from lance_compact.runtime.memory import limit_arenas
+if sys.argv[1] == "capped":
+    assert limit_arenas(), "limit_arenas did not apply"
+bufs = []
+together = threading.Barrier(8)  # all alive at once: an ended thread's arena goes to the next one
+def allocate():
+    bufs.extend(ctypes.create_string_buffer(4096) for _ in range(100))  # above pymalloc's 512 bytes: malloc
+    together.wait()
+threads = [threading.Thread(target=allocate) for _ in range(8)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+libc = ctypes.CDLL("libc.so.6")
+libc.fopen.restype = ctypes.c_void_p
+libc.malloc_info.argtypes = [ctypes.c_int, ctypes.c_void_p]
+libc.fclose.argtypes = [ctypes.c_void_p]
+path = os.path.join(tempfile.mkdtemp(), "info.xml")
+f = libc.fopen(path.encode(), b"w")
+libc.malloc_info(0, f)
+libc.fclose(f)
+print(open(path).read().count("<heap nr="))
+"""
+
+
+def test_the_engine_caps_glibc_malloc_arenas():
+    """Each thread gets a glibc arena of its own (up to 8 per core) and memory freed stays in its
+    arena, fragmented there: the residual growth of the engine's soaks (runtime/memory.py). The
+    engine caps them (``limit_arenas``, at its start); ``$MALLOC_ARENA_MAX`` wins when set."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
+    arenas = {how: int(subprocess.run([sys.executable, "-c", _ARENAS_PROBE, how], env=env, check=True,
+                                      capture_output=True, text=True).stdout.strip())
+              for how in ("default", "capped")}
+    assert arenas["capped"] <= ARENAS < arenas["default"], arenas
+    out = subprocess.run([sys.executable, "-c", "from lance_compact.runtime.memory import limit_arenas; "
+                          "print(limit_arenas())"], env={**env, "MALLOC_ARENA_MAX": "4"},
+                         capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "False", "the operator's MALLOC_ARENA_MAX must win"
 
 
 # Times or measures the machine: run alone, not beside other modules (bin/test).

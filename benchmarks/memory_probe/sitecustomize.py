@@ -27,6 +27,22 @@ def _rss() -> int:
     return 0
 
 
+def _mallinfo() -> dict:
+    """glibc's heap, summed over its arenas (MiB): what is in use, and what it holds free."""
+    import ctypes
+
+    class Info(ctypes.Structure):
+        _fields_ = [(n, ctypes.c_size_t) for n in ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks",
+                                                   "fsmblks", "uordblks", "fordblks", "keepcost")]
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallinfo2.restype = Info
+        m = libc.mallinfo2()
+    except (OSError, AttributeError):
+        return {}
+    return {"malloc_in_use": m.uordblks + m.hblkhd, "malloc_free": m.fordblks, "malloc_arena": m.arena}
+
+
 def _sizes() -> dict:
     """The engine's kept state, where it is already imported (never imports it)."""
     import sys
@@ -60,13 +76,15 @@ def _probe(path: str, every: float, frames: int) -> None:
     import time
     import tracemalloc
 
-    tracemalloc.start(frames)
+    if frames:  # 0: no tracing (its own cost hides small growth); the other figures only
+        tracemalloc.start(frames)
     first = first_types = None
     started = time.monotonic()
     while True:
         time.sleep(every)
         snap = tracemalloc.take_snapshot().filter_traces(
-            [tracemalloc.Filter(False, tracemalloc.__file__), tracemalloc.Filter(False, "<frozen importlib._bootstrap>")])
+            [tracemalloc.Filter(False, tracemalloc.__file__), tracemalloc.Filter(False, "<frozen importlib._bootstrap>")]
+        ) if frames else None
         types = collections.Counter(type(o).__name__ for o in gc.get_objects())
         line = {"t": round(time.monotonic() - started), "rss": _rss(),
                 "traced": tracemalloc.get_traced_memory()[0], **_sizes()}
@@ -74,12 +92,14 @@ def _probe(path: str, every: float, frames: int) -> None:
             import ctypes
             ctypes.CDLL("libc.so.6").malloc_trim(0)
             line["rss_after_trim"] = _rss()
-        if first is None:
+        line.update(_mallinfo())
+        if first_types is None:
             first, first_types = snap, types
-        else:
+        elif snap is not None:
             stats = snap.compare_to(first, "traceback" if frames > 1 else "lineno")
             line["grew"] = [[s.size_diff, s.count_diff, " < ".join(str(f) for f in s.traceback[:frames])]
                             for s in stats[:12] if s.size_diff > 0]
+        if first_types is not types:
             line["types"] = sorted(((n, c - first_types.get(n, 0)) for n, c in types.items()
                                     if c - first_types.get(n, 0) > 0), key=lambda x: -x[1])[:12]
         with open(path, "a") as f:

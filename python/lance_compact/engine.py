@@ -371,7 +371,11 @@ def _memory_figures() -> str:
 
 
 def main() -> None:
+    from .runtime.memory import ARENAS, limit_arenas
+    capped = limit_arenas()  # before any thread is made (runtime/memory.py)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if capped:
+        log.info("memory: at most %d malloc arenas", ARENAS)
     threading.Thread(target=_exit_with_parent, daemon=True).start()
     threading.Thread(target=_exit_when_orphaned, daemon=True).start()
     preload = threading.Thread(target=_preload, daemon=True)

@@ -1,0 +1,321 @@
+"""Memory over hours (issue 33, item 7): the engine under a real Spark session running the
+procedures a streaming table's upkeep calls, and the maintenance service over a warehouse of
+its own, side by side, while both warehouses keep getting appends and deletes.
+
+    source bin/env.sh && nice -n 10 .venv/bin/python benchmarks/memory_plateau.py \\
+        --until 11:38 --csv benchmarks/results/memory_plateau.csv
+
+Every round (one a ``--every`` seconds at most) appends ``--rows`` rows to every table of both
+warehouses and deletes a fifth of them plus one older row, then, in the driver's session:
+``compact`` of every table, a clustering ``compact(sort_order => 'tenant')`` of one table in
+turn, ``maintain``, ``cleanup`` and ``describe_layout`` of every table, ``optimize_indices``
+of the tables with an index, and one ``SELECT`` of ``lance.system.table_health``. The service
+(``python -m lance_compact.maintenance_service``) runs ``maintain_warehouse`` over the other
+warehouse every ``--service-every``.
+
+Once a minute one CSV row: resident set (MiB) of this driver, its JVM and its engine, of the
+service's Python, JVM and engine; each JVM's heap and metaspace in use (``jstat``); each
+engine's anonymous memory (``/proc/PID/smaps_rollup``) and its own last logged figures
+(runtime/memory.py: RSS after trimming, the Lance session caches). At the end, the rows are
+checked (nothing lost) and a summary printed (benchmarks/memory_plateau_summary.py reads the CSV).
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime as dt
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path.insert(0, str(ROOT / "tests"))
+
+from memory_soak import engine_pid  # noqa: E402
+
+MIB = 2 ** 20
+INDEXED = 2  # tables t0 and t1 carry a BTREE on id
+
+
+def rss(pid: int | None) -> float:
+    from lance_compact.runtime.memory import rss_bytes
+
+    return rss_bytes(pid) / MIB if pid else 0.0
+
+
+def anonymous(pid: int | None) -> float:
+    """Anonymous memory (the heaps, native and Python), MiB."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Anonymous:"):
+                    return int(line.split()[1]) / 1024
+    except (OSError, TypeError):
+        pass
+    return 0.0
+
+
+def children(pid: int) -> list[int]:
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        out.append(int(entry))
+            except OSError:
+                pass
+    return out
+
+
+def java_under(pid: int) -> int | None:
+    """The JVM PySpark started under process ``pid`` (spark-submit execs java)."""
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        for c in children(p):
+            try:
+                with open(f"/proc/{c}/cmdline", "rb") as f:
+                    if f.read().split(b"\0")[0].endswith(b"java"):
+                        return c
+            except OSError:
+                continue
+            todo.append(c)
+    return None
+
+
+def jstat(pid: int | None) -> tuple[float, float]:
+    """A JVM's heap in use and metaspace in use, MiB (0, 0 when jstat cannot tell)."""
+    if not pid:
+        return 0.0, 0.0
+    try:
+        out = subprocess.run(["nice", "-n", "10", "jstat", "-gc", str(pid)], capture_output=True, text=True,
+                             timeout=30).stdout.split("\n")
+        row = dict(zip(out[0].split(), map(float, out[1].split())))
+        heap = sum(row.get(k, 0.0) for k in ("S0U", "S1U", "EU", "OU"))
+        return heap / 1024, row.get("MU", 0.0) / 1024
+    except (OSError, subprocess.SubprocessError, IndexError, ValueError):
+        return 0.0, 0.0
+
+
+def logged(log: Path) -> tuple[float, float]:
+    """The engine's last logged RSS (after its trim) and Lance session caches, MiB."""
+    try:
+        lines = [x for x in log.read_text(errors="replace").splitlines() if "memory: rss" in x]
+    except OSError:
+        return 0.0, 0.0
+    if not lines:
+        return 0.0, 0.0
+    r = re.search(r"memory: rss (\d+) MiB", lines[-1])
+    c = re.search(r"Lance session caches (\d+) MiB", lines[-1])
+    return float(r.group(1)) if r else 0.0, float(c.group(1)) if c else 0.0
+
+
+def histogram(pid: int | None, path: Path) -> None:
+    """A JVM's live objects by class (a full GC first), for comparing start and end."""
+    if pid:
+        with open(path, "w") as f:
+            subprocess.run(["nice", "-n", "10", "jcmd", str(pid), "GC.class_histogram"], stdout=f,
+                           stderr=subprocess.DEVNULL, timeout=120)
+
+
+def append(uri: str, start: int, rows: int, create: bool = False) -> None:
+    import lance
+    import pyarrow as pa
+
+    ids = range(start, start + rows)
+    data = pa.table({"id": pa.array(ids, pa.int64()), "tenant": pa.array([i % 7 for i in ids], pa.int64()),
+                     "ts": pa.array([i * 1000 for i in ids], pa.int64()),
+                     "payload": pa.array([f"row {i} of a streaming table" for i in ids])})
+    lance.write_dataset(data, uri, mode="create" if create else "append")
+
+
+def feed(uri: str, start: int, rows: int) -> None:
+    """Append ``rows`` rows from ``start`` and delete a fifth of them and one older row (a
+    stream with late corrections): 11 rows gone a round once ``start`` > 0."""
+    import lance
+
+    append(uri, start, rows)
+    where = f"(id >= {start} AND id < {start + rows} AND id % 5 = 0)"
+    if start:
+        where += f" OR id = {start - 47}"  # = 3 (mod 5) when rows is 50: never deleted before
+    lance.dataset(uri).delete(where)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--until", required=True, help="UTC HH:MM at which the soak stops starting rounds")
+    p.add_argument("--csv", required=True)
+    p.add_argument("--every", type=float, default=60, help="seconds from one round's start to the next's")
+    p.add_argument("--service-every", default="60s")
+    p.add_argument("--tables", type=int, default=4)
+    p.add_argument("--rows", type=int, default=50)
+    p.add_argument("--cache", default="8m", help="the engines' metadata and index cache bounds")
+    p.add_argument("--work", help="a working folder (default: a new temporary one)")
+    a = p.parse_args()
+    assert a.rows == 50, "feed()'s older-row delete assumes 50 rows a round"
+    now = dt.datetime.now(dt.timezone.utc)
+    hh, mm = map(int, a.until.split(":"))
+    deadline = now.replace(hour=hh, minute=mm, second=0, microsecond=0)
+    if deadline <= now:
+        deadline += dt.timedelta(days=1)
+
+    from conftest import NO_CLEANUP_FLOOR, lance_session
+
+    import lance
+
+    work = Path(a.work or tempfile.mkdtemp(prefix="lance-memory-plateau-"))
+    work.mkdir(parents=True, exist_ok=True)
+    whs = {"engine": work / "wh-engine", "service": work / "wh-service"}
+    uris = {k: [str(wh / "db" / f"t{i}.lance") for i in range(a.tables)] for k, wh in whs.items()}
+    for k, wh in whs.items():
+        (wh / "db").mkdir(parents=True)
+        for i, uri in enumerate(uris[k]):
+            append(uri, 0, a.rows, create=True)
+            for r in range(1, 4):
+                feed(uri, r * a.rows, a.rows)
+            if i < INDEXED:
+                lance.dataset(uri).create_scalar_index("id", "BTREE")
+    caches = {"spark.lance.compact.engine.metadataCacheBytes": a.cache,
+              "spark.lance.compact.engine.indexCacheBytes": a.cache}
+    engine_log, service_log = work / "engine.log", work / "service-engine.log"
+    spark = lance_session("local[2]", "lance-compact-memory-plateau", str(whs["engine"]),
+                          {"spark.sql.shuffle.partitions": "2", **NO_CLEANUP_FLOOR, **caches,
+                           "spark.ui.showConsoleProgress": "false",
+                           "spark.lance.compact.engine.log": str(engine_log)})
+    spark.sql("ALTER TABLE lance.db.t2 CLUSTER BY (tenant)").collect()
+
+    # The service, as an operator starts it (Spark's UI left on, as by default).
+    service_conf = {**NO_CLEANUP_FLOOR, **caches, "spark.lance.compact.engine.log": str(service_log),
+                    "spark.sql.shuffle.partitions": "2", "spark.ui.showConsoleProgress": "false"}
+    cmd = [sys.executable, "-m", "lance_compact.maintenance_service", "--warehouse", str(whs["service"]),
+           "--master", "local[2]", "--every", a.service_every, "--min-interval", "0s",
+           "--param", "older_than=0 seconds"]
+    for k, v in service_conf.items():
+        cmd += ["--conf", f"{k}={v}"]
+    service_out = open(work / "service.out", "w")
+    service = subprocess.Popen(cmd, stdout=service_out, stderr=subprocess.STDOUT)
+
+    jvm = spark.sparkContext._gateway.proc.pid
+    spark.sql("CALL lance.describe_layout(table => 'db.t0')").collect()
+    engine = engine_pid(jvm)
+    print(f"work {work}; driver {os.getpid()}, JVM {jvm}, engine {engine}; service {service.pid}; "
+          f"until {deadline:%H:%M} UTC", flush=True)
+
+    state = {"rounds": 0, "calls": 0, "failed": 0, "minute": 0}
+    lock = threading.Lock()
+    done = threading.Event()
+    svc = {"jvm": None, "engine": None}
+    start = time.monotonic()
+    Path(a.csv).parent.mkdir(parents=True, exist_ok=True)
+    columns = ["utc", "minute", "rounds", "calls", "failed_calls", "service_rounds",
+               "driver_rss", "jvm_rss", "jvm_heap", "jvm_metaspace", "engine_rss", "engine_anon",
+               "engine_logged_rss", "engine_caches",
+               "service_py_rss", "service_jvm_rss", "service_jvm_heap", "service_jvm_metaspace",
+               "service_engine_rss", "service_engine_anon", "service_engine_logged_rss", "service_engine_caches",
+               "load1"]
+
+    def service_rounds() -> int:
+        try:
+            return (work / "service.out").read_text(errors="replace").count('{"round"')
+        except OSError:
+            return 0
+
+    def sample(writer: csv.writer) -> None:
+        if svc["jvm"] is None:
+            svc["jvm"] = java_under(service.pid)
+        if svc["jvm"] is not None and svc["engine"] is None:
+            svc["engine"] = engine_pid(svc["jvm"])
+        jh, jm = jstat(jvm)
+        sh, sm = jstat(svc["jvm"])
+        el, ec = logged(engine_log)
+        sl, sc = logged(service_log)
+        with lock:
+            counts = dict(state)
+        row = [dt.datetime.now(dt.timezone.utc).strftime("%H:%M:%S"), round((time.monotonic() - start) / 60, 2),
+               counts["rounds"], counts["calls"], counts["failed"], service_rounds(),
+               rss(os.getpid()), rss(jvm), jh, jm, rss(engine), anonymous(engine), el, ec,
+               rss(service.pid), rss(svc["jvm"]), sh, sm, rss(svc["engine"]), anonymous(svc["engine"]), sl, sc,
+               os.getloadavg()[0]]
+        writer.writerow([round(x, 2) if isinstance(x, float) else x for x in row])
+
+    def sampler() -> None:
+        with open(a.csv, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(columns)
+            minute = 0
+            while not done.wait(max(0.0, start + 60 * (minute + 1) - time.monotonic())):
+                minute += 1
+                sample(w)
+                f.flush()
+                if minute == 15:
+                    histogram(jvm, work / "jvm-histogram-15.txt")
+                    histogram(svc["jvm"], work / "service-jvm-histogram-15.txt")
+            sample(w)
+
+    t = threading.Thread(target=sampler, daemon=True)
+    t.start()
+
+    def call(sql: str) -> None:
+        try:
+            spark.sql(sql).collect()
+            ok = True
+        except Exception as e:  # a conflict with the feeder is possible: counted, the soak goes on
+            ok = False
+            print(f"{dt.datetime.now(dt.timezone.utc):%H:%M:%S} failed: {sql}: {str(e).splitlines()[0][:300]}",
+                  flush=True)
+        with lock:
+            state["calls"] += 1
+            state["failed"] += 0 if ok else 1
+
+    fed = 4 * a.rows
+    while dt.datetime.now(dt.timezone.utc) < deadline and service.poll() is None:
+        began = time.monotonic()
+        for k in uris:
+            for uri in uris[k]:
+                feed(uri, fed, a.rows)
+        fed += a.rows
+        n = state["rounds"]
+        for i in range(a.tables):
+            call(f"CALL lance.compact(table => 'db.t{i}')")
+        call(f"CALL lance.compact(table => 'db.t{n % a.tables}', sort_order => 'tenant')")
+        for i in range(a.tables):
+            call(f"CALL lance.maintain(table => 'db.t{i}')")
+            call(f"CALL lance.cleanup(table => 'db.t{i}', older_than => '0 seconds')")
+            call(f"CALL lance.describe_layout(table => 'db.t{i}')")
+        for i in range(INDEXED):
+            call(f"CALL lance.optimize_indices(table => 'db.t{i}')")
+        call("SELECT * FROM lance.system.table_health")
+        with lock:
+            state["rounds"] += 1
+        time.sleep(max(0.0, a.every - (time.monotonic() - began)))
+    histogram(jvm, work / "jvm-histogram-end.txt")
+    histogram(svc["jvm"], work / "service-jvm-histogram-end.txt")
+    done.set()
+    t.join()
+    service.terminate()
+    try:
+        service.wait(120)
+    except subprocess.TimeoutExpired:
+        service.kill()
+    # Nothing lost: 50 appended a round, 10 of them and one older row deleted (none in round 0).
+    expected = a.rows + 3 * (a.rows - 11)
+    expected += state["rounds"] * (a.rows - 11)
+    for k in uris:
+        for uri in uris[k]:
+            got = lance.dataset(uri).count_rows()
+            print(f"{uri}: {got} rows (expected {expected})", "OK" if got == expected else "MISMATCH", flush=True)
+    spark.stop()
+    print(f"{state['rounds']} rounds, {state['calls']} calls, {state['failed']} failed; "
+          f"service {service_rounds()} rounds; CSV {a.csv}; work {work}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
