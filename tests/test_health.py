@@ -121,7 +121,9 @@ def test_every_table_has_a_row_and_the_broken_one_says_why(spark, tables):
     assert rows["ops.indexed"]["due"] == ["compact", "optimize_indices"]  # 5 small fragments, 3 unindexed
     assert rows["ops.indexed"]["health_score"] == round(100 - 35 * math.log2(5 / 1) / 10 - 25 * 3 / 5)
     assert rows["ops.indexed"]["unindexed_fragments"] == 3
-    assert [tuple(i) for i in rows["ops.indexed"]["indices"]] == [("id_idx", "BTree", 3)]
+    # 3 appended fragments of 1 row each, one segment
+    assert (rows["ops.indexed"]["unindexed_rows"], rows["ops.indexed"]["index_segments"]) == (3, 1)
+    assert [tuple(i) for i in rows["ops.indexed"]["indices"]] == [("id_idx", "BTree", 3, 3, 1)]
     assert rows["db.degraded"]["reasons"]["compact"].startswith("due: 20 fragments under 1,048,576 rows")
     # The catalog setting (4) applies: six small fragments make compaction due.
     assert rows["ops.small6"]["due"] == ["compact"]

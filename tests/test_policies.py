@@ -129,8 +129,10 @@ def test_health_parts_and_ordering(tables):
     assert p["fragments_over_deletion_threshold"] == 20 and p["unindexed_fragments"] == 0
     assert p["versions"] == 21 and p["reclaimable_versions"] == 0 and p["reclaimable_bytes"] is None
     assert p["hours_since_compaction"] is None and p["last_compacted_version"] is None
-    assert indexed.parts["indices"] == {"id_idx": {"type": "BTree", "unindexed_fragments": 3}}
-    assert indexed.parts["unindexed_fragments"] == 3
+    assert indexed.parts["indices"] == {"id_idx": {"type": "BTree", "unindexed_fragments": 3, "unindexed_rows": 3,
+                                                   "segments": 1}}
+    assert (indexed.parts["unindexed_fragments"], indexed.parts["unindexed_rows"], indexed.parts["index_segments"]) == \
+        (3, 3, 1)
     # Eight days on, every old version is reclaimable: cleanup is due and costs points.
     later = table_health(tables["degraded"], policy(tables["degraded"]),
                          now=datetime.now(timezone.utc) + timedelta(days=8))
