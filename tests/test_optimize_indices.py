@@ -6,6 +6,7 @@ vector recall@10 against brute force within 0.02 of pylance's own optimize_indic
 data (vectors on a 4-d subspace: real neighbours), over repeated append+optimize cycles; retrain;
 a concurrent append; dry_run reports only. Job descriptions are read from Spark's event log."""
 import json
+import os
 import shutil
 import threading
 import time
@@ -18,6 +19,7 @@ import pytest
 from conftest import refused
 from oracle import batch, content
 from index_checks import index_agrees_with_scan
+import writers
 
 SPARK_MASTER = "local[2,2]"
 SPARK_CONF = {"spark.lance.compact.engineRewrite.maxBytes": "0", "spark.eventLog.enabled": "true",
@@ -389,3 +391,28 @@ def test_scalar_types_answer_as_a_scan_and_inverted_is_left_to_pylance(spark, wa
         fts = ds.to_table(full_text_query="gamma", columns=["id"])["id"].to_pylist()
         assert sorted(fts) == sorted(ds.to_table(filter="contains(txt, 'gamma')", columns=["id"],
                                                  use_scalar_index=False)["id"].to_pylist())
+
+
+def test_a_compaction_between_the_restore_build_and_its_commit_is_planned_again(spark, embedded):
+    """compact's coverage restore takes the same path; a concurrent compaction of every fragment
+    lands right before the index commit (``test_fail_at = 'index_commit:...'``): the commit
+    conflicts, the restore plans again on the new version and commits; every index covers every
+    fragment and answers exactly."""
+    t, path, _ = embedded
+    for k in range(3):
+        append(path, BASE_ROWS + 100 * k, 100, 20 + k)
+    read = lance.dataset(str(path)).version
+    r = spark.sql(f"CALL lance.compact(table => '{t}', target_rows_per_fragment => 600, options => map("
+                  "'test_fail_at', 'index_commit:writers.compact_into_one'))").collect()[0]
+    ds = lance.dataset(str(path))
+    assert os.path.exists(writers._state(str(path), "compact_into_one"))  # the concurrent compaction ran
+    assert "restored by optimize_indices" in (r.index_coverage or ""), r
+    assert r.new_version == ds.version and ds.version > read
+    before = lance.dataset(str(path), version=ds.version - 1)  # the concurrent compaction's version
+    assert {f.fragment_id for f in before.get_fragments()} == {f.fragment_id for f in ds.get_fragments()}
+    live = {f.fragment_id for f in ds.get_fragments()}
+    for n in ("vector_idx", "id_idx"):
+        assert set().union(*segments(ds, n).values()) == live, n
+    assert ds.count_rows() == BASE_ROWS + 300
+    scalar_agrees(ds)
+    index_agrees_with_scan_vectors(ds)

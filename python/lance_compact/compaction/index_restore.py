@@ -84,7 +84,7 @@ def restore(request: Any, lost: set[str], versions: list[int], dataset: Any = No
         hooks.fault_at(request, "index_restore")
         # the new rows as new segments with each index's model, merged size-tiered (indexing/upkeep.py)
         version = upkeep.keep_up(Target(request.table, request.uri, dict(request.storage_options)), latest, names,
-                                 "compact")
+                                 "compact", request.hooks)
     except upkeep.UpkeepConflict as e:
         return IndexCoverage(lost_now, False, found=found, conflict=e.message.split(" (")[0][:200])
     except Exception as e:  # noqa: B902 - Lance's (OSError, ValueError, ...) or the store's

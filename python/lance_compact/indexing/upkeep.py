@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any, Mapping
 
 import lance
@@ -38,6 +39,7 @@ from lance.dataset import Index
 
 from ..errors import CompactionError
 from ..runtime import cancellation, progress
+from ..runtime import hooks as test_hooks
 from ..runtime.cancellation import Cancelled
 from ..runtime.envelope import Target
 from ..runtime.failures import classify
@@ -122,13 +124,15 @@ def active_spark() -> Any:
 
 
 def run(target: Target, ds: lance.LanceDataset, ups: list[Upkeep], procedure: str = "optimize_indices",
-        sc: Any = None) -> tuple[dict[str, Outcome], list[int]]:
+        sc: Any = None, hooks: Mapping[str, Any] | None = None) -> tuple[dict[str, Outcome], list[int]]:
     """Carry out ``ups`` (planned on ``ds``) on ``target``: the indices kept in segments built
     (each its own Spark job) and committed together in ONE ``CreateIndex`` (one version, as
     pylance's optimize_indices commits), then those pylance keeps or retrains, each its own
     commit. ``procedure`` names the Spark jobs (``lance.<procedure> db.t: ...``). Returns each
     index's outcome and the versions committed. A failure raises a CompactionError saying what
-    was committed before it; a conflict that outlasts the retries an :class:`UpkeepConflict`."""
+    was committed before it; a conflict that outlasts the retries an :class:`UpkeepConflict`.
+    ``hooks``: the caller's test hooks (``test_fail_at = 'index_commit:...'`` acts right before
+    the commit)."""
     from ..runtime.failures import committed_phrase
 
     sc = sc if sc is not None else active_spark()
@@ -137,7 +141,7 @@ def run(target: Target, ds: lance.LanceDataset, ups: list[Upkeep], procedure: st
     segmented = [u for u in ups if u.route == "segments" and u.due]
     try:
         if segmented:
-            outcomes.update(_segments(target, ds, segmented, procedure, sc))
+            outcomes.update(_segments(target, ds, segmented, procedure, sc, dict(hooks or {})))
             versions += sorted({o.new_version for o in outcomes.values() if o.new_version is not None})
         for up in (u for u in ups if u.route != "segments" and u.due):
             if versions:  # planned again on what was just committed
@@ -163,16 +167,17 @@ class UpkeepConflict(CompactionError):
     was committed for them (the next run does it)."""
 
 
-def keep_up(target: Target, ds: lance.LanceDataset, names: list[str], procedure: str) -> int:
+def keep_up(target: Target, ds: lance.LanceDataset, names: list[str], procedure: str,
+            hooks: Mapping[str, Any] | None = None) -> int:
     """Cover every fragment of ``ds`` in each of the indices ``names`` (the coverage a compaction
     restores): one commit for those kept in segments. Returns the latest version; raises
     :class:`UpkeepConflict` or a CompactionError (the versions committed before it said)."""
-    _, versions = run(target, ds, [plan(ds, n) for n in names], procedure)
+    _, versions = run(target, ds, [plan(ds, n) for n in names], procedure, hooks=hooks)
     return versions[-1] if versions else ds.version
 
 
-def _segments(target: Target, ds: lance.LanceDataset, ups: list[Upkeep], procedure: str, sc: Any
-              ) -> dict[str, Outcome]:
+def _segments(target: Target, ds: lance.LanceDataset, ups: list[Upkeep], procedure: str, sc: Any,
+              hooks: dict[str, Any]) -> dict[str, Outcome]:
     """Build every index's new segments, commit them in one transaction; plan again after a
     conflict (``MAX_RETRIES``)."""
     written: list[str] = []
@@ -181,7 +186,7 @@ def _segments(target: Target, ds: lance.LanceDataset, ups: list[Upkeep], procedu
         for attempt in range(MAX_RETRIES + 1):
             outcomes = {u.index.name: Outcome(retries=attempt) for u in ups}
             try:
-                _once(target, ds, ups, procedure, sc, outcomes, written)
+                _once(target, ds, ups, procedure, sc, outcomes, written, hooks)
                 return outcomes
             except _Conflict as c:
                 if attempt == MAX_RETRIES:
@@ -201,7 +206,7 @@ def _segments(target: Target, ds: lance.LanceDataset, ups: list[Upkeep], procedu
 
 
 def _once(target: Target, ds: lance.LanceDataset, ups: list[Upkeep], procedure: str, sc: Any,
-          outcomes: dict[str, Outcome], written: list[str]) -> None:
+          outcomes: dict[str, Outcome], written: list[str], hooks: dict[str, Any]) -> None:
     from .build import engine_limit
     from .segments import SegmentJob, build_one, build_segments
 
@@ -251,6 +256,9 @@ def _once(target: Target, ds: lance.LanceDataset, ups: list[Upkeep], procedure: 
         out.segments_built = len(shards)
         out.segments_merged = len(up.merged)
     _check_cancel(table, procedure, ", ".join(u.index.name for u in ups), "before the commit")
+    if hooks:
+        test_hooks.fault_at(SimpleNamespace(hooks=hooks, uri=target.uri, storage_options=dict(target.storage_options)),
+                            "index_commit")
     operation = LanceOperation.CreateIndex(new_indices=new_segments, removed_indices=removed)
     read_version = ups[0].read_version
     try:

@@ -55,7 +55,7 @@ INJECTED = {
                                    f"error (503 Service Unavailable) status code: 503 (injected at {where})"),
 }
 # Where ``test_fail_at`` can fail a run (the chaos tester's markers).
-POINTS = ("sampling", "write", "commit", "record", "index_restore")
+POINTS = ("sampling", "write", "commit", "record", "index_restore", "index_commit")
 
 
 def fault_at(request: Any, point: str) -> None:
