@@ -17,7 +17,11 @@ Once a minute one CSV row: resident set (MiB) of this driver, its JVM and its en
 service's Python, JVM and engine; each JVM's heap and metaspace in use (``jstat``); each
 engine's anonymous memory (``/proc/PID/smaps_rollup``) and its own last logged figures
 (runtime/memory.py: RSS after trimming, the Lance session caches). At the end, the rows are
-checked (nothing lost) and a summary printed (benchmarks/memory_plateau_summary.py reads the CSV).
+checked (nothing lost). ``--summary CSV`` prints, for each process, the median of the half hour
+after ``--warmup`` minutes against that of the last half hour, and the linear-fit slope over
+the last hour:
+
+    .venv/bin/python benchmarks/memory_plateau.py --summary benchmarks/results/memory_plateau.csv
 """
 from __future__ import annotations
 
@@ -148,10 +152,43 @@ def feed(uri: str, start: int, rows: int) -> None:
     lance.dataset(uri).delete(where)
 
 
+SUMMARISED = ("engine_rss", "engine_logged_rss", "jvm_rss", "jvm_metaspace", "driver_rss", "service_engine_rss",
+              "service_engine_logged_rss", "service_jvm_rss", "service_jvm_metaspace", "service_py_rss")
+
+
+def summary(path: str, warmup: float = 10, window: float = 30, fit: float = 60) -> str:
+    """Each process's level (MiB): the median over ``window`` minutes after ``warmup`` against
+    the median over the last ``window`` minutes, and the least-squares slope over the last
+    ``fit`` minutes (MiB an hour)."""
+    import statistics
+
+    with open(path, newline="") as f:
+        rows = [r for r in csv.DictReader(f)]
+    minute = [float(r["minute"]) for r in rows]
+    end = minute[-1]
+    lines = [f"{path}: {len(rows)} samples over {end:.0f} minutes, {rows[-1]['rounds']} rounds, "
+             f"{rows[-1]['calls']} calls ({rows[-1]['failed_calls']} failed), {rows[-1]['service_rounds']} service rounds",
+             f"{'MiB':28s} {'minutes %g-%g' % (warmup, warmup + window):>14s} {'last %g' % window:>10s} "
+             f"{'change':>8s} {'slope, last %g min' % fit:>20s}"]
+    for col in SUMMARISED:
+        values = [(m, float(r[col])) for m, r in zip(minute, rows) if float(r[col]) > 0]
+        first = [v for m, v in values if warmup <= m < warmup + window]
+        last = [v for m, v in values if m > end - window]
+        tail = [(m, v) for m, v in values if m > end - fit]
+        if not first or not last or len(tail) < 3:
+            continue
+        slope = statistics.linear_regression([m for m, _ in tail], [v for _, v in tail]).slope * 60
+        a, b = statistics.median(first), statistics.median(last)
+        lines.append(f"{col:28s} {a:14.1f} {b:10.1f} {b - a:+8.1f} {slope:+15.2f} an hour")
+    return "\n".join(lines)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--until", required=True, help="UTC HH:MM at which the soak stops starting rounds")
-    p.add_argument("--csv", required=True)
+    p.add_argument("--summary", metavar="CSV", help="summarise a finished soak's CSV and exit")
+    p.add_argument("--warmup", type=float, default=10, help="--summary: minutes left out at the start")
+    p.add_argument("--until", help="UTC HH:MM at which the soak stops starting rounds")
+    p.add_argument("--csv")
     p.add_argument("--every", type=float, default=60, help="seconds from one round's start to the next's")
     p.add_argument("--service-every", default="60s")
     p.add_argument("--tables", type=int, default=4)
@@ -159,6 +196,11 @@ def main() -> int:
     p.add_argument("--cache", default="8m", help="the engines' metadata and index cache bounds")
     p.add_argument("--work", help="a working folder (default: a new temporary one)")
     a = p.parse_args()
+    if a.summary:
+        print(summary(a.summary, a.warmup))
+        return 0
+    if not a.until or not a.csv:
+        p.error("--until and --csv are required for a soak")
     assert a.rows == 50, "feed()'s older-row delete assumes 50 rows a round"
     now = dt.datetime.now(dt.timezone.utc)
     hh, mm = map(int, a.until.split(":"))
