@@ -121,7 +121,8 @@ def spark(warehouse, services, tmp_path_factory):
     plain, vend = services
     logs = tmp_path_factory.mktemp("logs")
     (logs / "events").mkdir()
-    conf = {"spark.sql.shuffle.partitions": "2", **NO_CLEANUP_FLOOR,
+    # every rewrite a Spark job: the executors open the tables through the service too
+    conf = {"spark.sql.shuffle.partitions": "2", **NO_CLEANUP_FLOOR, "spark.lance.compact.engineRewrite.maxBatchBytes": "0",
             "spark.sql.catalog.rest": CATALOG_CLASS, "spark.sql.catalog.rest.impl": "rest",
             "spark.sql.catalog.rest.uri": plain.uri,
             "spark.sql.catalog.vend": CATALOG_CLASS, "spark.sql.catalog.vend.impl": "rest",

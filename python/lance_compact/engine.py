@@ -347,9 +347,10 @@ def _read_driver_settings(sc: Any) -> None:
     conf = sc.getConf().getAll()
     secrets.install_log_redaction()
     secrets.remember_operator({k.rsplit(".", 1)[-1]: v for k, v in conf if ".storage." in k})
-    # A catalog service's headers (spark.sql.catalog.<name>.headers.x-api-key): secrets too.
-    secrets.remember_operator({"header." + k.split(".header", 1)[1]: v for k, v in conf
-                               if k.startswith("spark.sql.catalog.") and (".header." in k or ".headers." in k)})
+    # A catalog service's headers (spark.sql.catalog.<name>.headers.x-api-key) and Glue client's
+    # credentials (.secret_access_key, ...): secrets too. Keyed by their own names, which say so.
+    secrets.remember_operator({k: v for k, v in conf if k.startswith("spark.sql.catalog.") and (
+        ".header." in k or ".headers." in k or k.endswith((".access_key_id", ".secret_access_key", ".session_token")))})
     driver_conf.load(conf)
     from .runtime import tables
     try:

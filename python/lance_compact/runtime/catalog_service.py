@@ -19,8 +19,8 @@ the operator's catalog may name a service.
 
 The client wraps the service's (:class:`_Checked`): every location it returns is checked as
 every location is (runtime/locations.py: Lance must read it as written), the secrets it vends
-are redacted from logs and errors (runtime/secrets.py), and its DescribeTable calls (a refresh
-is one) are counted for the engine's log.
+are redacted from logs and errors (runtime/secrets.py), and a service that does not answer is
+named (:func:`unreachable`).
 """
 from __future__ import annotations
 
@@ -125,14 +125,12 @@ def unreachable(service: Service, error: BaseException) -> CompactionError:
 
 class _Checked:
     """The service's client, as Lance and the engine use it: every location checked, vended
-    secrets remembered for redaction, DescribeTable calls counted. Lance calls it back (from
-    its own threads) to refresh storage options."""
+    secrets remembered for redaction, a missing table said as Lance Namespace says it. Lance
+    calls it back (from its own threads) to refresh storage options."""
 
     def __init__(self, inner: Any, service: Service) -> None:
         self._inner = inner
         self._service = service
-        self._lock = threading.Lock()
-        self.describes = 0
 
     def namespace_id(self) -> str:
         return self._inner.namespace_id()
@@ -146,8 +144,6 @@ class _Checked:
             raise
         except Exception as e:
             raise unreachable(self._service, e) from None
-        with self._lock:
-            self.describes += 1
         remember_vended(response.storage_options)
         location = response.location
         why = reinterpreted(location) if isinstance(location, str) else "no location"
@@ -244,12 +240,6 @@ def client(service: Service) -> Any:
         while len(_clients) > _MOST_CLIENTS:
             _clients.popitem(last=False)
     return checked
-
-
-def describes() -> int:
-    """How many DescribeTable calls this process's service clients made (refreshes included)."""
-    with _clients_lock:
-        return sum(c.describes for c in _clients.values())
 
 
 def resolved_options(storage_options: Mapping[str, str] | None) -> dict[str, str]:
