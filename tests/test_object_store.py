@@ -237,6 +237,33 @@ def test_create_index_on_spark_tasks(spark, s3, wh):
     no_secrets(str(r), "the result row")
 
 
+def test_optimize_indices_adds_a_segment_on_the_store(spark, s3, wh):
+    """optimize_indices on the object store: the index's model read back from its files there
+    (IVF_PQ's codebook from the segment's auxiliary file, with the catalog's storage options),
+    the appended rows built as a new segment beside the old ones (same UUIDs), queries exact."""
+    from oracle import batch
+    t, uri = table(s3, wh, "upkept", fragments=10)
+    ds = dataset(s3, uri)
+    ds.create_scalar_index("id", index_type="BTREE")
+    ds.create_index("vector", index_type="IVF_PQ", num_partitions=4, num_sub_vectors=2)
+    old = {i["uuid"] for i in dataset(s3, uri).list_indices()}
+    lance.write_dataset(batch(50_000, 200), uri, mode="append", storage_options=s3.storage_options)
+    r = spark.sql(f"CALL lance.optimize_indices(table => '{t}')").collect()[0]
+    assert r.unindexed_fragments_before == 2 and r.unindexed_fragments_after == 0 and r.rows_indexed == 400, r
+    assert {(i.segments_before, i.segments_after, i.segments_merged) for i in r.indices} == {(1, 2, 0)}
+    after = dataset(s3, uri)
+    assert old <= {i["uuid"] for i in after.list_indices()}
+    for f in ["id = 50100", "id >= 49990", "id < 30"]:
+        assert after.to_table(filter=f, columns=["id"]).sort_by("id") == \
+            after.to_table(filter=f, columns=["id"], use_scalar_index=False).sort_by("id")
+    q = after.to_table(columns=["vector"], filter="id = 50100")["vector"][0].values.to_numpy()
+    exact = after.to_table(nearest={"column": "vector", "q": q, "k": 5, "use_index": False}, columns=["id"])
+    ann = after.to_table(nearest={"column": "vector", "q": q, "k": 5, "nprobes": 4, "refine_factor": 100},
+                         columns=["id"])
+    assert ann["id"].to_pylist() == exact["id"].to_pylist()
+    no_secrets(str(r), "the result row")
+
+
 def test_event_log_and_engine_log_hold_no_secret(spark):
     """Last in the module: everything above ran in this session."""
     logs = [f for f in Path(spark.events).rglob("*") if f.is_file()]
