@@ -134,24 +134,25 @@ def job_descriptions(events) -> list[str]:
 
 
 VECTOR_CASES = [
-    ("IVF_PQ", {"num_partitions": "16", "num_sub_vectors": "4"}),
-    ("IVF_FLAT", {"num_partitions": "16"}),
-    ("IVF_RQ", {"num_partitions": "16"}),
-    ("IVF_HNSW_FLAT", {"num_partitions": "8"}),
-    ("IVF_HNSW_PQ", {"num_partitions": "8", "num_sub_vectors": "4"}),
+    ("IVF_PQ", {"num_partitions": "16", "num_sub_vectors": "4"}, "L2"),
+    ("IVF_PQ", {"num_partitions": "16", "num_sub_vectors": "4"}, "COSINE"),
+    ("IVF_FLAT", {"num_partitions": "16"}, "L2"),
+    ("IVF_RQ", {"num_partitions": "16"}, "L2"),
+    ("IVF_HNSW_FLAT", {"num_partitions": "8"}, "L2"),
+    ("IVF_HNSW_PQ", {"num_partitions": "8", "num_sub_vectors": "4"}, "L2"),
     # pylance 14.0.2 cannot merge SQ segments (each trains its own bounds): built in the engine
-    ("IVF_SQ", {"num_partitions": "16"}),
-    ("IVF_HNSW_SQ", {"num_partitions": "8"}),
+    ("IVF_SQ", {"num_partitions": "16"}, "L2"),
+    ("IVF_HNSW_SQ", {"num_partitions": "8"}, "L2"),
 ]
 SEARCHES = ({"nprobes": 2}, {"nprobes": 4, "refine_factor": 5}, {"nprobes": 8, "refine_factor": 10})
 
 
-@pytest.mark.parametrize("index_type,options", VECTOR_CASES, ids=[c[0] for c in VECTOR_CASES])
+@pytest.mark.parametrize("index_type,options,metric", VECTOR_CASES, ids=[f"{c[0]}-{c[2]}" for c in VECTOR_CASES])
 def test_vector_index_built_by_spark_tasks_has_pylances_recall(spark, base_vectors, warehouse, event_log,
-                                                              index_type, options):
-    t, path = copy_of(base_vectors, warehouse, f"v_{index_type.lower()}")
+                                                              index_type, options, metric):
+    t, path = copy_of(base_vectors, warehouse, f"v_{index_type.lower()}_{metric.lower()}")
     before = lance.dataset(str(path)).version
-    r = create(spark, t, "emb", index_type, options={**options, "rows_per_segment": "5000"})
+    r = create(spark, t, "emb", index_type, metric=metric.lower(), options={**options, "rows_per_segment": "5000"})
     segmented = "SQ" not in index_type
     assert r.built_by == ("spark tasks" if segmented else "engine") and not r.dry_run
     assert r.read_version == before and r.new_version == before + 1
@@ -168,17 +169,17 @@ def test_vector_index_built_by_spark_tasks_has_pylances_recall(spark, base_vecto
     assert stats["index_type"] == index_type and stats["num_indexed_fragments"] == 8
     assert stats["num_unindexed_fragments"] == 0
     # pylance's own build on a copy, with the same parameters
-    ref_path = warehouse / "ref" / f"{index_type}.lance"
+    ref_path = warehouse / "ref" / f"{index_type}_{metric}.lance"
     shutil.rmtree(ref_path, ignore_errors=True)
     shutil.copytree(base_vectors, ref_path)
     lance.dataset(str(ref_path)).create_index(
-        "emb", index_type, num_partitions=int(options["num_partitions"]),
+        "emb", index_type, metric=metric, num_partitions=int(options["num_partitions"]),
         num_sub_vectors=int(options["num_sub_vectors"]) if "num_sub_vectors" in options else None)
     queries = vectors(200, seed=99)
-    truth = brute_force(queries)
+    truth = brute_force(queries, metric)
     ours = [recall(ds, queries, truth, **s) for s in SEARCHES]
     theirs = [recall(lance.dataset(str(ref_path)), queries, truth, **s) for s in SEARCHES]
-    print(f"recall@10 {index_type}: ours {ours}, pylance's {theirs}")
+    print(f"recall@10 {index_type} {metric}: ours {ours}, pylance's {theirs}")
     # k-means is seeded at random (pylance's own two builds differ by up to 0.011 here): the
     # mean over the searches within 0.02, each within 0.04
     assert np.mean(ours) >= np.mean(theirs) - 0.02, (ours, theirs)
@@ -219,14 +220,15 @@ def test_scalar_index_built_by_spark_tasks_answers_as_a_scan(spark, warehouse, i
             "NGRAM", "LABEL_LIST"), f
 
 
-@pytest.mark.parametrize("index_type", ["INVERTED", "FTS"])
-def test_full_text_index_built_by_spark_tasks_finds_what_a_scan_finds(spark, warehouse, index_type):
+@pytest.mark.parametrize("index_type,groups", [("INVERTED", 4), ("FTS", 1)])
+def test_full_text_index_built_by_spark_tasks_finds_what_a_scan_finds(spark, warehouse, index_type, groups):
+    """In 4 segments merged, and in one segment (an INVERTED segment is staging files until merged)."""
     path = warehouse / "db" / f"fts_{index_type.lower()}.lance"
     shutil.rmtree(path, ignore_errors=True)
     lance.write_dataset(scalar_table(), str(path), max_rows_per_file=500)
     r = create(spark, f"db.fts_{index_type.lower()}", "txt", index_type,
-               options={"rows_per_segment": "1000", "with_position": "false"})
-    assert r.built_by == "spark tasks" and r.segments_built == 4
+               options={"rows_per_segment": str(SCALAR_ROWS // groups), "with_position": "false"})
+    assert r.built_by == "spark tasks" and r.segments_built == groups and r.segments_committed == 1
     ds = lance.dataset(str(path))
     for word in ("alpha", "theta"):
         found = sorted(ds.to_table(full_text_query=word, columns=["id"])["id"].to_pylist())

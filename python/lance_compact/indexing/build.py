@@ -25,7 +25,7 @@ import lance
 from ..errors import CompactionError
 from ..runtime import cancellation, hooks, progress
 from ..runtime.cancellation import Cancelled
-from ..runtime.driver_conf import size_bytes
+from ..runtime.driver_conf import max_task_attempts, size_bytes
 from ..runtime.envelope import Envelope, Target
 from ..runtime.failures import classify, committed_phrase
 from . import sample as sampling
@@ -182,7 +182,8 @@ def _on_spark(sc: Any, target: Target, ds: lance.LanceDataset, req: specs.IndexR
             row["build_ms"] += int((time.monotonic() - clock) * 1000)
             row["segments_built"] += len(built)
             written += [str(s.index.uuid) for s in built]
-            if failure is not None:
+            if failure is not None:  # a task may have written its segment after the job failed
+                written += job.segment_uuids(len(groups), max_task_attempts(sc))
                 if failure.cancelled:
                     raise Cancelled(f"table {table}: create_index cancelled ({failure.message}); nothing was committed")
                 raise CompactionError(f"{failure.message}; nothing was committed")
@@ -193,7 +194,7 @@ def _on_spark(sc: Any, target: Target, ds: lance.LanceDataset, req: specs.IndexR
             progress.report(f"{table}: create_index: merging and committing {len(segments)} segments")
             clock = time.monotonic()
             merged = merge_segments(read, [s.index for s in sorted(segments, key=lambda s: min(s.fragment_ids))],
-                                    int(req.setting("merge_fan_in")))
+                                    int(req.setting("merge_fan_in")), req.index_type)
             written += [str(m.uuid) for m in merged]
             try:
                 row["new_version"] = commit_segments(read, req.name, req.column, merged)

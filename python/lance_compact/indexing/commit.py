@@ -25,14 +25,22 @@ def is_conflict(error: BaseException) -> bool:
     return "commit conflict" in text or "preempted by concurrent transaction" in text
 
 
-def merge_segments(ds: lance.LanceDataset, segments: Sequence[Any], fan_in: int) -> list[Any]:
+# Types whose uncommitted segment is a staging layout that a merge finalizes, even alone: an
+# INVERTED segment is ``staging/part_*`` files (seen committed alongside other segments: queries
+# failed, "tokens.lance not found"); pylance's docstring asks NGRAM segments to be merged before
+# commit when a deferred compaction came between.
+MERGE_ALONE = frozenset({"INVERTED", "FTS", "NGRAM"})
+
+
+def merge_segments(ds: lance.LanceDataset, segments: Sequence[Any], fan_in: int, index_type: str = "") -> list[Any]:
     """``segments`` (``lance.dataset.Index``) merged in runs of at most ``fan_in``, in their
-    order, each run once; a run of one stays as it is. The merged segments (new files; the
-    inputs' files are then unreferenced) in order."""
+    order, each run once; a run of one stays as it is (but for :data:`MERGE_ALONE` types). The
+    merged segments (new files; the inputs' files are then unreferenced) in order."""
     out = []
     for i in range(0, len(segments), max(2, fan_in)):
         run = list(segments[i:i + max(2, fan_in)])
-        out.append(run[0] if len(run) == 1 else ds.merge_existing_index_segments(run))
+        alone = len(run) == 1 and index_type.upper() not in MERGE_ALONE
+        out.append(run[0] if alone else ds.merge_existing_index_segments(run))
     return out
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping, Sequence
 
@@ -26,6 +27,13 @@ from ..runtime.spark_jobs import request_tag, run_job, settle
 from ..runtime.task_outcomes import drop as drop_outcomes, outcomes_accumulator
 
 log = logging.getLogger(__name__)
+
+
+# Types whose segment folder Lance names itself: pylance 14.0.2 refuses ``index_uuid`` for them
+# ("index_uuid is no longer accepted for BTree distributed index builds"). A segment of one of
+# these written by a task that ended after its job failed is unknown to the driver: the table's
+# cleanup (delete_unverified) removes it.
+NAMED_BY_LANCE = frozenset({"BTREE", "NGRAM", "LABEL_LIST"})
 
 
 @dataclass(frozen=True)
@@ -48,6 +56,22 @@ class SegmentJob:
     metric: str | None = None
     replace: bool = False
     hooks: Mapping[str, Any] = field(default_factory=dict)
+    # Names each segment's folder: uuid5(run, "<group>:<attempt>"), so the driver knows every
+    # folder a task attempt may have written, also one that finished after its job failed (its
+    # accumulator update is dropped then) and removes them (segment_uuids).
+    run: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+    def segment_uuid(self, position: int, attempt: int) -> str | None:
+        """The folder (``_indices/<uuid>``) attempt ``attempt`` of group ``position`` writes (None:
+        Lance names it, :data:`NAMED_BY_LANCE`)."""
+        if self.index_type in NAMED_BY_LANCE:
+            return None
+        return str(uuid.uuid5(uuid.UUID(self.run), f"{position}:{attempt}"))
+
+    def segment_uuids(self, groups: int, attempts: int) -> list[str]:
+        """Every folder ``groups`` groups of up to ``attempts`` attempts each may have written
+        (none known for :data:`NAMED_BY_LANCE` types)."""
+        return [u for p in range(groups) for a in range(attempts) if (u := self.segment_uuid(p, a))]
 
 
 @dataclass(frozen=True)
@@ -70,13 +94,15 @@ class SegmentFailure:
     settled: bool = True
 
 
-def build_one(ds: lance.LanceDataset, job: SegmentJob, fragment_ids: Sequence[int], params: Mapping[str, Any]) -> Any:
-    """One segment over ``fragment_ids`` of ``ds`` (at the job's version), not committed."""
+def build_one(ds: lance.LanceDataset, job: SegmentJob, fragment_ids: Sequence[int], params: Mapping[str, Any],
+              index_uuid: str | None = None) -> Any:
+    """One segment over ``fragment_ids`` of ``ds`` (at the job's version), not committed, in
+    folder ``index_uuid`` (None: Lance picks one)."""
     kwargs = dict(params)
     if job.metric is not None:
         kwargs["metric"] = job.metric
     return ds.create_index_uncommitted(job.column, job.index_type, name=job.name, replace=job.replace,
-                                       fragment_ids=list(fragment_ids), **kwargs)
+                                       fragment_ids=list(fragment_ids), index_uuid=index_uuid, **kwargs)
 
 
 class _Builder:
@@ -103,7 +129,7 @@ class _Builder:
                 hooks.task_fault(dict(job.hooks), position, attempt)
                 hooks.task_sleep(dict(job.hooks), position)
                 ds = ds or open_dataset(job.table, job.uri, dict(job.storage_options), version=job.version)
-                index = build_one(ds, job, fragment_ids, params)
+                index = build_one(ds, job, fragment_ids, params, job.segment_uuid(position, attempt))
             except CompactionError:
                 raise
             except Exception as e:  # Spark logs a task's error on both sides: never a credential
