@@ -366,7 +366,7 @@ def test_cancel_leaves_no_committed_index_and_no_segment_files(spark, base_vecto
 
 
 
-def test_the_training_sample_is_bounded():
+def test_the_training_sample_is_bounded(tmp_path):
     """max_training_rows: a sample_rate left out is lowered to keep within it; one given that
     goes over is refused, naming the bound (a unit of indexing/train.py: no table this large)."""
     from lance_compact.errors import CompactionError
@@ -384,3 +384,11 @@ def test_the_training_sample_is_bounded():
     with pytest.raises(CompactionError, match=r"refused by the bound max_training_rows: num_partitions 1,000 x "
                                               r"sample_rate 4,096 would sample 4,096,000 vectors; at most 2,097,152"):
         sample_size(given, rows, 1_000, most)
+    # and at most 1 GiB of vectors on the driver: 174,762 of 1,536 float32
+    from lance_compact.indexing.build import training_rows
+
+    wide = lance.write_dataset(pa.table({"emb": pa.FixedSizeListArray.from_arrays(
+        pa.array(np.zeros(1536, dtype=np.float32)), 1536)}), str(tmp_path / "wide.lance"))
+    wide_request = IndexRequest("db.t", "emb", "IVF_FLAT", "emb_idx", "L2", False, False, {}, {}, {}, 1536)
+    assert training_rows(wide_request, wide, rows) == (1 << 30) // (1536 * 4) == 174_762
+    assert training_rows(plain, wide, rows) == 174_762

@@ -31,7 +31,7 @@ from ..runtime.failures import classify, committed_phrase
 from . import sample as sampling
 from . import spec as specs
 from .commit import commit_segments, is_conflict, merge_segments, remove_segments, unchanged
-from .plan import Group, allowed, plan_groups
+from .plan import Group, allowed, plan_groups, value_bytes
 from .segments import SegmentJob, build_segments
 from .train import sample_size, train
 
@@ -81,6 +81,18 @@ def num_partitions(req: specs.IndexRequest, rows: int) -> int | None:
     return int(n)
 
 
+# The training sample the driver holds, in bytes, whatever the rows bound allows (2,097,152 vectors
+# of 1,536 float32 would be 12 GiB): 1 GiB, 262,144 such vectors.
+MAX_SAMPLE_BYTES = 1 << 30
+
+
+def training_rows(req: specs.IndexRequest, ds: lance.LanceDataset, rows: int) -> int:
+    """The most vectors a training sample may hold: the bound max_training_rows, and at most
+    :data:`MAX_SAMPLE_BYTES` of them."""
+    width = value_bytes(ds.schema.field(req.column).type) or 1
+    return max(1, min(allowed("max_training_rows", rows), MAX_SAMPLE_BYTES // width))
+
+
 def create_index(request: Envelope, sc: Any) -> dict[str, Any]:
     """Build (or with dry_run, plan) the index ``request`` asks for; its row by column name
     (parameters.json ``create_index_columns``)."""
@@ -93,7 +105,7 @@ def create_index(request: Envelope, sc: Any) -> dict[str, Any]:
         raise CompactionError(f"table {req.table}: create_index: the table has no rows to index; nothing was "
                               "built and the table is unchanged")
     partitions = num_partitions(req, rows)
-    sample_rows = sample_size(req, rows, partitions, allowed("max_training_rows", rows)) if req.is_vector else 0
+    sample_rows = sample_size(req, rows, partitions, training_rows(req, ds, rows)) if req.is_vector else 0
     in_engine = (not req.hooks and sum(g.estimated_bytes for g in groups) <= engine_limit(sc)) \
         or req.index_type not in specs.SEGMENTED
     row = {"table": req.table, "name": req.name, "index_type": req.index_type, "column": req.column,

@@ -45,12 +45,12 @@ def allowed(name: str, rows: int) -> int:
     return min(int(b["ceiling"]), max(int(b["floor"]), math.ceil(rows / int(b["rows_per"]))))
 
 
-def _value_bytes(t: pa.DataType) -> int | None:
+def value_bytes(t: pa.DataType) -> int | None:
     """Bytes of one value of a fixed-width type (a vector: dimension x element), else None."""
     if hasattr(t, "storage_type"):
         t = t.storage_type
     if pa.types.is_fixed_size_list(t):
-        inner = _value_bytes(t.value_type)
+        inner = value_bytes(t.value_type)
         return None if inner is None else inner * t.list_size
     try:
         return max(1, t.bit_width // 8)
@@ -61,7 +61,7 @@ def _value_bytes(t: pa.DataType) -> int | None:
 def fragment_sizes(ds: lance.LanceDataset, column: str) -> list[FragmentSize]:
     """Every fragment of ``ds`` with live rows: its rows and the column's estimated bytes (exact
     for a fixed-width column; else the fragment's data files' bytes shared among its columns)."""
-    width = _value_bytes(ds.schema.field(column).type)
+    width = value_bytes(ds.schema.field(column).type)
     columns = max(1, len(ds.schema.names))
     out = []
     for f in ds.get_fragments():
