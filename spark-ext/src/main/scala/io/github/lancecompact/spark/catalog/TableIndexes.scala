@@ -28,7 +28,8 @@ import io.github.lancecompact.spark.procedures.EngineProcedure
  *  - Spark's IF NOT EXISTS / IF EXISTS catch the exceptions it defines for them: an index of that
  *    name exists ([[IndexAlreadyExistsException]], unless `replace = true`) or does not
  *    ([[NoSuchIndexException]], naming the table's indices); both are checked here before the
- *    engine is asked, and the engine checks again when it commits.
+ *    engine is asked, and the engine checks again when it commits: when it refuses because
+ *    another statement created or dropped that index meanwhile, the same exception is thrown.
  *  - listing: the `indices` metadata table's rows, as Spark's `TableIndex`.
  *
  * `ident` is how the statement named the table in `catalog`; `ref` where it is.
@@ -105,7 +106,12 @@ final class TableIndexes(catalog: LanceCatalog, ident: Identifier, ref: TableRef
       Option.when(options.nonEmpty)("options" -> ArrayBasedMapData(
         options.map(o => UTF8String.fromString(o._1): Any).toArray,
         options.map(o => (if (o._2 == null) null else UTF8String.fromString(o._2)): Any).toArray))
-    EngineProcedure.call(catalog, "create_index", args)
+    try EngineProcedure.call(catalog, "create_index", args)
+    catch {
+      // another statement made an index of that name meanwhile: Spark's IF NOT EXISTS applies to it too
+      case e: LanceCompactException if !replace && e.getMessage.contains("already exists") && exists(name) =>
+        throw new IndexAlreadyExistsException(name, ref.name, Some(e))
+    }
   }
 
   def drop(name: String): Unit = LanceCompactException.userErrors {
@@ -113,8 +119,13 @@ final class TableIndexes(catalog: LanceCatalog, ident: Identifier, ref: TableRef
     val known = names()
     if (!known.contains(name)) throw new NoSuchIndexException(name,
       s"${ref.name}; its indices are: ${if (known.isEmpty) "none" else known.mkString(", ")}", None)
-    EngineProcedure.call(catalog, "drop_index",
+    try EngineProcedure.call(catalog, "drop_index",
       Map("table" -> UTF8String.fromString(tableArgument), "name" -> UTF8String.fromString(name)))
+    catch {
+      // another statement dropped it meanwhile: Spark's IF EXISTS applies to that too
+      case e: LanceCompactException if e.getMessage.contains("no index named") && !exists(name) =>
+        throw new NoSuchIndexException(name, ref.name, Some(e))
+    }
   }
 
   /** Each index: its name, type and column, and as properties what the `indices` metadata table
