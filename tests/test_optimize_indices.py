@@ -416,3 +416,28 @@ def test_a_compaction_between_the_restore_build_and_its_commit_is_planned_again(
     assert ds.count_rows() == BASE_ROWS + 300
     scalar_agrees(ds)
     index_agrees_with_scan_vectors(ds)
+
+
+def test_the_tiering_rule():
+    """indexing/tiers.py on its own: equal appends merge as a binary counter (a row is rebuilt at
+    most log2(appends) + 1 times), a big segment is never rebuilt for a small append, the bound on segments,
+    dead segments dropped, Lance's num_indices_to_merge (newest n)."""
+    from lance_compact.indexing.tiers import MAX_SEGMENTS, SegmentSize, pick
+
+    segs = [SegmentSize("base", 10_000, 1)]
+    sizes, rebuilt = [], 0
+    for run in range(8):
+        picked = set(pick(segs, 100))
+        rebuilt += 100 + sum(s.rows for s in segs if s.uuid in picked)
+        segs = [s for s in segs if s.uuid not in picked] + [
+            SegmentSize(f"s{run}", 100 + sum(s.rows for s in segs if s.uuid in picked), run + 2)]
+        sizes.append(sorted(s.rows for s in segs if s.uuid != "base"))
+    assert "base" in {s.uuid for s in segs}
+    assert sizes[:4] == [[100], [200], [100, 200], [400]] and sizes[7] == [800]
+    assert rebuilt == 2_000  # 8 appends of 100 rows: 100+200+100+400+100+200+100+800, the base never
+    many = [SegmentSize(f"m{i}", 1_000 << i, i) for i in range(MAX_SEGMENTS + 2)]  # no two comparable
+    assert pick(many, 0) == ["m0", "m1", "m2"]  # past the bound the smallest merge: 7 + the merged one
+    assert pick(many[:3], 0) == [] and pick([SegmentSize("a", 500, 1)], 0) == []  # nothing to do
+    assert pick([SegmentSize("dead", 0, 1), SegmentSize("a", 5_000, 2)], 10) == ["dead"]
+    assert pick([SegmentSize("a", 5_000, 1), SegmentSize("b", 9_000, 2)], 10, num_to_merge=1) == ["b"]
+    assert pick([SegmentSize("a", 5_000, 1)], 10, num_to_merge=0) == []
