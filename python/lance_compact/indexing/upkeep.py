@@ -70,6 +70,7 @@ class Upkeep:
     estimated_bytes: int
     route: str
     why: str = ""
+    dead: tuple[str, ...] = ()  # of ``merged``: segments covering no live fragment (dropped, not merged)
 
     @property
     def due(self) -> bool:
@@ -111,7 +112,8 @@ def plan(ds: lance.LanceDataset, name: str, num_to_merge: int | None = None, ret
         build |= {f for s in merged for f in s.fragment_ids if f in sizes}
     build_fragments = sorted(build)
     return Upkeep(ix, ds.version, new, new_rows, merged, build_fragments, sum(sizes[f].rows for f in build_fragments),
-                  sum(sizes[f].estimated_bytes for f in build_fragments), "segments")
+                  sum(sizes[f].estimated_bytes for f in build_fragments), "segments",
+                  dead=tuple(s.uuid for s in merged if rows_of[s.uuid] <= 0))
 
 
 def active_spark() -> Any:
@@ -246,7 +248,7 @@ def _once(target: Target, ds: lance.LanceDataset, ups: list[Upkeep], procedure: 
         if ix.is_vector:
             merged = merge_segments(ds, ordered, MERGE_FAN_IN)
         else:  # scalar: the committed segments picked and the new shards merged by Lance, once
-            inputs = list(up.merged) + ordered
+            inputs = [s for s in up.merged if s.uuid not in up.dead] + ordered
             merged = [ds.merge_existing_index_segments(inputs)] if inputs else []
         written += [str(s.uuid) for s in merged]
         new_segments += merged
@@ -292,6 +294,7 @@ def _groups(up: Upkeep, ds: lance.LanceDataset) -> list[list[int]]:
 
 def _pylance(target: Target, ds: lance.LanceDataset, up: Upkeep, retrain: bool) -> Outcome:
     """pylance's optimize_indices of this one index, in the engine (one commit)."""
+    before = ds.version
     try:
         ds.optimize.optimize_indices(index_names=[up.index.name], retrain=retrain)
     except Exception as e:
@@ -303,7 +306,9 @@ def _pylance(target: Target, ds: lance.LanceDataset, up: Upkeep, retrain: bool) 
                               f"{classify(e).phrase} ({classify(e).detail}); nothing was committed for this index"
                               ) from None
     why = f" ({up.why})" if up.why else ""
-    return Outcome(PYLANCE, up.rows if retrain else up.new_rows, 1, 0, ds.version, notes=[f"pylance{why}"])
+    changed = ds.version != before
+    return Outcome(PYLANCE, up.rows if retrain else up.new_rows, 1 if changed else 0, 0,
+                   ds.version if changed else None, notes=[f"pylance{why}"])
 
 
 def _retrain(target: Target, ds: lance.LanceDataset, up: Upkeep, procedure: str, sc: Any) -> Outcome:
