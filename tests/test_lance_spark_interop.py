@@ -64,9 +64,11 @@ def _run(cmd, timeout: int, what: str, log: Path | None = None, env=None) -> str
 
 def _side_env() -> dict:
     """The Spark 3.5 venv's own environment: nothing of the project's Spark 4 (SPARK_HOME,
-    PYSPARK_*, PYTHONPATH from bin/env.sh or conftest) may leak into it."""
+    PYSPARK_*, PYTHONPATH from bin/env.sh or conftest) may leak into it; the JVM flags of
+    SPARK_SUBMIT_OPTS (the tests' C1-only JIT, conftest) point at nothing and stay."""
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("SPARK_", "PYSPARK_", "LANCE_COMPACT_")) and k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+           if not k.startswith(("SPARK_", "PYSPARK_", "LANCE_COMPACT_")) and k not in ("PYTHONPATH", "VIRTUAL_ENV")
+           or k == "SPARK_SUBMIT_OPTS"}
     py = str(VENV / "bin" / "python")
     env.update(PYSPARK_PYTHON=py, PYSPARK_DRIVER_PYTHON=py, SPARK_LOCAL_IP="127.0.0.1",
                PATH=str(VENV / "bin") + os.pathsep + env.get("PATH", ""))

@@ -26,9 +26,10 @@ def run(args, timeout, **kw):
 def clean_env(path_first: Path | None = None, **extra: str) -> dict[str, str]:
     """This process's environment less anything pointing at the checkout, a venv or a Spark:
     no PYTHONPATH, LANCE_*, SPARK_*, PYSPARK_*, VIRTUAL_ENV; PATH without the checkout's
-    folders (the machine's pip settings, PIP_*, stay)."""
+    folders (the machine's pip settings, PIP_*, stay, and so do the JVM flags of
+    SPARK_SUBMIT_OPTS, which point at nothing: the tests' C1-only JIT, tests/conftest.py)."""
     drop = ("LANCE_", "SPARK_", "PYSPARK_", "PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "CONDA_")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(drop)}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(drop) or k == "SPARK_SUBMIT_OPTS"}
     path = [p for p in os.environ.get("PATH", "").split(os.pathsep)
             if p and not Path(p).resolve().is_relative_to(ROOT)]
     env["PATH"] = os.pathsep.join(([str(path_first)] if path_first else []) + path)
