@@ -3,6 +3,7 @@
 ``(schema DDL, rows)`` with JSON-safe values (timestamps as microseconds)."""
 from __future__ import annotations
 
+import math
 from datetime import datetime, timezone
 from typing import Any, Callable
 
@@ -90,7 +91,9 @@ def version_records(ds, wanted: Callable[[int], bool] | None = None) -> list[dic
 
 def micros(when) -> int | None:
     """A datetime as microseconds since the epoch (Spark's TIMESTAMP in JSON rows)."""
-    return int(when.timestamp() * 1_000_000) if when else None
+    # whole seconds and the microseconds apart: timestamp() * 1e6 in floating point can land a
+    # microsecond short (a segment's created_at of .201 s read back as .200999)
+    return math.floor(when.timestamp()) * 1_000_000 + when.microsecond if when else None
 
 
 def _versions(ds) -> tuple[str, list[list]]:
