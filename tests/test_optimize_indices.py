@@ -418,6 +418,25 @@ def test_a_compaction_between_the_restore_build_and_its_commit_is_planned_again(
     index_agrees_with_scan_vectors(ds)
 
 
+def test_a_delete_between_the_restore_build_and_its_commit_commits_beside_it(spark, embedded):
+    """A delete in every fragment (the new segment's too) right before the index commit: Lance
+    rebases the index commit over it (no conflict), the deleted rows are masked, answers exact."""
+    t, path, _ = embedded
+    append(path, BASE_ROWS, 300, 30)
+    r = spark.sql(f"CALL lance.compact(table => '{t}', target_rows_per_fragment => 600, options => map("
+                  "'test_fail_at', 'index_commit:writers.delete_everywhere'))").collect()[0]
+    ds = lance.dataset(str(path))
+    assert "restored by optimize_indices" in (r.index_coverage or ""), r
+    assert r.new_version == ds.version
+    gone = ds.to_table(filter="id % 97 = 0", columns=["id"], use_scalar_index=False).num_rows
+    assert gone == 0 and ds.count_rows() == sum(1 for i in range(BASE_ROWS + 300) if i % 97)
+    live = {f.fragment_id for f in ds.get_fragments()}
+    for n in ("vector_idx", "id_idx"):
+        assert set().union(*segments(ds, n).values()) == live, n
+    scalar_agrees(ds)
+    index_agrees_with_scan_vectors(ds)
+
+
 def test_the_tiering_rule():
     """indexing/tiers.py on its own: equal appends merge as a binary counter (a row is rebuilt at
     most log2(appends) + 1 times), a big segment is never rebuilt for a small append, the bound on segments,
