@@ -61,6 +61,8 @@ def describe(ds: lance.LanceDataset, name: str) -> ExistingIndex:
                            index_details=(d.type_url, b"")) for s in d.segments)
     column = list(d.field_names)[0] if len(d.field_names) == 1 else ""
     build_type, why = _build_type(lance_type, d, segments)
+    if build_type is not None and column not in ds.schema.names:
+        build_type, why = None, f"an index on the nested field {column}"
     return ExistingIndex(name, column, lance_type, build_type, segments, dict(d.details or {}), why)
 
 

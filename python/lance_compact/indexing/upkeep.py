@@ -93,7 +93,9 @@ class Outcome:
 def plan(ds: lance.LanceDataset, name: str, num_to_merge: int | None = None, retrain: bool = False) -> Upkeep:
     """The run for index ``name`` of ``ds`` (nothing read but metadata)."""
     ix = existing.describe(ds, name)
-    sizes = {f.fragment_id: f for f in fragment_sizes(ds, ix.column)} if ix.column else {}
+    # a nested or multi-column index (left to pylance): rows per fragment by the first column
+    sized = ix.column if ix.column in ds.schema.names else ds.schema.names[0]
+    sizes = {f.fragment_id: f for f in fragment_sizes(ds, sized)}
     covered = {f for s in ix.segments for f in s.fragment_ids}
     new = sorted(f for f in sizes if f not in covered)
     new_rows = sum(sizes[f].rows for f in new)
