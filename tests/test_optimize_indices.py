@@ -360,13 +360,16 @@ def test_every_vector_type_keeps_its_model_and_recall(spark, warehouse, index_ty
 
 
 def test_scalar_types_answer_as_a_scan_and_inverted_is_left_to_pylance(spark, warehouse):
+    """Two append+optimize cycles; INVERTED and an index on a nested field are kept by pylance's
+    optimize_indices in the engine, and the row says so."""
     words = ["alpha", "beta", "gamma", "delta", "eps"]
 
     def rows(start: int, n: int) -> pa.Table:
         ids = np.arange(start, start + n, dtype=np.int64)
         return pa.table({"id": pa.array(ids), "cat": pa.array([f"c{i % 7}" for i in ids]),
                          "tags": pa.array([[words[i % 5], words[(i // 5) % 5]] for i in ids]),
-                         "txt": pa.array([f"{words[i % 5]} {words[i % 3]} w{i % 11}" for i in ids])})
+                         "txt": pa.array([f"{words[i % 5]} {words[i % 3]} w{i % 11}" for i in ids]),
+                         "s": pa.array([{"a": int(i % 13)} for i in ids])})
     path = warehouse / "db" / "scalar_up.lance"
     shutil.rmtree(path, ignore_errors=True)
     ds = lance.write_dataset(rows(0, 2_000), str(path), max_rows_per_file=400)
@@ -375,12 +378,14 @@ def test_scalar_types_answer_as_a_scan_and_inverted_is_left_to_pylance(spark, wa
         ds.create_scalar_index(column, kind, name=f"{kind.lower()}_idx")
     ds = lance.dataset(str(path))
     ds.create_scalar_index("id", "BLOOMFILTER", name="bloom_idx")
-    filters = ["id = 2050", "id > 2150", "cat = 'c3'", "array_has_any(tags, ['beta'])", "contains(txt, 'w7')"]
+    ds.create_scalar_index("s.a", "BTREE", name="nested_idx")
+    filters = ["id = 2050", "id > 2150", "cat = 'c3'", "array_has_any(tags, ['beta'])", "contains(txt, 'w7')",
+               "s.a = 5"]
     for cycle in range(2):
         lance.write_dataset(rows(2_000 + 200 * cycle, 200), str(path), mode="append", max_rows_per_file=200)
         r = spark.sql("CALL lance.optimize_indices(table => 'db.scalar_up')").collect()[0]
         by = {i.name: (i.built_by, i.segments_merged, i.segments_after) for i in r.indices}
-        assert by["inverted_idx"][0] == "pylance (engine)", by
+        assert by["inverted_idx"][0] == by["nested_idx"][0] == "pylance (engine)", by
         for n in ("zonemap_idx", "bitmap_idx", "label_list_idx", "ngram_idx", "bloom_idx"):
             assert by[n] == ("spark tasks", cycle, 2), (n, by)
         ds = lance.dataset(str(path))
