@@ -158,7 +158,8 @@ def run(target: Target, ds: lance.LanceDataset, ups: list[Upkeep], procedure: st
     except CompactionError as e:
         if not versions:
             raise
-        raise type(e)(f"{e.message} ({committed_phrase(versions)})", e.kind) from None
+        said = f"{e.message} ({committed_phrase(versions)})"
+        raise (Cancelled(said) if isinstance(e, Cancelled) else type(e)(said, e.kind)) from None
     return outcomes, versions
 
 
