@@ -15,6 +15,7 @@ from typing import Any
 from ..errors import CompactionError
 from ..indexing import upkeep
 from ..runtime import hooks
+from ..runtime.cancellation import Cancelled
 from ..runtime.envelope import Target
 from ..runtime.failures import classify, committed_phrase, describe
 from ..runtime.tables import open_dataset
@@ -87,6 +88,9 @@ def restore(request: Any, lost: set[str], versions: list[int], dataset: Any = No
                                  "compact", request.hooks)
     except upkeep.UpkeepConflict as e:
         return IndexCoverage(lost_now, False, found=found, conflict=e.message.split(" (")[0][:200])
+    except Cancelled as e:  # the restore's Spark jobs were cancelled with the statement
+        raise Cancelled(f"{e.message}; {committed_phrase(versions, 'the cancel')}; the index restore did not land "
+                        f"(queries stay correct, scanning what an index does not cover)") from None
     except Exception as e:  # noqa: B902 - Lance's (OSError, ValueError, ...) or the store's
         if is_retryable_conflict(e):
             return IndexCoverage(lost_now, False, found=found, conflict=str(e).split(",")[0][:200])
