@@ -143,8 +143,10 @@ def test_drop_index_in_sql_and_by_call(spark, warehouse):
     assert "needs the index's name" in failure(spark, "CALL lance.drop_index(table => 'db.droppable')")
     assert lance.dataset(str(path)).version == version
 
+    files = [path / "_indices" / i["uuid"] for i in lance.dataset(str(path)).list_indices() if i["name"] == "id_idx"]
     assert spark.sql("DROP INDEX id_idx ON lance.db.droppable").collect() == []
     after = lance.dataset(str(path))
+    assert len(files) == 2 and all(f.is_dir() for f in files)  # kept for older versions until cleanup
     assert after.version == version + 1 and [i["name"] for i in after.list_indices()] == ["vector_idx"]
     assert content(after) == expected
     assert {i.name for i in after.read_transaction(after.version).operation.removed_indices} == {"id_idx"}
