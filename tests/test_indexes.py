@@ -243,3 +243,41 @@ def test_bad_index_statements_are_refused_and_change_nothing(spark, warehouse, s
     message = failure(spark, statement)
     assert match in message, message[:1500]
     assert lance.dataset(str(path)).version == version and lance.dataset(str(path)).list_indices() == indices
+
+
+def test_a_cancelled_create_index_statement_commits_nothing(spark, warehouse):
+    """CREATE INDEX is cancelled as CALL lance.create_index is: its statement's job group
+    cancelled while its segments build on Spark tasks (a test hook keeps the small table off
+    the engine and makes each task wait), nothing committed, no segment folder left."""
+    import threading
+    import time
+
+    from conftest import wait_for
+
+    path = warehouse / "db" / "cancelled.lance"
+    shutil.rmtree(path, ignore_errors=True)
+    lance.write_dataset(batch(0, 400), str(path), max_rows_per_file=50)
+    version = lance.dataset(str(path)).version
+    sc = spark.sparkContext
+    out = {}
+
+    def run():
+        sc.setJobGroup("create-index-sql-cancel", "cancelled CREATE INDEX", interruptOnCancel=True)
+        try:
+            spark.sql("CREATE INDEX id_idx ON lance.db.cancelled USING BTREE (id) "
+                      "OPTIONS (rows_per_segment = 1000, test_task_sleep_ms = 'all:4000')").collect()
+        except Exception as e:  # noqa: BLE001 - the test reads it
+            out["error"] = str(e)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    tracker = sc.statusTracker()
+    wait_for(lambda: tracker.getJobIdsForGroup("create-index-sql-cancel"), timeout=60)
+    time.sleep(1)
+    sc.cancelJobGroup("create-index-sql-cancel")
+    thread.join(60)
+    assert not thread.is_alive() and "cancelled" in out.get("error", ""), out
+    assert "nothing was committed" in out["error"]
+    ds = lance.dataset(str(path))
+    assert ds.version == version and not ds.describe_indices()
+    assert not (path / "_indices").exists() or not any((path / "_indices").iterdir())
