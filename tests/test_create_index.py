@@ -1,5 +1,5 @@
 """CALL lance.create_index built by the cluster (issue 35): every vector and scalar type through
-CALL on Spark tasks (``engineRewrite.maxBytes=0``: no build in the engine), scalar answers equal
+CALL on Spark tasks (``engineRewrite.maxBatchBytes=0``: no build in the engine), scalar answers equal
 a full scan, vector recall@10 against brute force within 0.02 of pylance's own create_index with
 the same parameters (vectors on a 4-d subspace of 16-d: real neighbours), the plan of a dry run,
 bad input refused before anything is built (version unchanged), a concurrent append and a
@@ -23,7 +23,7 @@ N, DIM, PER_FRAGMENT = 20_000, 16, 2_500
 SCALAR_ROWS = 4_000
 WORDS = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta"]
 
-SPARK_CONF = {"spark.lance.compact.engineRewrite.maxBytes": "0", "spark.eventLog.enabled": "true",
+SPARK_CONF = {"spark.lance.compact.engineRewrite.maxBatchBytes": "0", "spark.eventLog.enabled": "true",
               "spark.eventLog.rolling.enabled": "false", "spark.eventLog.compress": "false"}
 
 

@@ -1,6 +1,6 @@
 """CALL lance.optimize_indices: the fragments indices do not cover (appended, or compacted
 with a concurrent delete carried over) are built as a new segment of each index with its own
-model, by Spark tasks (``engineRewrite.maxBytes=0``: no build in the engine), and committed
+model, by Spark tasks (``engineRewrite.maxBatchBytes=0``: no build in the engine), and committed
 beside its segments, which are merged size-tiered; queries equal a scan before and after;
 vector recall@10 against brute force within 0.02 of pylance's own optimize_indices on the same
 data (vectors on a 4-d subspace: real neighbours), over repeated append+optimize cycles; retrain;
@@ -22,7 +22,7 @@ from index_checks import index_agrees_with_scan
 import writers
 
 SPARK_MASTER = "local[2,2]"
-SPARK_CONF = {"spark.lance.compact.engineRewrite.maxBytes": "0", "spark.eventLog.enabled": "true",
+SPARK_CONF = {"spark.lance.compact.engineRewrite.maxBatchBytes": "0", "spark.eventLog.enabled": "true",
               "spark.eventLog.rolling.enabled": "false", "spark.eventLog.compress": "false"}
 
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Any
@@ -32,7 +31,7 @@ import lance
 from lance.optimize import CompactionTask, RewriteResult
 
 from ..errors import CompactionError
-from ..runtime import cancellation, hooks
+from ..runtime import cancellation, driver_conf, hooks
 from ..runtime.failures import BUG, CORRUPT, classify, first_part
 from ..runtime.secrets import redact
 from .execute import TaskOutcome
@@ -42,51 +41,9 @@ from .request import CompactionRequest
 
 log = logging.getLogger(__name__)
 
-MAX_BATCH_BYTES = "spark.lance.compact.engineRewrite.maxBatchBytes"
-# Its former name, still read for one release (with a warning): "maxBytes" read like one more of
-# the byte budgets (max_rewrite_bytes, max_total_rewrite_bytes) while it is a batch's size.
-FORMER_MAX_BYTES = "spark.lance.compact.engineRewrite.maxBytes"
-# Measured on the benchmark's streaming table (88 MB read, 2 tasks; 2 cores): the rewrite
-# itself takes ~0.3 s, so 256 MiB bounds a batch here to about a second and the engine's
-# memory to what pylance's compact_files of the same batch takes.
-LOCAL_DEFAULT = 256 << 20
-
-_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
-          "g": 1 << 30, "gb": 1 << 30, "t": 1 << 40, "tb": 1 << 40}
-
-
-def _size(text: str, key: str = MAX_BATCH_BYTES) -> int:
-    m = re.fullmatch(r"\s*(\d+)\s*([a-zA-Z]*)\s*", text)
-    if m is None or m.group(2).lower() not in _UNITS:
-        raise ValueError(f"{key} = {text!r}: expected a size such as 0, 268435456 or 256m")
-    return int(m.group(1)) * _UNITS[m.group(2).lower()]
-
-
-def is_local(master: str) -> bool:
-    """Whether ``master`` runs the executors inside the driver's JVM (``local``, ``local[N]``,
-    ``local[N,F]``)."""
-    return re.fullmatch(r"local(\[[^\]]*\])?", master.replace(" ", "")) is not None
-
-
-def max_batch_bytes(conf: dict[str, str], master: str) -> int:
-    """The largest batch (bytes its tasks read) rewritten in the engine: the operator's
-    ``spark.lance.compact.engineRewrite.maxBatchBytes`` (or its former name
-    ``engineRewrite.maxBytes``, with a warning), else 256 MiB in local mode and 0 (off) on a
-    cluster. A value that is no size is ignored with a warning (the default applies)."""
-    default = LOCAL_DEFAULT if is_local(master) else 0
-    key = MAX_BATCH_BYTES
-    if key not in conf and FORMER_MAX_BYTES in conf:
-        key = FORMER_MAX_BYTES
-        log.warning("%s is deprecated: it is the former name of %s, read until the next release; use %s",
-                    FORMER_MAX_BYTES, MAX_BATCH_BYTES, MAX_BATCH_BYTES)
-    text = conf.get(key)
-    if text is None:
-        return default
-    try:
-        return _size(text, key)
-    except ValueError as e:
-        log.warning("%s; using the default %d", e, default)
-        return default
+# The setting and its reader live with the operator's other static settings (index builds read it too).
+MAX_BATCH_BYTES, FORMER_MAX_BYTES, LOCAL_DEFAULT = driver_conf.MAX_BATCH_BYTES, driver_conf.FORMER_MAX_BYTES, driver_conf.LOCAL_DEFAULT
+is_local, max_batch_bytes = driver_conf.is_local, driver_conf.max_batch_bytes
 
 
 def fits(request: CompactionRequest, batch: Batch, limit: int) -> bool:
@@ -198,13 +155,6 @@ def _message(request: CompactionRequest, error: Exception, text: str, attempts: 
     return f"table {table}: a compaction task{tried}{what} ({first_part(text)})"
 
 
-_SETTINGS: dict[int, tuple[Any, int]] = {}  # id -> (the context, kept alive so its id is not reused; limit)
-
-
 def engine_settings(sc: Any) -> int:
-    """This engine's limit, from the driver's static Spark configuration: read once per
-    SparkContext (a read of the whole conf is a Py4J round trip; no statement can change it)."""
-    known = _SETTINGS.get(id(sc))
-    if known is None or known[0] is not sc:
-        known = _SETTINGS[id(sc)] = (sc, max_batch_bytes(dict(sc.getConf().getAll()), sc.master))
-    return known[1]
+    """This engine's limit (``driver_conf.engine_limit``: the static conf, read once per SparkContext)."""
+    return driver_conf.engine_limit(sc)

@@ -8,14 +8,13 @@ fragments changed are planned and built again on the new version (``max_retries`
 rest kept. Any failure removes the segment files written and says that nothing was committed.
 
 A small build in local mode runs in the engine instead, as pylance's own ``create_index`` (the
-compaction's rule, ``spark.lance.compact.engineRewrite.maxBytes``: 256 MiB of the column in local
+compaction's rule, ``spark.lance.compact.engineRewrite.maxBatchBytes``: 256 MiB of the column in local
 mode by default, 0 on a cluster); with 0, every build is Spark tasks. The row's ``built_by`` says
 which."""
 from __future__ import annotations
 
 import logging
 import math
-import re
 import time
 from types import SimpleNamespace
 from typing import Any
@@ -23,9 +22,9 @@ from typing import Any
 import lance
 
 from ..errors import CompactionError
-from ..runtime import cancellation, hooks, progress
+from ..runtime import cancellation, driver_conf, hooks, progress
 from ..runtime.cancellation import Cancelled
-from ..runtime.driver_conf import max_task_attempts, size_bytes
+from ..runtime.driver_conf import max_task_attempts
 from ..runtime.envelope import Envelope, Target
 from ..runtime.failures import classify, committed_phrase
 from . import sample as sampling
@@ -38,26 +37,13 @@ from .train import sample_size, train
 log = logging.getLogger(__name__)
 
 SPARK, ENGINE = "spark tasks", "engine"
-MAX_BYTES = "spark.lance.compact.engineRewrite.maxBytes"
-LOCAL_DEFAULT = 256 << 20
-_LIMITS: dict[int, tuple[Any, int]] = {}
 
 
 def engine_limit(sc: Any) -> int:
-    """The largest build (estimated bytes of the column) done in the engine: the operator's
-    ``spark.lance.compact.engineRewrite.maxBytes``, else 256 MiB in local mode and 0 on a
-    cluster (as the compaction reads it; read once per SparkContext)."""
-    known = _LIMITS.get(id(sc))
-    if known is None or known[0] is not sc:
-        local = re.fullmatch(r"local(\[[^\]]*\])?", sc.master.replace(" ", "")) is not None
-        text = sc.getConf().get(MAX_BYTES)
-        try:
-            limit = size_bytes(MAX_BYTES, text) if text is not None else (LOCAL_DEFAULT if local else 0)
-        except ValueError as e:
-            log.warning("%s; using the default", e)
-            limit = LOCAL_DEFAULT if local else 0
-        known = _LIMITS[id(sc)] = (sc, limit)
-    return known[1]
+    """The largest build (estimated bytes of the column) done in the engine: compaction's rule and
+    setting (``driver_conf.engine_limit``: ``spark.lance.compact.engineRewrite.maxBatchBytes``,
+    else 256 MiB in local mode and 0 on a cluster)."""
+    return driver_conf.engine_limit(sc)
 
 
 def check(request: Envelope) -> tuple[Target, lance.LanceDataset, specs.IndexRequest]:

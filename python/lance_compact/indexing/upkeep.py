@@ -2,7 +2,7 @@
 ``maintain``, ``maintain_warehouse`` and the coverage a compaction or clustering restores): the
 rows of the fragments it does not cover are built as a NEW segment with the index's own model
 (existing.py), by Spark tasks (segments.py; a small build in the engine, by the compaction's rule
-``spark.lance.compact.engineRewrite.maxBytes``), and committed beside its segments (a Lance
+``spark.lance.compact.engineRewrite.maxBatchBytes``), and committed beside its segments (a Lance
 ``CreateIndex`` adding the new segment and removing only the segments it replaces), so the
 work of a run follows the new rows, not the index. Segments are merged size-tiered (tiers.py).
 

@@ -21,8 +21,11 @@ statement can change (``SET`` writes a session's SQL configuration, not this):
 """
 from __future__ import annotations
 
+import logging
 import re
 from typing import Any, Iterable
+
+log = logging.getLogger(__name__)
 
 PICTURE_DIR = "spark.lance.compact.picture.dir"
 CLEANUP_FLOOR = "spark.lance.compact.cleanup.unverifiedMinAge"
@@ -96,7 +99,7 @@ def max_task_attempts(sc: Any) -> int:
 
 
 _SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
-               "g": 1 << 30, "gb": 1 << 30}
+               "g": 1 << 30, "gb": 1 << 30, "t": 1 << 40, "tb": 1 << 40}
 
 
 def size_bytes(key: str, text: str) -> int:
@@ -105,3 +108,55 @@ def size_bytes(key: str, text: str) -> int:
     if m is None or m.group(2).lower() not in _SIZE_UNITS:
         raise ValueError(f"{key} = {text!r}: expected a size such as 67108864, 64m or 1g")
     return int(m.group(1)) * _SIZE_UNITS[m.group(2).lower()]
+
+
+# Work small enough runs in the engine process itself instead of as Spark tasks: a compaction
+# batch (compaction/engine_rewrite.py) and an index build (indexing/build.py, upkeep.py), by
+# this one setting.
+MAX_BATCH_BYTES = "spark.lance.compact.engineRewrite.maxBatchBytes"
+# Its former name, still read for one release (with a warning): "maxBytes" read like one more of
+# the byte budgets (max_rewrite_bytes, max_total_rewrite_bytes) while it is a batch's size.
+FORMER_MAX_BYTES = "spark.lance.compact.engineRewrite.maxBytes"
+# Measured on the benchmark's streaming table (88 MB read, 2 tasks; 2 cores): the rewrite
+# itself takes ~0.3 s, so 256 MiB bounds a batch here to about a second and the engine's
+# memory to what pylance's compact_files of the same batch takes.
+LOCAL_DEFAULT = 256 << 20
+
+
+def is_local(master: str) -> bool:
+    """Whether ``master`` runs the executors inside the driver's JVM (``local``, ``local[N]``,
+    ``local[N,F]``)."""
+    return re.fullmatch(r"local(\[[^\]]*\])?", master.replace(" ", "")) is not None
+
+
+def max_batch_bytes(conf: dict[str, str], master: str) -> int:
+    """The largest batch (bytes its tasks read, or an index build's estimated column bytes) done
+    in the engine: the operator's ``spark.lance.compact.engineRewrite.maxBatchBytes`` (or its
+    former name ``engineRewrite.maxBytes``, with a warning), else 256 MiB in local mode and 0
+    (off) on a cluster. A value that is no size is ignored with a warning (the default applies)."""
+    default = LOCAL_DEFAULT if is_local(master) else 0
+    key = MAX_BATCH_BYTES
+    if key not in conf and FORMER_MAX_BYTES in conf:
+        key = FORMER_MAX_BYTES
+        log.warning("%s is deprecated: it is the former name of %s, read until the next release; use %s",
+                    FORMER_MAX_BYTES, MAX_BATCH_BYTES, MAX_BATCH_BYTES)
+    text = conf.get(key)
+    if text is None:
+        return default
+    try:
+        return size_bytes(key, text)
+    except ValueError as e:
+        log.warning("%s; using the default %d", e, default)
+        return default
+
+
+_ENGINE_LIMITS: dict[int, tuple[Any, int]] = {}  # id -> (the context, kept alive so its id is not reused; limit)
+
+
+def engine_limit(sc: Any) -> int:
+    """This engine's ``max_batch_bytes``, from the driver's static Spark configuration: read once
+    per SparkContext (a read of the whole conf is a Py4J round trip; no statement can change it)."""
+    known = _ENGINE_LIMITS.get(id(sc))
+    if known is None or known[0] is not sc:
+        known = _ENGINE_LIMITS[id(sc)] = (sc, max_batch_bytes(dict(sc.getConf().getAll()), sc.master))
+    return known[1]
