@@ -357,3 +357,24 @@ def test_glue(spark, services):
     texts = [(spark.logs / "engine.log").read_text()] + [
         f.read_text(errors="replace") for f in (spark.logs / "events").rglob("*") if f.is_file()]
     assert not [k for k in GLUE_KEYS for t in texts if k in t]
+
+
+def test_a_service_imports_nothing_a_setting_names():
+    """The engine connects only to the implementations it knows: a class name as `impl`, or the
+    dynamic context provider property (both of which lance_namespace.connect would import), is
+    refused before anything is imported; what a service vends is redacted once received."""
+    from lance_compact.errors import CompactionError
+    from lance_compact.runtime import catalog_service, secrets
+
+    with pytest.raises(CompactionError, match="impl 'os.system' is not supported"):
+        catalog_service.service_of({"lance_compact.catalog.impl": "os.system"})
+    with pytest.raises(CompactionError, match="names a class to import"):
+        catalog_service.service_of({"lance_compact.catalog.impl": "rest", "lance_compact.catalog.uri": "http://x",
+                                    "lance_compact.catalog.dynamic_context_provider.impl": "os.System"})
+    service = catalog_service.service_of({"lance_compact.catalog.impl": "rest", "lance_compact.catalog.uri": "http://x",
+                                          "lance_compact.catalog.headers.x-api-key": "k-123456789",
+                                          "lance_compact.catalog.table_id": '["db", "t"]', "aws_region": "r"})
+    assert service.table_id == ("db", "t") and dict(service.properties)["header.x-api-key"] == "k-123456789"
+    assert catalog_service.lance_options({"lance_compact.catalog.impl": "rest", "aws_region": "r"}) == {"aws_region": "r"}
+    secrets.remember_vended({"aws_secret_access_key": "vended-Zz9-abcdef", "expires_at_millis": "1"})
+    assert secrets.redact("denied for vended-Zz9-abcdef", None) == f"denied for {secrets.REDACTED}"
