@@ -35,8 +35,10 @@ def cluster(tmp_path_factory):
     """spark://127.0.0.1:<port> with two one-core workers; yields (url, logs folder)."""
     import pyspark
     spark_home = os.path.dirname(pyspark.__file__)
+    # The master's, the workers' and (inherited from a worker) the executors' JVMs compile with
+    # C1 only, as the drivers do (SPARK_SUBMIT_OPTS, conftest); the JVM says so in their logs.
     env = {**os.environ, "SPARK_HOME": spark_home, "SPARK_LOCAL_IP": "127.0.0.1",
-           "PYSPARK_PYTHON": sys.executable}
+           "PYSPARK_PYTHON": sys.executable, "JAVA_TOOL_OPTIONS": "-XX:TieredStopAtLevel=1"}
     logs = tmp_path_factory.mktemp("cluster")
     port, ui = free_port(), free_port()
     url = f"spark://127.0.0.1:{port}"
