@@ -162,21 +162,28 @@ def test_a_fair_pool_at_its_limit_still_runs_a_clustering(spark, warehouse):
     assert content(lance.dataset(str(path))) == content(before)
 
 
-def test_a_group_cancel_in_driver_only_work_stops_a_clustering_on_one_slot(spark, warehouse):
-    """The clustering's jobs ended and the driver pauses before the commit: no job and no task
+CANCELLED = {  # statements whose Spark jobs end before a driver-only step and a commit
+    "clustering": "CALL lance.compact(table => '{t}', target_rows_per_fragment => 300, " + CLUSTER + ")",
+    "create_index": STATEMENTS["create_index on Spark tasks"],
+}
+
+
+@pytest.mark.parametrize("what", list(CANCELLED))
+def test_a_group_cancel_in_driver_only_work_stops_the_statement_on_one_slot(spark, warehouse, what):
+    """The statement's jobs ended and the driver pauses before the commit: no job and no task
     of any job runs (nothing holds the slot); a plain cancelJobGroup still stops the statement,
     nothing is committed, and the next statement works."""
     sc = spark.sparkContext
     tracker = sc.statusTracker()
-    path, before = _table(warehouse, "driveronly")
-    group = "driver-only-cancel"
+    ns = f"driveronly{what.replace('_', '')}"
+    path, before = _table(warehouse, ns)
+    group = f"driver-only-cancel-{what}"
     out: dict = {}
 
     def run() -> None:
         sc.setJobGroup(group, "to cancel")
         try:
-            spark.sql(f"CALL lance.compact(table => 'driveronly.t', target_rows_per_fragment => 300, "
-                      f"{CLUSTER})").collect()
+            spark.sql(CANCELLED[what].format(t=f"{ns}.t")).collect()
         except Exception as e:
             out["error"] = str(e)
         finally:
@@ -203,14 +210,15 @@ def test_a_group_cancel_in_driver_only_work_stops_a_clustering_on_one_slot(spark
     sc.cancelJobGroup(group)
     t.join(BOUND_S)
     assert not t.is_alive(), "the cancelled statement did not end"
-    print(f"\njob group cancel of a clustering in driver-only work on local[1] -> failed in "
+    print(f"\njob group cancel of {what} in driver-only work on local[1] -> failed in "
           f"{time.monotonic() - cancelled_at:.2f} s")
     assert "cancelled" in out.get("error", "") and f"job group {group}" in out["error"], out
     assert "nothing was committed" in out["error"], out
-    assert lance.dataset(str(path)).version == before.version
+    after = lance.dataset(str(path))
+    assert after.version == before.version and not after.describe_indices()
     assert jobs() == jobs_at_cancel, "a job started after the cancel"
-    rows, _ = bounded(spark, "CALL lance.compact(table => 'driveronly.t', target_rows_per_fragment => 300)",
-                      "driver-only-after")
+    rows, _ = bounded(spark, f"CALL lance.compact(table => '{ns}.t', target_rows_per_fragment => 300)",
+                      f"driver-only-after-{what}")
     assert rows[0].commits == 1 and content(lance.dataset(str(path))) == content(before)
 
 

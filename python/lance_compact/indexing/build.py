@@ -186,9 +186,9 @@ def _on_spark(sc: Any, target: Target, ds: lance.LanceDataset, req: specs.IndexR
                     raise Cancelled(f"table {table}: create_index cancelled ({failure.message}); nothing was committed")
                 raise CompactionError(f"{failure.message}; nothing was committed")
             segments = kept + built
-            _check_cancel(table, "before the commit")
             hooks.before_commit(SimpleNamespace(hooks=req.hooks, uri=target.uri,
                                                 storage_options=dict(target.storage_options)))
+            _check_cancel(table, "before the commit")  # after the hook: a test's pause is when it is sent
             progress.report(f"{table}: create_index: merging and committing {len(segments)} segments")
             clock = time.monotonic()
             merged = merge_segments(read, [s.index for s in sorted(segments, key=lambda s: min(s.fragment_ids))],

@@ -194,7 +194,7 @@ object EngineBridge {
     "spark.job.tags", "spark.scheduler.pool")
 
   /** Actions whose statements' cancels are watched for: those that run Spark jobs and commit. */
-  val Watched: Set[String] = Set("compact", "maintain", "maintain_warehouse")
+  val Watched: Set[String] = Set("compact", "maintain", "maintain_warehouse", "create_index", "optimize_indices")
   val CancelWatchConf = "spark.lance.compact.cancelWatch"
 
   /** What a job of [[EngineBridge.runJob]] does with each partition: compute it (the engine's
