@@ -54,9 +54,9 @@ def test_catalog_and_call_from_spark_sql(cli_warehouse):
     out = p.stdout
     assert "namespace\ndb\nother\n" in out
     assert "tableName\tisTemporary\nclicks\nevents\n" in out
-    assert "procedure_name\nlance\t[]\tNULL\tcleanup\nlance\t[]\tNULL\tcompact\nlance\t[]\tNULL\tdescribe_layout\n" \
-        "lance\t[]\tNULL\tmaintain\nlance\t[]\tNULL\tmaintain_warehouse\nlance\t[]\tNULL\toptimize_indices\n" \
-        "lance\t[]\tNULL\tplan_compaction\n" in out
+    assert "procedure_name\n" + "".join(f"lance\t[]\tNULL\t{p}\n" for p in (
+        "cleanup", "compact", "create_index", "describe_layout", "drop_index", "maintain", "maintain_warehouse",
+        "optimize_indices", "plan_compaction")) in out
     results = rows_of(out)
     assert [r["table"] for r in results] == ["db.events", "db.events", "db.clicks"]
     first, noop, positional = results
