@@ -4,11 +4,9 @@ import java.util.Locale
 
 import com.fasterxml.jackson.databind.ObjectMapper
 
-import org.apache.spark.internal.Logging
-import org.apache.spark.sql.catalyst.analysis.{NamespaceAlreadyExistsException, NoSuchNamespaceException, NonEmptyNamespaceException}
 import org.apache.spark.sql.connector.catalog.Identifier
 
-import io.github.lancecompact.spark.engine.{EngineRequest, LanceCompactException, PythonEngine}
+import io.github.lancecompact.spark.engine.{EngineRequest, LanceCompactException}
 
 /** Tables kept by a catalog service, a Lance Namespace (`impl=rest`, with `uri` and
  * `headers.*` as lance-spark names them; `impl=glue`, with `region`, `endpoint`, `catalog_id` and
@@ -26,7 +24,7 @@ import io.github.lancecompact.spark.engine.{EngineRequest, LanceCompactException
  * they expire.
  */
 final class LanceNamespaceService(catalogName: String, impl: String, properties: Map[String, String],
-                                  storage: Map[String, String]) extends TableDirectory with Logging {
+                                  storage: Map[String, String]) extends EngineNamespaces(catalogName) {
   private val normal = new Warehouse(catalogName, None)  // no root: normal form only
 
   /** The catalog's storage options as sent to the engine: the operator's `storage.*` and the service. */
@@ -40,74 +38,31 @@ final class LanceNamespaceService(catalogName: String, impl: String, properties:
 
   override def boundaryRoot: Option[String] = None
 
-  private def ask(op: String, id: Seq[String]): Seq[(String, String)] = {
-    val request = EngineRequest(storage = storageOptions) { r =>
+  protected def request(op: String, id: Seq[String]): String =
+    EngineRequest(storage = storageOptions) { r =>
       r.put("op", op)
       val ids = r.putArray("id")
       id.foreach(ids.add)
     }
-    PythonEngine.query("namespace", request).rows().toSeq.map { row =>
-      (row.getUTF8String(1).toString, if (row.isNullAt(2)) null else row.getUTF8String(2).toString)
-    }
-  }
-
-  def namespaceExists(namespace: Array[String]): Boolean =
-    namespace.isEmpty || ask("namespace_exists", namespace.toSeq).nonEmpty
 
   def namespaceLocation(namespace: Array[String]): String =
     s"$impl catalog service${properties.get("uri").orElse(properties.get("endpoint")).map(u => s" at $u").getOrElse("")}"
 
+  protected def checkedLocation(location: String): String = normal.checkPath(location)
+  override protected def locationWhat: String = "the location the catalog service gives: "
+
   /** A namespace whose name holds a dot is left out: the engine names a listed table's
    * namespace dotted, so it would be another namespace's table. */
-  def listNamespaces(namespace: Array[String]): Array[Array[String]] = {
-    if (!namespaceExists(namespace)) throw new NoSuchNamespaceException(namespace)
-    ask("list_namespaces", namespace.toSeq).map(_._1).filter { n =>
-      val dotted = n.contains('.')
-      if (dotted) logWarning(s"catalog $catalogName: leaving namespace ${Names.show((namespace :+ n).mkString("."))} " +
-        "out: its name holds a '.'")
-      !dotted
-    }.map(n => namespace :+ n).toArray
+  override protected def listed(namespace: Array[String], name: String): Boolean = {
+    val dotted = name.contains('.')
+    if (dotted) logWarning(s"catalog $catalogName: leaving namespace ${Names.show((namespace :+ name).mkString("."))} " +
+      "out: its name holds a '.'")
+    !dotted
   }
 
-  def listTables(namespace: Array[String]): Array[Identifier] = {
-    if (!namespaceExists(namespace)) throw new NoSuchNamespaceException(namespace)
-    ask("list_tables", namespace.toSeq).map(t => Identifier.of(namespace, t._1)).toArray
-  }
-
-  def findTable(ident: Identifier): Option[String] =
-    ask("table", ident.namespace.toSeq :+ ident.name).headOption.map(_._2).map { location =>
-      try normal.checkPath(location) catch {
-        case e: IllegalArgumentException => throw new IllegalArgumentException(
-          s"table ${(ident.namespace :+ ident.name).mkString(".")}: the location the catalog service gives: ${e.getMessage}", e)
-      }
-    }
-
-  /** Tables whose location is refused are left out of catalog-wide listings (noted in the log). */
-  override def listedLocation(ident: Identifier): Option[String] =
-    try findTable(ident) catch {
-      case e: IllegalArgumentException =>
-        logWarning(s"catalog $catalogName: leaving table ${Names.show((ident.namespace :+ ident.name).mkString("."))} " +
-          s"out of listings: ${Names.show(e.getMessage)}")
-        None
-    }
-
-  def createNamespace(namespace: Array[String]): Unit = {
-    if (namespace.isEmpty || namespaceExists(namespace)) throw new NamespaceAlreadyExistsException(namespace)
+  override protected def checkNewNamespace(namespace: Array[String]): Unit =
     if (namespace.exists(_.contains('.'))) throw new IllegalArgumentException(
       s"catalog $catalogName: a namespace name holding a '.' is not created in a catalog service")
-    ask("create_namespace", namespace.toSeq)
-  }
-
-  def dropNamespace(namespace: Array[String], cascade: Boolean): Boolean = {
-    if (namespace.isEmpty || !namespaceExists(namespace)) throw new NoSuchNamespaceException(namespace)
-    if (listTables(namespace).nonEmpty || listNamespaces(namespace).nonEmpty) {
-      if (!cascade) throw new NonEmptyNamespaceException(namespace)
-      throw new UnsupportedOperationException(
-        s"catalog $catalogName: will not drop namespace ${namespace.mkString(".")} with its tables; remove them with Lance first")
-    }
-    ask("drop_namespace", namespace.toSeq)
-    true
-  }
 
   /** A path given as a table: only the location the service gives for one of its tables,
    * in normal form; its identifier with it. */
