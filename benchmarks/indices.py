@@ -437,6 +437,22 @@ class Report:
                 + "\n".join(self.line(r) for r in self.rows) + "\n")
 
 
+def growth(rows: list[dict], small: str, big: str) -> str:
+    """Each timed path's seconds and peak worker memory at 4N against N (the same path)."""
+    lines = ["as the table grows 4x (4N / N, the same path): seconds; peak MiB of the largest Python worker", ""]
+    for r4 in rows:
+        r1 = next((r for r in rows if r["size"] == small and r["step"] == r4["step"] and r["path"] == r4["path"]),
+                  None)
+        if r4["size"] != big or r1 is None or r4["seconds"] is None:
+            continue
+        mem = (f"; worker {r1['memory']['worker_peak_mb']} -> {r4['memory']['worker_peak_mb']} MiB "
+               f"(x{r4['memory']['worker_peak_mb'] / max(1, r1['memory']['worker_peak_mb']):.2f})"
+               if r1["memory"] and r4["memory"] else "")
+        lines.append(f"- {r4['step']}, {r4['path']}: {r1['seconds']:.2f} -> {r4['seconds']:.2f} s "
+                     f"(x{r4['seconds'] / r1['seconds']:.2f}){mem}")
+    return "\n".join(lines)
+
+
 def ivf_options(sc: dict) -> dict[str, str]:
     o = {"num_partitions": str(sc["partitions"]), "num_sub_vectors": str(sc["sub_vectors"])}
     if sc["rows_per_segment"]:
@@ -555,7 +571,7 @@ def main_run(a: argparse.Namespace) -> int:
               f"BTREE on {sc['btree_rows']:,} rows; {len(os.sched_getaffinity(0))} CPUs; "
               f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC; load average at the end "
               f"{os.getloadavg()[0]:.1f}; {time.time() - started:.0f} s")
-    md = report.markdown(header)
+    md = report.markdown(header) + "\n" + growth(report.rows, sizes[n], sizes[4 * n]) + "\n"
     (out / f"indices-{a.scale}.md").write_text(md)
     (out / f"indices-{a.scale}.json").write_text(json.dumps({"scale": a.scale, "settings": sc, "rows": report.rows,
                                                              "seconds": time.time() - started}, indent=1, default=str))
