@@ -475,7 +475,9 @@ def spark_paths(a: argparse.Namespace, cluster: Cluster | None) -> list[tuple[st
 
 def main_run(a: argparse.Namespace) -> int:
     import lance
-    sc = SCALES[a.scale]
+    sc = dict(SCALES[a.scale])
+    if a.rows_per_segment is not None:
+        sc["rows_per_segment"] = a.rows_per_segment or None
     work = Path(a.work) / a.scale
     started = time.time()
     print(f"indices benchmark ({a.scale}), {len(os.sched_getaffinity(0))} CPUs, work folder {work}", flush=True)
@@ -566,7 +568,7 @@ def main_run(a: argparse.Namespace) -> int:
             cluster.stop()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    header = (f"indices benchmark, scale {a.scale}: IVF_PQ (num_partitions {sc['partitions']}, num_sub_vectors "
+    header = (f"indices benchmark, scale {a.scale}: rows_per_segment {sc['rows_per_segment'] or 'default'}; IVF_PQ (num_partitions {sc['partitions']}, num_sub_vectors "
               f"{sc['sub_vectors']}) on {n:,} and {4 * n:,} x {sc['dim']}-d vectors on a {sc['subspace']}-d subspace; "
               f"BTREE on {sc['btree_rows']:,} rows; {len(os.sched_getaffinity(0))} CPUs; "
               f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC; load average at the end "
@@ -587,6 +589,9 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--scale", choices=sorted(SCALES), default="small")
     p.add_argument("--no-cluster", action="store_true", help="local[2] only (no standalone cluster)")
+    p.add_argument("--rows-per-segment", type=int,
+                   help="the CALLs' rows_per_segment for IVF_PQ (0: the product's default grouping, which builds "
+                        "1M rows as one segment, one task); default: the scale's")
     p.add_argument("--work", default=str(Path(tempfile.gettempdir()) / "lance-compact-bench" / "indices"),
                    help="tables and exact neighbours (kept between runs) and the runs' copies")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
