@@ -29,7 +29,7 @@ from ..runtime.envelope import Envelope, Target
 from ..runtime.failures import classify, committed_phrase
 from . import sample as sampling
 from . import spec as specs
-from .commit import commit_segments, is_conflict, merge_segments, remove_segments, unchanged
+from .commit import commit_segments, is_conflict, merge_segments, remove_unreferenced, unchanged
 from .plan import Group, allowed, plan_groups, value_bytes
 from .segments import SegmentJob, build_segments
 from .train import sample_size, train
@@ -216,24 +216,13 @@ def _on_spark(sc: Any, target: Target, ds: lance.LanceDataset, req: specs.IndexR
                 row["retries"] += 1
                 read = latest
     finally:
-        _remove_unreferenced(target, written)
+        remove_unreferenced(target, written, "create_index")
 
 
 def _check_cancel(table: str, where: str) -> None:
     why = cancellation.reason()
     if why:
         raise Cancelled(f"table {table}: create_index cancelled {where} ({why}); nothing was committed")
-
-
-def _remove_unreferenced(target: Target, uuids: list[str]) -> None:
-    """Remove the segment folders this run wrote that no index of the latest version holds."""
-    if not uuids:
-        return
-    try:
-        removed = remove_segments(target.uri, target.open(), uuids)
-        log.info("table %s: create_index: removed %d unreferenced segment folders", target.table, removed)
-    except Exception as e:  # the build's outcome stands; cleanup removes them later
-        log.warning("table %s: create_index: could not remove uncommitted segments: %s", target.table, e)
 
 
 def _job_error(table: str, e: Exception, what: str) -> CompactionError:

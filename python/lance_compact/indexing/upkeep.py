@@ -41,10 +41,11 @@ from ..errors import CompactionError
 from ..runtime import cancellation, progress
 from ..runtime import hooks as test_hooks
 from ..runtime.cancellation import Cancelled
+from ..runtime.catalog_service import commit_arguments
 from ..runtime.envelope import Target
 from ..runtime.failures import classify
 from . import existing, tiers
-from .commit import is_conflict, merge_segments, remove_segments
+from .commit import is_conflict, merge_segments, remove_unreferenced
 from .plan import FragmentSize, allowed, default_rows_per_segment, fragment_sizes, group
 
 log = logging.getLogger(__name__)
@@ -207,7 +208,7 @@ def _segments(target: Target, ds: lance.LanceDataset, ups: list[Upkeep], procedu
                     return {}
         return {}
     finally:
-        _remove_unreferenced(target, written)
+        remove_unreferenced(target, written, "optimize_indices")
 
 
 def _once(target: Target, ds: lance.LanceDataset, ups: list[Upkeep], procedure: str, sc: Any,
@@ -268,7 +269,7 @@ def _once(target: Target, ds: lance.LanceDataset, ups: list[Upkeep], procedure: 
     read_version = ups[0].read_version
     try:
         committed = lance.LanceDataset.commit(target.uri, operation, read_version=read_version,
-                                              **_commit_arguments(target.storage_options))
+                                              **commit_arguments(target.storage_options))
     except Exception as e:  # Lance's CommitConflictError (an OSError), or the store's
         if is_conflict(e):
             raise _Conflict(str(e).split(", /")[0][:200]) from None
@@ -351,21 +352,3 @@ def _check_cancel(table: str, procedure: str, name: str, where: str) -> None:
     why = cancellation.reason()
     if why:
         raise Cancelled(f"table {table}: {procedure} cancelled {where} ({why}); nothing was committed for index {name}")
-
-
-def _commit_arguments(storage_options: Mapping[str, str]) -> dict[str, Any]:
-    try:  # a catalog service's tables commit through it (runtime/catalog_service.py)
-        from ..runtime.catalog_service import commit_arguments
-    except ImportError:
-        return {"storage_options": dict(storage_options) or None}
-    return commit_arguments(storage_options)
-
-
-def _remove_unreferenced(target: Target, uuids: list[str]) -> None:
-    if not uuids:
-        return
-    try:
-        removed = remove_segments(target.uri, target.open(), uuids)
-        log.info("table %s: removed %d unreferenced index segment folders", target.table, removed)
-    except Exception as e:  # the run's outcome stands; cleanup removes them later
-        log.warning("table %s: could not remove uncommitted index segments: %s", target.table, e)
