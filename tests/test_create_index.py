@@ -392,3 +392,16 @@ def test_the_training_sample_is_bounded(tmp_path):
     wide_request = IndexRequest("db.t", "emb", "IVF_FLAT", "emb_idx", "L2", False, False, {}, {}, {}, 1536)
     assert training_rows(wide_request, wide, rows) == (1 << 30) // (1536 * 4) == 174_762
     assert training_rows(plain, wide, rows) == 174_762
+
+
+def test_a_new_index_of_a_million_rows_is_built_by_several_tasks():
+    """A new index's groups are merged at its commit, so the default spreads a 1M-row table over
+    the cores (2 here: twice as many groups of at most MIN_BUILD_ROWS), not one task."""
+    from lance_compact.indexing.plan import MIN_BUILD_ROWS, FragmentSize, default_rows_per_segment, group
+
+    fragments = [FragmentSize(i, 100_000, 100_000 * 512) for i in range(10)]
+    per = default_rows_per_segment(1_000_000, 2, MIN_BUILD_ROWS)
+    groups = group(fragments, per, 2 << 30, 64)
+    assert per == MIN_BUILD_ROWS and len(groups) == 5
+    assert all(g.rows <= MIN_BUILD_ROWS for g in groups) and sum(g.rows for g in groups) == 1_000_000
+    assert default_rows_per_segment(1_000_000, 2) == 1_000_000  # the segments an index keeps: larger

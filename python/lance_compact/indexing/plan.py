@@ -15,6 +15,9 @@ from ..options import spec
 
 # A group of at least this many rows by default: a segment costs a Spark task and a merge input.
 MIN_DEFAULT_ROWS = 1_000_000
+# A new index's groups are merged into one segment at its commit (16 at a time), so they may be
+# smaller: a 1M-row table on 2 cores is 4 tasks, not 1 (128 MiB of 128-d float32 vectors a group).
+MIN_BUILD_ROWS = 262_144
 
 
 @dataclass(frozen=True)
@@ -100,9 +103,10 @@ def group(fragments: Sequence[FragmentSize], rows_per_segment: int, bytes_per_se
     return groups
 
 
-def default_rows_per_segment(total_rows: int, cores: int) -> int:
-    """The live rows spread over twice the cluster's cores, at least :data:`MIN_DEFAULT_ROWS`."""
-    return max(MIN_DEFAULT_ROWS, math.ceil(total_rows / max(1, 2 * cores)))
+def default_rows_per_segment(total_rows: int, cores: int, floor: int = MIN_DEFAULT_ROWS) -> int:
+    """The live rows spread over twice the cluster's cores, at least ``floor`` (the segments an
+    index keeps: :data:`MIN_DEFAULT_ROWS`)."""
+    return max(floor, math.ceil(total_rows / max(1, 2 * cores)))
 
 
 def plan_groups(ds: lance.LanceDataset, column: str, build: Mapping[str, Any], cores: int,
@@ -111,6 +115,6 @@ def plan_groups(ds: lance.LanceDataset, column: str, build: Mapping[str, Any], c
     settings (rows_per_segment, bytes_per_segment)."""
     sizes = [f for f in fragment_sizes(ds, column) if only is None or f.fragment_id in only]
     total = sum(f.rows for f in sizes)
-    per = build.get("rows_per_segment") or default_rows_per_segment(total, cores)
+    per = build.get("rows_per_segment") or default_rows_per_segment(total, cores, MIN_BUILD_ROWS)
     return group(sizes, int(per), int(build.get("bytes_per_segment") or (2 << 30)),
                  allowed("max_index_segments", total))
