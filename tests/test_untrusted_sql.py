@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -313,15 +314,16 @@ def test_test_hooks_and_unregistered_strategies_do_not_exist_here(shared):
     assert version(path) == before and (path / "data").is_dir()
 
 
-def script_sql(shared, statements: list[str], name: str) -> str:
-    """One JDBC session running every statement (on after an error: --force); its output."""
+def script_sql(shared, statements: list[str], name: str, *options: str) -> str:
+    """One JDBC session running every statement (on after an error: --force); its output.
+    ``options``: more beeline options (``-n <user>``)."""
     script = shared["workdir"] / name
     script.write_text("".join(f"{s};\n" for s in statements))
     p = subprocess.run([os.path.join(cs.spark_home(), "bin", "beeline"), "-u",
                         f"jdbc:hive2://127.0.0.1:{shared['server'].port}", "--outputformat=tsv2",
-                        "--force=true", "-f", str(script)], cwd=shared["workdir"],
+                        "--force=true", *options, "-f", str(script)], cwd=shared["workdir"],
                        env=cs.spark_env(SPARK_BEELINE_OPTS=f"-Duser.home={shared['workdir']}"),
-                       capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+                       capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
     return p.stdout + p.stderr
 
 
@@ -378,7 +380,7 @@ def test_one_user_cannot_cancel_another_users_statement(shared):
                          for c in ["id", "k"] * (calls // 2))
     tags = ",".join(f"lance-compact-{e}-request-{r}" for e in (1, 2, 3) for r in range(1, 1500))
     mallory_sql = (f"SET spark.job.tags={tags};\nSET spark.sql.thriftServer.queryTimeout=2;\n"
-                   + "SELECT count(*) FROM range(0, 30000000000, 1, 2);\n" * 12)
+                   + "SELECT count(*) FROM range(0, 6000000000, 1, 2);\n" * 12)
     victim: list[subprocess.CompletedProcess] = []
     thread = threading.Thread(target=lambda: victim.append(cs.beeline(
         shared["server"].port, victim_sql, shared["workdir"], "--force=true", "-n", "victim")))
@@ -411,6 +413,61 @@ def test_the_operators_keys_cannot_be_read_with_spark_builtins(shared):
     assert out.count("SharedServerGuard") >= 4, out[-3000:]  # each one refused, not failing otherwise
 
 
+def test_spark_sql_cannot_write_or_remove_files_or_lift_redaction(shared):
+    """Spark's own SQL wrote and removed files where a beeline user said, with the guard on (attack
+    pass, issue 33 item 8): ``CREATE DATABASE d LOCATION '<folder>'`` then ``DROP DATABASE d
+    CASCADE`` deleted the folder; ``INSERT OVERWRITE DIRECTORY`` emptied one and wrote into it; CTAS,
+    Hive and LIKE tables with a LOCATION wrote anywhere; ``ADD JAR``/``ADD FILE`` took any path; a
+    global temporary view was read and replaced by every other session. And
+    ``SET spark.sql.legacy.setCommandRejectsSparkCoreConfs=false`` then ``SET
+    spark.redaction.regex=...`` made ``SET spark.sql.catalog.lake.storage.aws_access_key_id``
+    answer the operator's key id. SharedServerGuard refuses each; the folders keep their files."""
+    victim = shared["workdir"] / "victim_folder"
+    victim.mkdir(exist_ok=True)
+    (victim / "keep.txt").write_text("operator's")
+    made = [shared["workdir"] / n for n in ("ctas", "hive", "like")]
+    statements = [
+        f"CREATE DATABASE evil LOCATION '{victim}'", "DROP DATABASE evil CASCADE",
+        f"INSERT OVERWRITE DIRECTORY '{victim}' USING text SELECT 'pwned' AS v",
+        f"INSERT OVERWRITE LOCAL DIRECTORY '{victim}' SELECT 'pwned'",
+        f"CREATE TABLE ctas USING parquet LOCATION '{made[0]}' AS SELECT 1 AS a",
+        f"CREATE TABLE hv (a INT) STORED AS TEXTFILE LOCATION '{made[1]}'",
+        "CREATE TABLE hv_managed (a INT) STORED AS TEXTFILE",
+        f"CREATE TABLE lk LIKE hv_managed LOCATION '{made[2]}'",
+        f"ALTER TABLE hv_managed SET LOCATION '{victim}'",
+        f"LOAD DATA LOCAL INPATH '{shared['workdir'] / 'operator.properties'}' INTO TABLE hv_managed",
+        f"ADD FILE {shared['workdir'] / 'operator.properties'}",
+        "CREATE GLOBAL TEMPORARY VIEW shared_view AS SELECT 'anyone may replace me' AS s",
+        "SET spark.sql.legacy.setCommandRejectsSparkCoreConfs=false",
+        "SET spark.redaction.regex=nothing-matches-this",
+        "SET spark.sql.redaction.options.regex=nothing-matches-this",
+        "SET spark.sql.catalog.lake.storage.aws_access_key_id", "SET"]
+    out = script_sql(shared, statements, "files_and_redaction.sql")
+    refused = [line[:300] for line in out.splitlines() if line.startswith("Error:") and "SharedServerGuard" in line]
+    assert len(refused) == 13, (refused, out[-4000:])
+    assert KEY_ID not in out and SECRET not in out
+    assert sorted(os.listdir(victim)) == ["keep.txt"] and not any(p.exists() for p in made)
+
+
+def test_a_session_cannot_choose_the_program_spark_runs_for_a_read(shared, tmp_path):
+    """Spark 4 runs its Python workers (a Python data source: the catalog's distributed read) with
+    the session's ``spark.sql.execution.pyspark.python``: a beeline user's SET of it, then a
+    SELECT on a lance table, started the user's program on the server (attack pass, issue 33 item
+    8). The read is refused while the session's value differs from the driver's; RESET reads."""
+    marker = tmp_path / "ran"
+    program = tmp_path / "not_python.sh"
+    program.write_text(f"#!/bin/sh\necho ran >> {marker}\nexec {sys.executable} \"$@\"\n")
+    program.chmod(0o755)
+    out = script_sql(shared, [f"SET spark.sql.execution.pyspark.python={program}",
+                              "SELECT count(*) AS chosen FROM lance.db.t WHERE id >= 0",
+                              "RESET spark.sql.execution.pyspark.python",
+                              "SELECT count(*) AS n FROM lance.db.t WHERE id >= 0"], "worker_python.sql")
+    assert "spark.sql.execution.pyspark.python is set in this session" in out, out[-3000:]
+    rows = lance.dataset(str(shared["wh"] / "db" / "t.lance")).count_rows()
+    assert out.count("1 row selected") == 2 and f"\n{rows}\n" in out, out[-3000:]  # the SET, the read after RESET
+    assert not marker.exists()
+
+
 def test_a_users_create_index_is_bounded_and_drop_index_reaches_only_the_warehouse(shared):
     """CREATE INDEX and DROP INDEX through the guarded server (SharedServerGuard lets them
     through: they are the create_index and drop_index procedures): an option beyond its bound is
@@ -429,3 +486,156 @@ def test_a_users_create_index_is_bounded_and_drop_index_reaches_only_the_warehou
                             "DROP INDEX IF EXISTS cat_idx ON lance.db.t;")
     assert code == 0 and "cat_idx" in out, out
     assert version(path) == before + 2 and lance.dataset(str(path)).list_indices() == []
+
+
+def _clustered_table(path: Path, rows: int = 60_000) -> dict:
+    lance.write_dataset(pa.table({"id": pa.array(range(rows), pa.int64()),
+                                  "k": pa.array([(i * 7919) % 1000 for i in range(rows)], pa.int64())}),
+                        str(path), max_rows_per_file=2000)
+    return _content(path)
+
+
+def _content(path: Path) -> dict:
+    t = lance.dataset(str(path)).to_table()
+    return dict(zip(t.column("id").to_pylist(), t.column("k").to_pylist()))
+
+
+def test_two_thrift_users_cannot_see_change_or_cancel_each_others_work(shared):
+    """Two users of one Thrift server at once (issue 33 item 8, attack pass): victim keeps a temp
+    view and session settings and runs clustering compactions; mallory, in sessions of her own,
+    looks for victim's view and settings, races compactions of the same table, tries to lower the
+    table's retention by a property, puts guessed tags on her own queries and has them cancelled
+    (her query timeout), and holds the engine with a second session's CALLs. Victim sees every
+    CALL answered, nothing of victim's shows in mallory's output, and no row is lost."""
+    path = shared["wh"] / "db" / "race.lance"
+    before = _clustered_table(path, rows=20_000)
+    victim_sql = ["CREATE TEMPORARY VIEW victim_view AS SELECT 'victim-private-view' AS s",
+                  "SET victim.private=victim-private-value"] + [
+        f"CALL lance.compact(table => 'db.race', sort_order => '{c}')" for c in ("k", "id")]
+    mallory_sql = (["SELECT * FROM victim_view", "SHOW VIEWS", "SET victim.private",
+                    "SET spark.job.tags=lance-compact,victim,spark-session,SparkConnect_OperationTag",
+                    "SET spark.sql.thriftServer.queryTimeout=2"]
+                   + ["SELECT count(*) FROM range(0, 6000000000, 1, 2)"] * 2
+                   + ["SET spark.sql.thriftServer.queryTimeout=0"]
+                   # a policy change committed while victim's compactions run
+                   + ["ALTER TABLE lance.db.race SET TBLPROPERTIES ('lance_compact.maintain.priority' = '7')"]
+                   + ["CALL lance.compact(table => 'db.race', sort_order => 'id')"])
+    outs: dict[str, str] = {}
+
+    def run(user: str, statements: list[str]) -> None:
+        outs[user] = script_sql(shared, statements, f"{user}.sql", "-n", user)
+
+    threads = [threading.Thread(target=run, args=("victim", victim_sql))]
+    threads[0].start()
+    time.sleep(2)
+    threads += [threading.Thread(target=run, args=(u, s)) for u, s in (
+        ("mallory", mallory_sql), ("mallory2", ["CALL lance.compact(table => 'db.race', sort_order => 'k')"]))]
+    for t in threads[1:]:
+        t.start()
+    for t in threads:
+        t.join(timeout=900)
+    victim, mallory = outs["victim"], outs["mallory"]
+    assert "CANCELLED" not in victim.upper(), [line[:300] for line in victim.splitlines() if "ANCEL" in line.upper()]
+    assert sum("db.race\tclustering\t" in line for line in victim.splitlines()) == 2, victim[-3000:]
+    assert "victim-private" not in mallory, mallory[-3000:]
+    assert "victim.private\t<undefined>" in mallory and "TABLE_OR_VIEW_NOT_FOUND" in mallory, mallory[-3000:]
+    assert lance.dataset(str(path)).config().get("lance_compact.maintain.priority") == "7", mallory[-3000:]
+    assert _content(path) == before
+
+
+@pytest.fixture(scope="module")
+def operator_connect(shared):
+    """A Spark Connect server over the same warehouses, started as the operator starts the Thrift
+    one (the properties file with the S3 keys and the guard, no test hooks); yields a function
+    making a Connect session for a user, and undoes pyspark's marking of this process as a Connect
+    client afterwards."""
+    from pyspark.sql import SparkSession
+
+    from ports import free_port
+
+    workdir = shared["workdir"] / "connect"
+    workdir.mkdir(exist_ok=True)
+    port = free_port()
+    args = [os.path.join(cs.spark_home(), "bin", "spark-submit"), "--class", cs.CONNECT_SERVER_CLASS,
+            *cs.local_args(workdir), *cs.catalog_args(shared["wh"], workdir / "connect-engine.log"),
+            "--properties-file", str(shared["workdir"] / "operator.properties"),
+            "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
+            "--conf", f"spark.connect.grpc.binding.port={port}", "spark-internal"]
+    env = {k: v for k, v in cs.spark_env().items() if k != "LANCE_COMPACT_TEST_HOOKS"}
+    server = cs.SparkServer("connect-server", args, port, workdir, env=env).start()
+    saved = {k: os.environ.get(k) for k in ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE")}
+    sessions = []
+
+    def session(user: str):
+        s = SparkSession.builder.remote(f"sc://127.0.0.1:{port}/;user_id={user}").create()
+        sessions.append(s)
+        return s
+
+    try:
+        with server.logs_on_failure():
+            yield session
+    finally:
+        for s in sessions:
+            s.stop()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        server.stop()
+
+
+def test_two_connect_users_cannot_see_or_cancel_each_others_work(shared, operator_connect):
+    """Two Spark Connect users at once (issue 33 item 8; the last pass did not conclude): both tag
+    their work 'nightly'. While victim runs clustering compactions, mallory runs slow queries and
+    calls interruptTag('nightly'), interruptAll() and interruptOperation(<a guessed id>) again
+    and again, and looks for victim's temp view and session setting. Her interrupts end only her
+    own queries; every CALL of victim's answers, and no row is lost."""
+    import uuid
+
+    path = shared["wh"] / "db" / "race_connect.lance"
+    before = _clustered_table(path, rows=20_000)
+    victim, mallory = operator_connect("victim"), operator_connect("mallory")
+    victim.addTag("nightly")
+    mallory.addTag("nightly")
+    victim.sql("CREATE TEMPORARY VIEW victim_view AS SELECT 'victim-private-view' AS s").collect()
+    victim.conf.set("victim.private", "victim-private-value")
+    answers: list = []
+
+    def victims_calls() -> None:
+        for c in ("k", "id"):
+            try:
+                answers.append(victim.sql(f"CALL lance.compact(table => 'db.race_connect', sort_order => '{c}')")
+                               .collect()[0]["strategy"])
+            except Exception as e:  # noqa: BLE001 - what victim saw is the assertion's subject
+                answers.append(f"failed: {e}"[:400])
+
+    thread = threading.Thread(target=victims_calls)
+    thread.start()
+    mine: list = []
+
+    def slow() -> None:
+        try:
+            # short: a stage Spark submits just after the interrupt runs to its end (docs/shared-servers.md)
+            mallory.sql("SELECT count(*) FROM range(0, 600000000, 1, 2)").collect()
+            mine.append("finished")
+        except Exception as e:  # noqa: BLE001
+            mine.append(str(e)[:200])
+
+    while thread.is_alive() and len(mine) < 4:
+        own = threading.Thread(target=slow)
+        own.start()
+        time.sleep(0.5)
+        mallory.interruptTag("nightly")
+        mallory.interruptAll()
+        mallory.interruptOperation(str(uuid.uuid4()))
+        own.join(60)
+    thread.join(600)
+    assert answers == ["clustering"] * 2, answers
+    assert any("OPERATION_CANCELED" in m for m in mine), mine  # one finished before its interrupt: no matter
+    assert mallory.conf.get("victim.private", "<unset>") == "<unset>"
+    with pytest.raises(Exception, match="TABLE_OR_VIEW_NOT_FOUND"):
+        mallory.sql("SELECT * FROM victim_view").collect()
+    with pytest.raises(Exception, match="SharedServerGuard"):
+        mallory.sql("SELECT 'mallory' AS s").createOrReplaceGlobalTempView("shared_view")
+    assert _content(path) == before

@@ -22,7 +22,24 @@ import io.github.lancecompact.spark.engine.PythonEngine
  * credential rule applied). The storage options travel in the source's options, which Spark's
  * plans and event logs do not print (the scan shows as `(Python)` with its read schema). */
 object FragmentScan extends Logging {
+  /** The session setting Spark 4 runs its Python workers with (UDFs, Python data sources):
+   * Spark's runners read it from the session's SQL configuration, so a SQL user could otherwise
+   * `SET` it and have this read start a program of their choosing (issue 33, attack pass). */
+  val WorkerPython = "spark.sql.execution.pyspark.python"
+
+  /** Refuses a read whose session chose Spark's Python worker program: it must be the driver's
+   * static value (or unset in both), as the engine's own Python is (EngineProcess.pythonExec). */
+  def checkWorkerPython(ref: TableRef): Unit = {
+    val session = Option(SQLConf.get.getConfString(WorkerPython, null))
+    val static = Option(org.apache.spark.SparkEnv.get).flatMap(_.conf.getOption(WorkerPython))
+    if (session.isDefined && session != static) throw new IllegalArgumentException(
+      s"table ${ref.name}: $WorkerPython is set in this session; the catalog's distributed read runs " +
+        s"Spark's Python workers, whose program is the driver's to choose (its static configuration), " +
+        s"never a session's. RESET $WorkerPython")
+  }
+
   def build(ref: TableRef, columns: StructType, filter: Option[String]): Option[Scan] = {
+    checkWorkerPython(ref)
     val request = ref.request { r =>
       val cols = r.putArray("columns")
       columns.fieldNames.foreach(cols.add)
