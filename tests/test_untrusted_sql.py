@@ -458,13 +458,18 @@ def test_a_session_cannot_choose_the_program_spark_runs_for_a_read(shared, tmp_p
     program = tmp_path / "not_python.sh"
     program.write_text(f"#!/bin/sh\necho ran >> {marker}\nexec {sys.executable} \"$@\"\n")
     program.chmod(0o755)
+    # the server's own Python (its PYSPARK_PYTHON): a session naming it reads, as a notebook's
+    # configure_spark_with_lance_compact on a running JVM does
     out = script_sql(shared, [f"SET spark.sql.execution.pyspark.python={program}",
                               "SELECT count(*) AS chosen FROM lance.db.t WHERE id >= 0",
                               "RESET spark.sql.execution.pyspark.python",
-                              "SELECT count(*) AS n FROM lance.db.t WHERE id >= 0"], "worker_python.sql")
+                              "SELECT count(*) AS n FROM lance.db.t WHERE id >= 0",
+                              f"SET spark.sql.execution.pyspark.python={sys.executable}",
+                              "SELECT count(*) AS own FROM lance.db.t WHERE id >= 0"], "worker_python.sql")
     assert "spark.sql.execution.pyspark.python is set in this session" in out, out[-3000:]
     rows = lance.dataset(str(shared["wh"] / "db" / "t.lance")).count_rows()
-    assert out.count("1 row selected") == 2 and f"\n{rows}\n" in out, out[-3000:]  # the SET, the read after RESET
+    # the two SETs, the read after RESET, the read with the server's own Python
+    assert out.count("1 row selected") == 4 and out.count(f"\n{rows}\n") == 2, out[-3000:]
     assert not marker.exists()
 
 

@@ -27,12 +27,18 @@ object FragmentScan extends Logging {
    * `SET` it and have this read start a program of their choosing (issue 33, attack pass). */
   val WorkerPython = "spark.sql.execution.pyspark.python"
 
-  /** Refuses a read whose session chose Spark's Python worker program: it must be the driver's
-   * static value (or unset in both), as the engine's own Python is (EngineProcess.pythonExec). */
+  /** Refuses a read whose session chose Spark's Python worker program: it must be one the
+   * operator's start already names (the driver's static settings, the JVM's environment, as
+   * Spark and the engine pick theirs: EngineProcess.pythonExec), or unset. A session naming one
+   * of those -- `configure_spark_with_lance_compact` on a running notebook sets this Python --
+   * reads. */
   def checkWorkerPython(ref: TableRef): Unit = {
     val session = Option(SQLConf.get.getConfString(WorkerPython, null))
-    val static = Option(org.apache.spark.SparkEnv.get).flatMap(_.conf.getOption(WorkerPython))
-    if (session.isDefined && session != static) throw new IllegalArgumentException(
+    val conf = Option(org.apache.spark.SparkEnv.get).map(_.conf)
+    val named: Set[String] = (Seq(WorkerPython, "spark.pyspark.python", "spark.pyspark.driver.python")
+      .flatMap(k => conf.flatMap(_.getOption(k))) ++
+      Seq("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON").flatMap(sys.env.get)).toSet
+    if (session.exists(p => !named.contains(p))) throw new IllegalArgumentException(
       s"table ${ref.name}: $WorkerPython is set in this session; the catalog's distributed read runs " +
         s"Spark's Python workers, whose program is the driver's to choose (its static configuration), " +
         s"never a session's. RESET $WorkerPython")
