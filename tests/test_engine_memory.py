@@ -4,8 +4,9 @@ immutable metadata (a manifest, file footers) that the engine's Lance session ca
 later open reads; before its bound was lowered and made a setting, the cache took 256 MiB (and
 the index cache 256 more) before it stopped growing. Here the bound is 2 MiB: the engine's log
 shows the cache within it, and once the cache is full its resident set grows by no more than
-noise and a small residual (about 28 KiB a round of 5 tables, measured by
-benchmarks/memory_soak.py, docs/benchmark.md)."""
+noise. The residual once measured here (about 28 KiB a round of 5 tables) was glibc's
+per-thread arenas, each fragmented on its own: the engine caps them (runtime/memory.py;
+docs/benchmark.md, benchmarks/memory_soak.py and memory_plateau.py)."""
 from __future__ import annotations
 
 import re
