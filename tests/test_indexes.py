@@ -209,7 +209,7 @@ def test_create_index_in_sql_is_the_create_index_procedure(spark, warehouse):
 
     # a vector index: metric and Lance's parameters in OPTIONS (the column's own OPTIONS too)
     spark.sql("CREATE INDEX vec_idx ON TABLE lance.db.created USING IVF_PQ (vector OPTIONS (num_sub_vectors = 2)) "
-              "OPTIONS (num_partitions = 2, metric = 'cosine')").collect()
+              "OPTIONS (num_partitions = 2, metric = 'cosine', num_bits = 4)").collect()  # 400 rows: 4-bit PQ
     rows = {r.name: r for r in spark.sql("SELECT * FROM lance.db.created.indices").collect()}
     assert rows["vec_idx"].type == "IVF_PQ" and rows["vec_idx"].metric == "cosine"
     assert rows["vec_idx"].fragments_covered == 8

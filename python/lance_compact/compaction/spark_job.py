@@ -75,11 +75,18 @@ def start_workers(sc: SparkContext) -> None:
     """Start a Python worker on the executors' cores, with pylance imported, so the first
     compaction does not wait for it (Spark keeps idle workers for reuse)."""
     n = sc.defaultParallelism
+    # A job of its own, never in a statement's group or tags: this thread's JVM side may have
+    # inherited a statement's local properties (seen under load: the warm-up ran late, inside a
+    # caller's job group, and looked like that statement's rewrite job).
+    for key in ("spark.jobGroup.id", "spark.job.tags", "spark.job.interruptOnCancel", "spark.scheduler.pool"):
+        sc.setLocalProperty(key, None)
+    sc.setJobGroup("lance_compact-start-workers", "lance_compact: starting Python workers")
     sc.setJobDescription("lance_compact: starting Python workers")
     try:
         sc.parallelize(range(n), n).mapPartitions(_imported).count()
     finally:
         sc.setJobDescription(None)
+        sc.setLocalProperty("spark.jobGroup.id", None)
 
 
 _GAVE_UP = re.compile(r"Task (\d+) in stage [\d.]+ failed (\d+) times")

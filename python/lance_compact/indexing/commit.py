@@ -95,14 +95,14 @@ def remove_segments(uri: str, latest: lance.LanceDataset, uuids: Iterable[str]) 
     return removed
 
 
-def remove_unreferenced(target: Any, uuids: list[str], what: str) -> None:
+def remove_unreferenced(target: Any, uuids: list[str], what: str, latest: Any = None) -> None:
     """After a run (``what``: create_index, optimize_indices): remove the segment folders it
-    wrote that no index of the latest version holds. Never fails the run: what is left,
-    ``CALL lance.cleanup`` removes."""
+    wrote that no index of the latest version holds (``latest``: the version the run committed,
+    else the table is opened). Never fails the run: what is left, ``CALL lance.cleanup`` removes."""
     if not uuids:
         return
     try:
-        removed = remove_segments(target.uri, target.open(), uuids)
+        removed = remove_segments(target.uri, latest if latest is not None else target.open(), uuids)
         log.info("table %s: %s: removed %d unreferenced index segment folders", target.table, what, removed)
     except Exception as e:  # the run's outcome stands
         log.warning("table %s: %s: could not remove uncommitted index segments: %s", target.table, what, e)

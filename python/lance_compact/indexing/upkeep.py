@@ -89,6 +89,8 @@ class Outcome:
     new_version: int | None = None
     retries: int = 0
     notes: list[str] = field(default_factory=list)
+    # the table at new_version, as the commit returned it (so the caller need not open it again)
+    latest: Any = field(default=None, repr=False, compare=False)
 
 
 def plan(ds: lance.LanceDataset, name: str, num_to_merge: int | None = None, retrain: bool = False) -> Upkeep:
@@ -188,6 +190,7 @@ def _segments(target: Target, ds: lance.LanceDataset, ups: list[Upkeep], procedu
     conflict (``MAX_RETRIES``)."""
     written: list[str] = []
     names = [u.index.name for u in ups]
+    outcomes: dict[str, Outcome] = {}
     try:
         for attempt in range(MAX_RETRIES + 1):
             outcomes = {u.index.name: Outcome(retries=attempt) for u in ups}
@@ -208,7 +211,8 @@ def _segments(target: Target, ds: lance.LanceDataset, ups: list[Upkeep], procedu
                     return {}
         return {}
     finally:
-        remove_unreferenced(target, written, "optimize_indices")
+        committed = next((o.latest for o in outcomes.values() if o.latest is not None), None)
+        remove_unreferenced(target, written, "optimize_indices", committed)
 
 
 def _once(target: Target, ds: lance.LanceDataset, ups: list[Upkeep], procedure: str, sc: Any,
@@ -278,7 +282,7 @@ def _once(target: Target, ds: lance.LanceDataset, ups: list[Upkeep], procedure: 
     kept = {str(s.uuid) for s in new_segments}
     written[:] = [u for u in written if u not in kept]  # the versions from now on hold them
     for out in outcomes.values():
-        out.new_version = committed.version
+        out.new_version, out.latest = committed.version, committed
 
 
 def _groups(up: Upkeep, ds: lance.LanceDataset) -> list[list[int]]:
@@ -312,7 +316,7 @@ def _pylance(target: Target, ds: lance.LanceDataset, up: Upkeep, retrain: bool) 
     why = f" ({up.why})" if up.why else ""
     changed = ds.version != before
     return Outcome(PYLANCE, up.rows if retrain else up.new_rows, 1 if changed else 0, 0,
-                   ds.version if changed else None, notes=[f"pylance{why}"])
+                   ds.version if changed else None, notes=[f"pylance{why}"], latest=ds if changed else None)
 
 
 def _retrain(target: Target, ds: lance.LanceDataset, up: Upkeep, procedure: str, sc: Any) -> Outcome:

@@ -49,8 +49,9 @@ def optimize_indices(target: Target, args: Mapping[str, Any], ds: lance.LanceDat
                                                   len(up.merged)) for up in ups}
     elif ups:
         outcomes, versions = upkeep.run(target, ds, ups, procedure)
-        if versions:
-            ds = target.open()
+        if versions:  # the table as the last commit left it (opened only if no outcome holds it)
+            latest = [o.latest for o in outcomes.values() if o.latest is not None and o.new_version == versions[-1]]
+            ds = latest[0] if latest else target.open()
     else:
         outcomes = {}
     optimized = len(ups)

@@ -73,8 +73,8 @@ class LanceCatalogSuite extends AnyFunSuite with BeforeAndAfterAll {
 
   test("procedures are listed and described") {
     val procedures = spark.sql("SHOW PROCEDURES IN lance").collect().map(_.getString(3)).toSeq
-    assert(procedures == Seq("cleanup", "compact", "describe_layout", "maintain", "maintain_warehouse", "optimize_indices",
-      "plan_compaction"))
+    assert(procedures == Seq("cleanup", "compact", "create_index", "describe_layout", "drop_index", "maintain",
+      "maintain_warehouse", "optimize_indices", "plan_compaction"))
     assert(strings("DESCRIBE PROCEDURE lance.maintain_warehouse").mkString("\n").contains("namespace STRING, dry_run BOOLEAN"))
     val described = strings("DESCRIBE PROCEDURE lance.compact").mkString("\n")
     assert(described.contains("target_rows_per_fragment"))
