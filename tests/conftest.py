@@ -99,7 +99,20 @@ def lance_session(master: str, app: str, warehouse: str, conf: dict | None = Non
     from lance_compact import configure_spark_with_lance_compact
 
     spark_environment()
-    builder = SparkSession.builder.master(master).appName(app).config("spark.ui.enabled", "false")
+    # The JVM outlives a module's session on an xdist worker, and the first session's settings
+    # became its system properties (PySpark passes them to spark-submit), which every later
+    # SparkContext reads: a module would get an earlier one's operator settings (a lowered
+    # cleanup floor) wherever it sets none itself. Ours are cleared; the session sets its own.
+    from pyspark import SparkContext
+    if SparkContext._jvm is not None:
+        system = SparkContext._jvm.java.lang.System
+        for key in list(system.getProperties().stringPropertyNames().toArray()):
+            if str(key).startswith("spark.lance.compact."):
+                system.clearProperty(key)
+    # A builder of its own: PySpark's SparkSession.builder is one object per process whose options
+    # pile up, so a module run after another on the same worker would inherit its settings (a
+    # lowered cleanup floor, say) wherever it sets none itself.
+    builder = SparkSession.Builder().master(master).appName(app).config("spark.ui.enabled", "false")
     for k, v in (conf or {}).items():
         builder = builder.config(k, v)
     session = configure_spark_with_lance_compact(builder, warehouse=warehouse, **configure).getOrCreate()

@@ -1,4 +1,7 @@
-"""Index queries against a brute-force scan, shared by the tests."""
+"""Index queries against a brute-force scan, and the job descriptions of an event log, shared by
+the index tests."""
+import json
+
 import numpy as np
 
 
@@ -17,3 +20,18 @@ def index_agrees_with_scan(ds):
         exact = ds.to_table(nearest={"column": "vector", "q": q, "k": 10, "use_index": False},
                             columns=["id"])["id"].to_pylist()
         assert ann == exact
+
+
+def job_descriptions(events) -> list[str]:
+    """The description of every job started in the Spark event logs under folder ``events``."""
+    out = []
+    for f in events.rglob("*"):
+        if f.is_file() and not f.name.endswith(".crc"):
+            for line in f.read_text(errors="replace").splitlines():
+                try:
+                    e = json.loads(line)
+                except ValueError:
+                    continue
+                if e.get("Event") == "SparkListenerJobStart":
+                    out.append((e.get("Properties") or {}).get("spark.job.description") or "")
+    return out

@@ -6,7 +6,6 @@ bad input refused before anything is built (version unchanged), a concurrent app
 concurrent compaction during a build, a cancel that leaves no committed index and no segment
 files (the build on the S3-compatible server: test_object_store.py). The job descriptions are
 read from Spark's event log."""
-import json
 import shutil
 import threading
 import time
@@ -18,6 +17,7 @@ import pyarrow.compute as pc
 import pytest
 
 from conftest import refused, wait_for
+from index_checks import job_descriptions
 
 N, DIM, PER_FRAGMENT = 20_000, 16, 2_500
 SCALAR_ROWS = 4_000
@@ -117,20 +117,6 @@ def brute_force(queries: np.ndarray, metric: str = "L2") -> list[set]:
 def segment_dirs(path) -> set[str]:
     folder = path / "_indices"
     return {p.name for p in folder.iterdir()} if folder.exists() else set()
-
-
-def job_descriptions(events) -> list[str]:
-    out = []
-    for f in events.rglob("*"):
-        if f.is_file() and not f.name.endswith(".crc") and not f.name.endswith(".inprogress.crc"):
-            for line in f.read_text(errors="replace").splitlines():
-                try:
-                    e = json.loads(line)
-                except ValueError:
-                    continue
-                if e.get("Event") == "SparkListenerJobStart":
-                    out.append((e.get("Properties") or {}).get("spark.job.description", ""))
-    return out
 
 
 VECTOR_CASES = [

@@ -5,7 +5,6 @@ beside its segments, which are merged size-tiered; queries equal a scan before a
 vector recall@10 against brute force within 0.02 of pylance's own optimize_indices on the same
 data (vectors on a 4-d subspace: real neighbours), over repeated append+optimize cycles; retrain;
 a concurrent append; dry_run reports only. Job descriptions are read from Spark's event log."""
-import json
 import os
 import shutil
 import threading
@@ -18,7 +17,7 @@ import pytest
 
 from conftest import refused
 from oracle import batch, content
-from index_checks import index_agrees_with_scan
+from index_checks import index_agrees_with_scan, job_descriptions
 import writers
 
 SPARK_MASTER = "local[2,2]"
@@ -174,20 +173,6 @@ def scalar_agrees(ds: lance.LanceDataset) -> None:
         indexed = ds.to_table(filter=f, columns=["id"]).sort_by("id")
         scanned = ds.to_table(filter=f, columns=["id"], use_scalar_index=False).sort_by("id")
         assert indexed == scanned, f
-
-
-def job_descriptions(events) -> list[str]:
-    out = []
-    for f in events.rglob("*"):
-        if f.is_file() and not f.name.endswith(".crc"):
-            for line in f.read_text(errors="replace").splitlines():
-                try:
-                    e = json.loads(line)
-                except ValueError:
-                    continue
-                if e.get("Event") == "SparkListenerJobStart":
-                    out.append((e.get("Properties") or {}).get("spark.job.description") or "")
-    return out
 
 
 def test_a_one_percent_append_is_a_new_segment_beside_the_old_ones(spark, embedded, event_log):

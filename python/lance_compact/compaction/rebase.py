@@ -39,6 +39,7 @@ from lance.file import LanceFileSession
 from lance.fragment import FragmentMetadata
 from lance.optimize import RewriteResult
 
+from ..runtime import protobuf
 from ..runtime.catalog_service import commit_arguments, resolved_options
 
 log = logging.getLogger(__name__)
@@ -47,36 +48,9 @@ log = logging.getLogger(__name__)
 def max_fragment_id(dataset: lance.LanceDataset) -> int:
     """The highest fragment id the table ever used (manifest field 11, ``max_fragment_id``):
     ids of removed fragments are never handed out again. -1 for a table without fragments."""
-    buf = dataset._ds.serialized_manifest()
-    i = 0
-
-    def varint() -> int:
-        nonlocal i
-        value = shift = 0
-        while True:
-            byte = buf[i]
-            i += 1
-            value |= (byte & 0x7F) << shift
-            shift += 7
-            if byte < 0x80:
-                return value
-
-    while i < len(buf):
-        key = varint()
-        number, wire = key >> 3, key & 7
-        if wire == 0:
-            value = varint()
-            if number == 11:
-                return value
-        elif wire == 2:
-            length = varint()  # not `i += varint()`: that would read i before varint moves it
-            i += length
-        elif wire == 1:
-            i += 8
-        elif wire == 5:
-            i += 4
-        else:
-            raise ValueError(f"unexpected protobuf wire type {wire} in the manifest")
+    for number, value in protobuf.fields(dataset._ds.serialized_manifest(), "the manifest"):
+        if number == 11 and isinstance(value, int):
+            return value
     return max((f.fragment_id for f in dataset.get_fragments()), default=-1)
 
 

@@ -20,6 +20,8 @@ import numpy as np
 import pyarrow as pa
 from lance.dataset import Index
 
+from ..runtime import protobuf
+
 # Lance's names (list_indices' "type") of the scalar types built in segments, and the
 # create_index name of each. INVERTED is left to pylance: its tokenizer settings would have to
 # round-trip through describe_indices' details, which is not checked.
@@ -131,33 +133,7 @@ def pq_codebook(uuid: str, uri: str, storage_options: Mapping[str, str]) -> tupl
 
 def _tensor(buf: bytes) -> tuple[list[int], bytes]:
     """Lance's protobuf ``Tensor`` (1: data type, 2: packed shape, 3: data): shape and data."""
-    fields: dict[int, Any] = {}
-    i = 0
-    while i < len(buf):
-        key, i = _varint(buf, i)
-        number, wire = key >> 3, key & 7
-        if wire == 0:
-            fields[number], i = _varint(buf, i)
-        elif wire == 2:
-            n, i = _varint(buf, i)
-            fields[number], i = buf[i:i + n], i + n
-        else:
-            raise ValueError(f"unexpected protobuf wire type {wire} in a PQ codebook")
+    fields = dict(protobuf.fields(buf, "a PQ codebook"))
     if fields.get(1, 2) != 2:  # Lance's DataType FLOAT32
         raise ValueError(f"a PQ codebook of data type {fields.get(1)}, expected float32")
-    shape, j, packed = [], 0, fields.get(2, b"")
-    while j < len(packed):
-        v, j = _varint(packed, j)
-        shape.append(v)
-    return shape, fields.get(3, b"")
-
-
-def _varint(buf: bytes, i: int) -> tuple[int, int]:
-    shift = value = 0
-    while True:
-        byte = buf[i]
-        i += 1
-        value |= (byte & 0x7F) << shift
-        shift += 7
-        if not byte & 0x80:
-            return value, i
+    return protobuf.packed_varints(fields.get(2, b"")), fields.get(3, b"")
