@@ -36,45 +36,9 @@ import threading
 import time
 from pathlib import Path
 
+from probes import roles_below, rss_kb
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _rss_kb(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
-def _descendants(root: int) -> dict[int, str]:
-    """pid -> role ('jvm', 'worker', 'engine' or 'other') of every process below ``root``."""
-    parent: dict[int, int] = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat") as f:
-                    parent[int(name)] = int(f.read().rsplit(")", 1)[1].split()[1])
-            except OSError:
-                continue
-    out: dict[int, str] = {}
-    for pid in parent:
-        p, seen = pid, 0
-        while p in parent and p != root and seen < 64:
-            p, seen = parent[p], seen + 1
-        if p != root or pid == root:
-            continue
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        out[pid] = ("jvm" if "java" in cmd.split(" ")[0] else "engine" if "lance_compact.engine" in cmd
-                    else "worker" if "pyspark.daemon" in cmd or "pyspark/daemon" in cmd else "other")
-    return out
 
 
 class Sampler(threading.Thread):
@@ -88,11 +52,11 @@ class Sampler(threading.Thread):
     def run(self) -> None:
         me = os.getpid()
         while not self.stop.is_set():
-            roles = _descendants(me)
-            workers = [_rss_kb(p) for p, r in roles.items() if r == "worker"]
-            jvm = sum(_rss_kb(p) for p, r in roles.items() if r == "jvm")
+            roles = roles_below([me])
+            workers = [rss_kb(p) for p, r in roles.items() if r == "worker"]
+            jvm = sum(rss_kb(p) for p, r in roles.items() if r == "jvm")
             now = {"worker_peak": max(workers, default=0), "workers_sum": sum(workers),
-                   "engine": sum(_rss_kb(p) for p, r in roles.items() if r == "engine"), "jvm": jvm}
+                   "engine": sum(rss_kb(p) for p, r in roles.items() if r == "engine"), "jvm": jvm}
             for k, v in now.items():
                 self.peaks[k] = max(self.peaks[k], v)
             self.stop.wait(0.05)

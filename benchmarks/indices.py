@@ -43,6 +43,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from probes import roles_below, rss_kb
+
 ROOT = Path(__file__).resolve().parents[1]
 
 SCALES: dict[str, dict[str, Any]] = {
@@ -236,42 +238,6 @@ def do_append(uri: Path, sc: dict, rows: int) -> None:
 
 # ---------------------------------------------------------------- memory sampling (/proc)
 
-def _rss_kb(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            return next((int(line.split()[1]) for line in f if line.startswith("VmRSS:")), 0)
-    except OSError:
-        return 0
-
-
-def _below(roots: list[int]) -> dict[int, str]:
-    """pid -> role ('jvm', 'worker', 'engine', 'other') of every process below any of ``roots``."""
-    parent: dict[int, int] = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat") as f:
-                    parent[int(name)] = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-    out: dict[int, str] = {}
-    for pid in parent:
-        p, hops = pid, 0
-        while p in parent and p not in roots and hops < 64:
-            p, hops = parent[p], hops + 1
-        if p not in roots or pid in roots:
-            continue
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        out[pid] = ("jvm" if "java" in cmd.split(" ")[0] else "engine" if "lance_compact.engine" in cmd
-                    else "worker" if "pyspark.daemon" in cmd or "pyspark/daemon" in cmd
-                    or "pyspark.worker" in cmd else "other")
-    return out
-
-
 class Sampler(threading.Thread):
     """Peaks (kB) of the largest Python worker, of the engine and of all JVMs below ``roots``
     (the processes listed once a second, their resident sets read every 50 ms)."""
@@ -286,10 +252,10 @@ class Sampler(threading.Thread):
         listed = 0.0
         while not self.done.is_set():
             if time.monotonic() - listed > 1:  # walking /proc costs more than reading a few pids
-                roles, listed = _below(self.roots), time.monotonic()
-            now = {"worker_peak": max((_rss_kb(p) for p, r in roles.items() if r == "worker"), default=0),
-                   "engine": sum(_rss_kb(p) for p, r in roles.items() if r == "engine"),
-                   "jvm": sum(_rss_kb(p) for p, r in roles.items() if r == "jvm")}
+                roles, listed = roles_below(self.roots), time.monotonic()
+            now = {"worker_peak": max((rss_kb(p) for p, r in roles.items() if r == "worker"), default=0),
+                   "engine": sum(rss_kb(p) for p, r in roles.items() if r == "engine"),
+                   "jvm": sum(rss_kb(p) for p, r in roles.items() if r == "jvm")}
             for k, v in now.items():
                 self.peaks[k] = max(self.peaks[k], v)
             self.done.wait(0.05)

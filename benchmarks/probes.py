@@ -67,6 +67,32 @@ def descendants(pid: int) -> list[tuple[int, str]]:
     return out
 
 
+def rss_kb(pid: int) -> int:
+    """The process's resident set now (VmRSS), in KiB; 0 once it has ended."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next((int(line.split()[1]) for line in f if line.startswith("VmRSS:")), 0)
+    except OSError:
+        return 0
+
+
+def role(cmd: str) -> str:
+    """What a process of a Spark run is, by its command line: 'jvm', 'engine', 'worker'
+    (Spark's Python daemon or worker) or 'other'."""
+    if "java" in cmd.split(" ")[0]:
+        return "jvm"
+    if "lance_compact.engine" in cmd:
+        return "engine"
+    if any(w in cmd for w in ("pyspark.daemon", "pyspark/daemon", "pyspark.worker")):
+        return "worker"
+    return "other"
+
+
+def roles_below(roots: list[int]) -> dict[int, str]:
+    """pid -> :func:`role` of every process below any of ``roots``."""
+    return {p: role(cmd) for root in roots for p, cmd in descendants(root)}
+
+
 # ---------------------------------------------------------------- probes (own processes)
 
 def probe_pylance(work: Path, table: str, options: dict, repeat: int, cores: int | None) -> dict:
