@@ -33,7 +33,7 @@ KILL_WINDOW = 2.0  # seconds after the plan within which the kill falls
 TASK_0_SLEEP_MS = 2500
 
 
-def lance_spark_sql(warehouse: Path, sql: str, engine_log: Path) -> subprocess.Popen:
+def lance_spark_sql(warehouse: Path, sql: str, engine_log: Path, conf: dict[str, str] | None = None) -> subprocess.Popen:
     """spark-sql in its own session (so every process it starts can be found by session id)."""
     return subprocess.Popen(
         [str(ROOT / "bin" / "lance-spark-sql"), "--warehouse", str(warehouse), "--master", "local[2]",
@@ -41,6 +41,7 @@ def lance_spark_sql(warehouse: Path, sql: str, engine_log: Path) -> subprocess.P
          "--conf", f"spark.lance.compact.engine.log={engine_log}",
          "--conf", f"{CLEANUP_FLOOR_KEY}=0 seconds",  # the operator's: cleanup_everything's orphans are young
          "--conf", f"{VERSION_FLOOR_KEY}=0s",  # and so are its versions
+         *[a for k, v in (conf or {}).items() for a in ("--conf", f"{k}={v}")],
          "-e", sql],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
 
@@ -268,3 +269,52 @@ def test_two_applications_compacting_one_table_at_once(chaos_warehouse, tmp_path
 
 # Times or measures the machine: run alone, not beside other modules (bin/test).
 pytestmark = pytest.mark.serial
+
+
+def _segments(uri: str) -> set[str]:
+    folder = Path(uri) / "_indices"
+    return {p.name for p in folder.iterdir()} if folder.exists() else set()
+
+
+def test_driver_killed_during_an_index_build_commits_nothing_and_cleanup_removes_its_segments(
+        chaos_warehouse, tmp_path):
+    """CALL lance.create_index on Spark tasks, its driver SIGKILLed while the first task sleeps
+    and the others have written their segments: no index committed, the version unchanged, no
+    process left; the segments left behind are removed by cleanup; a new build then answers."""
+    uri = str(chaos_warehouse / "db" / "indexed.lance")
+    degraded_table(uri, fragments=8, rows_per_fragment=500, delete_every=0)
+    version = lance.dataset(uri).version
+    log = tmp_path / "engine-index.log"
+    build = ("CALL lance.create_index(table => 'db.indexed', column => 'id', index_type => 'BTREE', "
+             "options => map('rows_per_segment', '1000'{}))")
+    p = lance_spark_sql(chaos_warehouse, build.format(", 'test_task_sleep_ms', '0:120000'"), log,
+                        {"spark.lance.compact.engineRewrite.maxBatchBytes": "0"})
+    try:
+        deadline = time.monotonic() + CALL_TIMEOUT
+        while len(_segments(uri)) < 3 and p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert p.poll() is None, "the build ended before the kill: " + p.communicate()[1][-3000:]
+        assert len(_segments(uri)) == 3, "tasks 1-3 did not write their segments in time"
+        os.kill(p.pid, signal.SIGKILL)
+        p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate(timeout=60)
+    assert not wait_until_gone(p.pid)
+    ds = lance.dataset(uri)
+    assert ds.version == version and not ds.describe_indices()
+    left = _segments(uri)
+    assert len(left) == 3  # the killed build's segments, referenced by no version
+    done = subprocess.run([str(ROOT / "bin" / "lance-spark-sql"), "--warehouse", str(chaos_warehouse),
+                           "--master", "local[2]", "--conf", f"{CLEANUP_FLOOR_KEY}=0 seconds",
+                           "--conf", f"{VERSION_FLOOR_KEY}=0s", "-e",
+                           cleanup_everything("db.indexed") + "; " + build.format("")],
+                          capture_output=True, text=True, timeout=CALL_TIMEOUT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    ds = lance.dataset(uri)
+    assert not left & _segments(uri)  # removed by cleanup; the new build's are there instead
+    assert {s for i in ds.describe_indices() for s in map(lambda x: str(x.uuid), i.segments)} == _segments(uri)
+    for f in ("id = 7", "id < 30", "id >= 3990"):
+        assert ds.to_table(filter=f, columns=["id"]).sort_by("id") == \
+            ds.to_table(filter=f, columns=["id"], use_scalar_index=False).sort_by("id"), f

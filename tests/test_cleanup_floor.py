@@ -180,3 +180,64 @@ def test_the_operator_settings_take_every_duration_form(warehouse):
         with pytest.raises(CompactionError, match="unverified_min_age '30m' is below the floor '1h'"):
             run(delete_unverified=True, unverified_min_age="30m")
         assert run(older_than="0s", dry_run=True)["old_versions"] >= 1
+
+
+def _segment_files(uri) -> dict[str, set[str]]:
+    """The table's index segment folders -> their files."""
+    from pathlib import Path
+
+    folder = Path(uri) / "_indices"
+    return {d.name: {f.name for f in d.iterdir()} for d in folder.iterdir()} if folder.exists() else {}
+
+
+def _age_segment(uri, uuid, seconds: float, only: str | None = None) -> None:
+    import os
+    import time
+    from pathlib import Path
+
+    then = time.time() - seconds
+    for f in (Path(uri) / "_indices" / uuid).iterdir():
+        if only is None or f.name == only:
+            os.utime(f, (then, then))
+
+
+def test_orphaned_index_segments_older_than_the_floor_are_removed_whole(spark, warehouse):
+    """Segments no version references (an index build whose driver died before its commit):
+    removed once their newest file is older than the floor, whole; a younger one (a build in
+    flight), one with a single young file, the committed index's and the segment an older
+    version still references are kept. Lance's own cleanup (7 days) would keep them all."""
+    t, uri = fresh(warehouse, "orphan_segments")
+    ds = lance.dataset(uri)
+    ds.create_scalar_index("id", "BTREE", name="id_idx")
+    old_version = lance.dataset(uri)
+    replaced = {str(s.uuid) for i in old_version.describe_indices() for s in i.segments}
+    old_version.create_scalar_index("id", "BTREE", name="id_idx", replace=True)  # v1's segment: referenced by v-1
+    ds = lance.dataset(uri)
+    committed = {str(s.uuid) for i in ds.describe_indices() for s in i.segments}
+    ids = [f.fragment_id for f in ds.get_fragments()]
+    abandoned = str(ds.create_index_uncommitted("id", "BITMAP", fragment_ids=ids[:3]).uuid)
+    in_flight = str(ds.create_index_uncommitted("id", "BITMAP", fragment_ids=ids[3:]).uuid)
+    half = str(ds.create_index_uncommitted("id", "BTREE", fragment_ids=ids[:2]).uuid)
+    for uuid in (abandoned, *replaced, *committed):
+        _age_segment(uri, uuid, 120 * MINUTES)
+    _age_segment(uri, in_flight, 50 * MINUTES)
+    _age_segment(uri, half, 120 * MINUTES)
+    _age_segment(uri, half, 10 * MINUTES, only=sorted(_segment_files(uri)[half])[0])  # one file still young
+    before = _segment_files(uri)
+    assert set(before) == {abandoned, in_flight, half} | replaced | committed and replaced != committed
+
+    dry = spark.sql(f"CALL lance.cleanup(table => '{t}', delete_unverified => true, dry_run => true)").collect()[0]
+    gone = {f"_indices/{abandoned}/{name}" for name in before[abandoned]}
+    assert dry.index_files_removed == len(gone) and gone <= set(dry.files)
+    assert not any(f.startswith("_indices/") and f not in gone for f in dry.files), dry.files
+    assert _segment_files(uri) == before  # a dry run removes nothing
+    done = spark.sql(f"CALL lance.cleanup(table => '{t}', delete_unverified => true)").collect()[0]
+    assert done.index_files_removed == len(gone)
+    after = _segment_files(uri)
+    assert set(after) == set(before) - {abandoned} and all(after[u] == before[u] for u in after)
+    ds = lance.dataset(uri)
+    assert ds.to_table(filter="id < 50", columns=["id"]).sort_by("id") == \
+        ds.to_table(filter="id < 50", columns=["id"], use_scalar_index=False).sort_by("id")
+    then = lance.dataset(uri, version=old_version.version)  # the older version's index still reads
+    assert {str(s.uuid) for i in then.describe_indices() for s in i.segments} == replaced
+    assert then.to_table(filter="id = 7", columns=["id"])["id"].to_pylist() == [7]

@@ -16,7 +16,7 @@ import lance
 import pytest
 
 from conftest import ROOT
-from oracle import content, degraded_table
+from oracle import batch, content, degraded_table
 from ports import free_port
 from s3_server import ACCESS_KEY_ID, SECRET_ACCESS_KEY
 
@@ -217,16 +217,27 @@ def test_a_cancel_while_no_job_runs_stops_a_call_on_the_cluster(cluster, tmp_pat
 def _every_job_procedure_answers(spark, wh, where: str, bound: float = 120) -> None:
     """A clustering compaction, maintain of a CLUSTER BY table and ALTER TABLE ... CLUSTER BY
     then maintain_warehouse each answer within ``bound`` s (their own thread: a hang fails the
-    test instead of hanging it), rows exact."""
+    test instead of hanging it), rows exact; then index builds on the executors (a vector index:
+    a sampling job, a build job; a BTREE) and their upkeep after an append answer too, and the
+    indices answer as a scan."""
     import threading
 
     paths = {n: wh / "sl" / f"{n}.lance" for n in ("sorted", "kept", "wh")}
     before = {n: content(degraded_table(str(p), fragments=16, rows_per_fragment=40)) for n, p in paths.items()}
+    indexed = wh / "ix" / "t.lance"
+    degraded_table(str(indexed), fragments=8, rows_per_fragment=100)
     spark.sql("ALTER TABLE lance.sl.kept CLUSTER BY (category)").collect()
     spark.sql("ALTER TABLE lance.sl.wh CLUSTER BY (category)").collect()
     for sql in ("CALL lance.compact(table => 'sl.sorted', target_rows_per_fragment => 300, sort_order => 'category')",
                 "CALL lance.maintain(table => 'sl.kept', target_rows_per_fragment => 300)",
-                "CALL lance.maintain_warehouse(namespace => 'sl', target_rows_per_fragment => 300)"):
+                "CALL lance.maintain_warehouse(namespace => 'sl', target_rows_per_fragment => 300)",
+                "CALL lance.create_index(table => 'ix.t', column => 'vector', index_type => 'IVF_FLAT', "
+                "options => map('num_partitions', '4', 'rows_per_segment', '200'))",
+                "CALL lance.create_index(table => 'ix.t', column => 'id', index_type => 'BTREE', "
+                "options => map('rows_per_segment', '200'))",
+                "CALL lance.optimize_indices(table => 'ix.t')"):
+        if "optimize_indices" in sql:  # an append for the upkeep to index (Spark SQL does not insert here)
+            lance.write_dataset(batch(100_000, 50), str(indexed), mode="append")
         out = {}
         t = threading.Thread(target=lambda: out.update(rows=spark.sql(sql).collect()), daemon=True)
         started = time.monotonic()
@@ -240,6 +251,15 @@ def _every_job_procedure_answers(spark, wh, where: str, bound: float = 120) -> N
     for n, p in paths.items():
         ds = lance.dataset(str(p))
         assert content(ds) == before[n] and len(ds.get_fragments()) < 16, n
+    ds = lance.dataset(str(indexed))
+    for index in ("vector_idx", "id_idx"):
+        stats = ds.stats.index_stats(index)
+        assert stats["num_unindexed_fragments"] == 0 and stats["num_indexed_fragments"] == 9, (index, stats)
+    for f in ("id = 7", "id >= 100040", "id < 120"):
+        assert ds.to_table(filter=f, columns=["id"]).sort_by("id") == \
+            ds.to_table(filter=f, columns=["id"], use_scalar_index=False).sort_by("id"), f
+    q = ds.to_table(filter="id = 5", columns=["vector"])["vector"][0].values.to_numpy()
+    assert ds.to_table(nearest={"column": "vector", "q": q, "k": 1, "nprobes": 4}, columns=["id"])["id"][0].as_py() == 5
 
 
 def test_every_procedure_answers_under_dynamic_allocation_from_zero_executors(cluster, tmp_path):

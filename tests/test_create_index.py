@@ -285,20 +285,48 @@ def test_an_existing_name_needs_replace(spark, base_vectors, warehouse):
     assert ds.to_table(filter="id = 77", columns=["id"])["id"].to_pylist() == [77]
 
 
-@pytest.mark.parametrize("writer", ["append_copies", "delete_in_first_fragment"])
-def test_a_concurrent_append_or_delete_during_the_build_keeps_answers_right(spark, base_vectors, warehouse, writer):
+# writer -> (rows after, fragments it adds): an update and an upsert delete the old rows in
+# place (deletion files) and append the changed ones as a new fragment
+WRITERS = {"append_copies": (N + 25, 1), "delete_in_first_fragment": (N - 5, 0),
+           "update_ids": (N, 1), "upsert_copies": (N + 10, 1)}
+
+
+@pytest.mark.parametrize("writer", sorted(WRITERS))
+def test_a_concurrent_append_delete_update_or_upsert_during_the_build_keeps_answers_right(
+        spark, base_vectors, warehouse, writer):
     t, path = copy_of(base_vectors, warehouse, f"concurrent_{writer}")
     r = create(spark, t, "id", "BTREE", options={"rows_per_segment": "5000", "test_before_commit": f"writers.{writer}"})
     ds = lance.dataset(str(path))
     assert r.retries == 0 and r.new_version == ds.version
-    assert ds.count_rows() == (N + 25 if writer == "append_copies" else N - 5)
+    rows, added = WRITERS[writer]
+    assert ds.count_rows() == rows
     stats = ds.stats.index_stats("id_idx")
-    # the appended fragment is not indexed (optimize_indices adds it); deleted rows are masked
-    assert stats["num_indexed_fragments"] == 8
-    assert stats["num_unindexed_fragments"] == (1 if writer == "append_copies" else 0)
-    for f in ("id = 900010", "id < 100", "id >= 899990", "id = 3", "id IN (0, 1, 2, 3, 4, 5, 6)"):
+    # a written fragment is not indexed (optimize_indices adds it); deleted rows are masked
+    assert stats["num_indexed_fragments"] == 8 and stats["num_unindexed_fragments"] == added
+    for f in ("id = 900010", "id < 100", "id >= 899990", "id = 3", "id IN (0, 1, 2, 3, 4, 5, 6)",
+              "id = 7", "id = 1007", "id = 900007", "id = 11", "id = 950000", "id > 19990"):
         assert ds.to_table(filter=f, columns=["id"]).sort_by("id") == \
             ds.to_table(filter=f, columns=["id"], use_scalar_index=False).sort_by("id"), f
+
+
+@pytest.mark.parametrize("writer", ["update_ids", "upsert_copies", "delete_in_first_fragment"])
+def test_a_concurrent_change_during_a_vector_build_never_finds_changed_rows(spark, base_vectors, warehouse, writer):
+    """IVF_FLAT searched over every partition is exact: its answers are the table's exact nearest
+    neighbours after the writer's change (no deleted row found, the changed vectors found)."""
+    t, path = copy_of(base_vectors, warehouse, f"vector_{writer}")
+    r = create(spark, t, "emb", "IVF_FLAT", options={"num_partitions": "16", "rows_per_segment": "5000",
+                                                      "test_before_commit": f"writers.{writer}"})
+    ds = lance.dataset(str(path))
+    assert r.new_version == ds.version and ds.count_rows() == WRITERS[writer][0]
+    table = ds.to_table(columns=["id", "emb"])
+    ids = table["id"].to_numpy()
+    v = np.stack(table["emb"].to_numpy(zero_copy_only=False))
+    queries = np.concatenate([vectors(10, seed=7), -v[ids % 1000 == 11][:5], v[ids % 1000 == 7][:5]])
+    for q in queries:
+        got = ds.to_table(nearest={"column": "emb", "q": q, "k": 10, "nprobes": 16}, columns=["id", "_distance"])
+        exact = np.sort(((v - q) ** 2).sum(axis=1))[:10]
+        assert np.allclose(np.sort(got["_distance"].to_numpy()), exact, rtol=1e-4, atol=1e-5)
+        assert set(got["id"].to_pylist()) <= set(ids.tolist())
 
 
 def test_a_concurrent_compaction_makes_the_build_plan_again(spark, base_vectors, warehouse):

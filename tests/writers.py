@@ -166,3 +166,27 @@ def compact_into_one(uri, storage_options):
     if _once(uri, "compact_into_one"):
         lance.dataset(uri, storage_options=storage_options).optimize.compact_files(
             target_rows_per_fragment=1 << 24)
+
+
+def update_ids(uri, storage_options):
+    """A streaming update of the indexed column of rows in every fragment (id % 1000 = 7 moves
+    up by 900,000): Lance deletes the old rows and appends them, changed, as a new fragment."""
+    if _once(uri, "update_ids"):
+        lance.dataset(uri, storage_options=storage_options).update({"id": "id + 900000"}, where="id % 1000 = 7")
+
+
+def upsert_copies(uri, storage_options):
+    """A CDC upsert (merge_insert on id) for tables of any schema with an ``id``: 20 existing
+    rows changed (a vector column ``emb``, if any, negated), 10 new rows (copies of the first,
+    ids moved up by 950,000)."""
+    if _once(uri, "upsert_copies"):
+        ds = lance.dataset(uri, storage_options=storage_options)
+        matched = ds.to_table(filter="id % 1000 = 11", limit=20)
+        if "emb" in matched.schema.names:
+            emb = matched["emb"].combine_chunks()
+            negated = pa.FixedSizeListArray.from_arrays(pa.compute.negate(emb.flatten()), emb.type.list_size)
+            matched = matched.set_column(matched.schema.get_field_index("emb"), "emb", negated)
+        new = ds.to_table(limit=10)
+        new = new.set_column(new.schema.get_field_index("id"), "id", pa.compute.add(new["id"], 950_000))
+        rows = pa.concat_tables([matched, new.cast(matched.schema)])
+        ds.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(rows)

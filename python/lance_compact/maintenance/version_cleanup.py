@@ -24,8 +24,10 @@ older than the bound, their age and size from Lance's own listing of the table
 (``LanceDataset.all_files``: path, size, last-modified, one listing through the table's own
 object store and storage options, on every store Lance supports). No other object-store
 client is used: every request goes with exactly the table's storage options, so a user's own
-catalog without keys sends them unsigned, never with the environment's credentials. Index and
-transaction files of abandoned writes are left to Lance's 7-day rule.
+catalog without keys sends them unsigned, never with the environment's credentials. The same
+holds for index segments no version references (an index build whose driver died before its
+commit leaves them), removed whole once the segment's newest file is older than the bound.
+Transaction files of abandoned writes are left to Lance's 7-day rule.
 
 Durations and moments (``older_than``, ``unverified_min_age``) are read by the one parser,
 :mod:`runtime.durations` (INTERVALs, TIMESTAMPs, '7 days', '7d'; at most 100 years). No
@@ -112,19 +114,37 @@ def _min_age(args: dict, table: str) -> timedelta:
     return min_age
 
 
-def _referenced(ds) -> tuple[set[tuple[int, int, int]], set[str]]:
-    """Deletion files (fragment id, read version, id) and data file names that any remaining
-    version of the table references."""
-    deletions: set[tuple[int, int, int]] = set()
-    data: set[str] = set()
+class Referenced(NamedTuple):
+    """What the remaining versions of a table reference: deletion files (fragment id, read
+    version, id), data file names, and index segments (their UUIDs, system indices included)."""
+
+    deletions: set[tuple[int, int, int]]
+    data: set[str]
+    segments: set[str]
+
+
+def _referenced(ds) -> Referenced:
+    """The files any remaining version of the table references."""
+    found = Referenced(set(), set(), set())
     for v in ds.versions():
-        for f in ds.checkout_version(v["version"]).get_fragments():
+        version = ds.checkout_version(v["version"])
+        for f in version.get_fragments():
             d = f.metadata.deletion_file
             if d is not None:
-                deletions.add((f.fragment_id, d.read_version, d.id))
+                found.deletions.add((f.fragment_id, d.read_version, d.id))
             for df in f.metadata.files:
-                data.add(df.path.rsplit("/", 1)[-1])
-    return deletions, data
+                found.data.add(df.path.rsplit("/", 1)[-1])
+        try:
+            indices = version.describe_indices()
+        except Exception:  # noqa: BLE001 - an index this pylance cannot describe: keep every segment
+            found.segments.add(ANY_SEGMENT)
+            continue
+        for index in indices:
+            found.segments.update(str(s.uuid) for s in index.segments)
+    return found
+
+
+ANY_SEGMENT = "*"  # in Referenced.segments: which segments are referenced is unknown
 
 
 class StoredFile(NamedTuple):
@@ -137,21 +157,24 @@ class StoredFile(NamedTuple):
 
 
 def _stored(listing) -> list[StoredFile]:
-    """The table's data and deletion files now stored, with their ages, from one listing by
-    Lance (``all_files()`` of ``listing``, any version of the table: the listing is of the
+    """The table's data, deletion and index files now stored, with their ages, from one listing
+    by Lance (``all_files()`` of ``listing``, any version of the table: the listing is of the
     store, not of that version)."""
     import pyarrow.compute as pc
 
     files = listing.all_files().read_all()
     path = files.column("path")
-    files = files.filter(pc.or_(pc.starts_with(path, "data/"), pc.starts_with(path, "_deletions/")))
+    files = files.filter(pc.or_(pc.or_(pc.starts_with(path, "data/"), pc.starts_with(path, "_deletions/")),
+                                pc.starts_with(path, "_indices/")))
     return [StoredFile(p, m.timestamp(), s or 0) for p, m, s in zip(
         files.column("path").to_pylist(), files.column("last_modified").to_pylist(),
         files.column("size_bytes").to_pylist())]
 
 
 def unreferenced_files(listing, open_latest: Callable[[], object]) -> list[StoredFile]:
-    """Data and deletion files (relative path, age, size) no version of the table references.
+    """Data, deletion and index files (relative path, age, size) no version of the table
+    references. An index file's age is its segment folder's (the newest file in it): a build
+    in flight writes a segment's files over time, and a segment is removed whole or not at all.
 
     The store is listed FIRST (``listing``: the table opened at any version), then the table
     is opened (``open_latest``) and the files of its versions read. A file a commit references
@@ -161,17 +184,34 @@ def unreferenced_files(listing, open_latest: Callable[[], object]) -> list[Store
     the other way round (references, then the listing), a commit landing in between would
     leave its files listed but unreferenced."""
     stored = _stored(listing)
-    deletions, data = _referenced(open_latest())
+    deletions, data, segments = _referenced(open_latest())
     orphans = []
+    newest: dict[str, float] = {}  # an unreferenced segment folder -> its newest file's time
     for f in stored:
         base = f.path.rsplit("/", 1)[-1]
-        if f.path.startswith("_deletions/"):
+        if f.path.startswith("_indices/"):
+            parts = f.path.split("/")
+            if len(parts) >= 3 and _is_uuid(parts[1]) and ANY_SEGMENT not in segments \
+                    and parts[1] not in segments:
+                orphans.append(f)
+                newest[parts[1]] = max(newest.get(parts[1], 0.0), f.modified)
+        elif f.path.startswith("_deletions/"):
             parts = base.split(".")[0].split("-")
             if len(parts) == 3 and all(p.isdigit() for p in parts) and tuple(map(int, parts)) not in deletions:
                 orphans.append(f)
         elif "/" not in f.path[len("data/"):] and base.endswith(".lance") and base not in data:
             orphans.append(f)
-    return orphans
+    return [f._replace(modified=newest[f.path.split("/")[1]]) if f.path.startswith("_indices/") else f
+            for f in orphans]
+
+
+def _is_uuid(text: str) -> bool:
+    import uuid
+
+    try:
+        return str(uuid.UUID(text)) == text
+    except ValueError:
+        return False
 
 
 def _relative(path: str, uri: str) -> str:
@@ -181,6 +221,21 @@ def _relative(path: str, uri: str) -> str:
 
     root = (urlparse(uri).path if "://" in uri else os.path.abspath(uri)).strip("/")
     return path[len(root) + 1:] if root and path.startswith(root + "/") else path
+
+
+def _remove_empty_folders(uri: str, segments: set[str]) -> None:
+    """The emptied folders of removed segments, on a local table (an object store has none)."""
+    import os
+    from urllib.parse import urlparse
+
+    if "://" in uri and not uri.startswith("file://"):
+        return
+    root = urlparse(uri).path if uri.startswith("file://") else uri
+    for name in segments:
+        try:
+            os.rmdir(os.path.join(root, "_indices", name))
+        except OSError:
+            pass  # not empty (a file written since) or already gone
 
 
 def cleanup(target: Target, args: Mapping[str, Any], options: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -207,11 +262,12 @@ def cleanup(target: Target, args: Mapping[str, Any], options: Mapping[str, Any] 
     if dry_run:
         explained = ds.explain_cleanup_old_versions(**kwargs, include_files=True, max_files=FILES_LISTED)
         stats = explained.stats
-        counted = {c.path.rsplit("/", 1)[-1] for c in explained.candidate_files}
         listed = [_relative(c.path, uri) for c in explained.candidate_files]
+        # data and deletion files by name (unique), index files by path (their names repeat)
+        counted = {c.path.rsplit("/", 1)[-1] for c in explained.candidate_files} | set(listed)
     else:
         stats = ds.cleanup_old_versions(**kwargs)
-    data_removed = deletions_removed = bytes_removed = 0
+    data_removed = deletions_removed = index_removed = bytes_removed = 0
     # Also after Lance's delete_unverified: it leaves deletion files no version ever referenced.
     if unverified and min_age < LANCE_UNVERIFIED_AGE:
         cutoff = time.time() - min_age.total_seconds()
@@ -222,23 +278,30 @@ def cleanup(target: Target, args: Mapping[str, Any], options: Mapping[str, Any] 
             opened.append(target.open())
             return opened[-1]
 
+        segments: set[str] = set()
         for f in unreferenced_files(ds, open_latest):
-            if f.modified > cutoff or f.path.rsplit("/", 1)[-1] in counted:
+            index = f.path.startswith("_indices/")
+            if f.modified > cutoff or (f.path if index else f.path.rsplit("/", 1)[-1]) in counted:
                 continue  # young (a writer may be about to commit it), or Lance's own
             listed.append(f.path)
             if not dry_run:
                 session.delete_file(f.path)
             bytes_removed += f.size
-            if f.path.startswith("data/"):
+            if index:
+                index_removed += 1
+                segments.add(f.path.split("/")[1])
+            elif f.path.startswith("data/"):
                 data_removed += 1
             else:
                 deletions_removed += 1
+        if not dry_run:
+            _remove_empty_folders(uri, segments)
         ds = opened[-1]
     row = {"table": table, "version": ds.version, "dry_run": dry_run,
            "old_versions": stats.old_versions,
            "data_files_removed": stats.data_files_removed + data_removed,
            "deletion_files_removed": stats.deletion_files_removed + deletions_removed,
-           "index_files_removed": stats.index_files_removed,
+           "index_files_removed": stats.index_files_removed + index_removed,
            "transaction_files_removed": stats.transaction_files_removed,
            "bytes_removed": stats.bytes_removed + bytes_removed}
     row["files_total"] = sum(row[k] for k in ("old_versions", "data_files_removed", "deletion_files_removed",
