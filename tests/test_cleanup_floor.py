@@ -209,15 +209,15 @@ def test_orphaned_index_segments_older_than_the_floor_are_removed_whole(spark, w
     t, uri = fresh(warehouse, "orphan_segments")
     ds = lance.dataset(uri)
     ds.create_scalar_index("id", "BTREE", name="id_idx")
-    old_version = lance.dataset(uri)
-    replaced = {str(s.uuid) for i in old_version.describe_indices() for s in i.segments}
-    old_version.create_scalar_index("id", "BTREE", name="id_idx", replace=True)  # v1's segment: referenced by v-1
+    old_version = lance.dataset(uri).version
+    replaced = {str(s.uuid) for i in lance.dataset(uri).describe_indices() for s in i.segments}
+    lance.dataset(uri).create_scalar_index("id", "BTREE", name="id_idx", replace=True)  # the replaced segment: an older version's
     ds = lance.dataset(uri)
     committed = {str(s.uuid) for i in ds.describe_indices() for s in i.segments}
     ids = [f.fragment_id for f in ds.get_fragments()]
-    abandoned = str(ds.create_index_uncommitted("id", "BITMAP", fragment_ids=ids[:3]).uuid)
-    in_flight = str(ds.create_index_uncommitted("id", "BITMAP", fragment_ids=ids[3:]).uuid)
-    half = str(ds.create_index_uncommitted("id", "BTREE", fragment_ids=ids[:2]).uuid)
+    abandoned = str(ds.create_index_uncommitted("id", "BITMAP", name="b1", fragment_ids=ids[:3]).uuid)
+    in_flight = str(ds.create_index_uncommitted("id", "BITMAP", name="b2", fragment_ids=ids[3:]).uuid)
+    half = str(ds.create_index_uncommitted("id", "BTREE", name="b3", fragment_ids=ids[:2]).uuid)
     for uuid in (abandoned, *replaced, *committed):
         _age_segment(uri, uuid, 120 * MINUTES)
     _age_segment(uri, in_flight, 50 * MINUTES)
@@ -238,6 +238,6 @@ def test_orphaned_index_segments_older_than_the_floor_are_removed_whole(spark, w
     ds = lance.dataset(uri)
     assert ds.to_table(filter="id < 50", columns=["id"]).sort_by("id") == \
         ds.to_table(filter="id < 50", columns=["id"], use_scalar_index=False).sort_by("id")
-    then = lance.dataset(uri, version=old_version.version)  # the older version's index still reads
+    then = lance.dataset(uri, version=old_version)  # the older version's index still reads
     assert {str(s.uuid) for i in then.describe_indices() for s in i.segments} == replaced
     assert then.to_table(filter="id = 7", columns=["id"])["id"].to_pylist() == [7]
