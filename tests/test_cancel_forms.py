@@ -142,6 +142,9 @@ def _sql(kind: str, ns: str) -> str:
         return f"CALL lance.compact(table => '{ns}.t0', target_rows_per_fragment => 300)"
     if kind == "maintain":
         return f"CALL lance.maintain(table => '{ns}.t0', target_rows_per_fragment => 300)"
+    if kind == "create_index":  # a test option: built by Spark tasks (they sleep), not in the engine
+        return (f"CALL lance.create_index(table => '{ns}.t0', column => 'id', index_type => 'BTREE', "
+                f"options => map('test_task_sleep_ms', 'all:{TASK_SLEEP_MS}'))")
     return (f"CALL lance.maintain_warehouse(namespace => '{ns}', target_rows_per_fragment => 300, "
             "parallelism => 3)")
 
@@ -150,13 +153,13 @@ RESULTS: dict[tuple[str, str, str], float] = {}
 
 
 PHASES = ["during a job", "while no job runs"]
-KINDS = ["compact", "maintain", "maintain_warehouse"]
+KINDS = ["compact", "maintain", "maintain_warehouse", "create_index"]
 
 
 def _cases() -> list[tuple[str, str, str]]:
     """Every form in both phases, the statement kind rotating so that every (kind, phase) and
     every (form, phase) pair is tried: 14 cases. ``LANCE_COMPACT_CANCEL_MATRIX=full`` runs all
-    42 (form x kind x phase); the closing figures were measured so."""
+    56 (form x kind x phase); the closing figures were measured so."""
     if os.environ.get("LANCE_COMPACT_CANCEL_MATRIX") == "full":
         return [(f, k, p) for f in FORMS for k in KINDS for p in PHASES]
     return [(f, KINDS[(i + j) % len(KINDS)], p)
@@ -207,13 +210,15 @@ def test_every_cancel_stops_every_statement(spark, warehouse, request, form, kin
     for p in paths:
         assert content(after[p]) == content(before[p])
     # what it says was committed before is what was
-    if kind == "compact":
+    if kind in ("compact", "create_index"):
         assert "nothing was committed" in message, message
     elif kind == "maintain":
         assert "no earlier step changed the table" in message, message
     else:
         assert "no table was changed" in message, message
     assert all(v == before[p].version for p, v in versions.items())
+    if kind == "create_index":
+        assert not after[paths[0]].describe_indices()
     # no watch of it is left running, and the next statement works
     wait_for(lambda: not s.active_jobs(), timeout=10)
     r = compact_call(spark, f"{ns}.t0")

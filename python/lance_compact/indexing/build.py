@@ -183,7 +183,9 @@ def _on_spark(sc: Any, target: Target, ds: lance.LanceDataset, req: specs.IndexR
             if failure is not None:  # a task may have written its segment after the job failed
                 written += job.segment_uuids(len(groups), max_task_attempts(sc))
                 if failure.cancelled:
-                    raise Cancelled(f"table {table}: create_index cancelled ({failure.message}); nothing was committed")
+                    # the statement's own cancel ("job group g", "interrupted") says more than Spark's job
+                    why = cancellation.reason() or failure.message
+                    raise Cancelled(f"table {table}: create_index cancelled ({why}); nothing was committed")
                 raise CompactionError(f"{failure.message}; nothing was committed")
             segments = kept + built
             hooks.before_commit(SimpleNamespace(hooks=req.hooks, uri=target.uri,
@@ -232,7 +234,8 @@ def _job_error(table: str, e: Exception, what: str) -> CompactionError:
     cancelled = job_cancelled(str(e))
     if cancelled:
         cancellation.cancel(cancelled)
-        return Cancelled(f"table {table}: create_index cancelled while {what} ({cancelled}); nothing was committed")
+        why = cancellation.reason() or cancelled
+        return Cancelled(f"table {table}: create_index cancelled while {what} ({why}); nothing was committed")
     if isinstance(e, CompactionError):
         return e
     return CompactionError(f"table {table}: create_index: {what} failed: {job_failure(e)}; nothing was committed")

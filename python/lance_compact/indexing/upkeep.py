@@ -248,7 +248,8 @@ def _once(target: Target, ds: lance.LanceDataset, ups: list[Upkeep], procedure: 
                 written += [str(s.index.uuid) for s in built]
                 if failure is not None:
                     if failure.cancelled:
-                        raise Cancelled(f"table {table}: {procedure} cancelled ({failure.message}); nothing was "
+                        why = cancellation.reason() or failure.message  # the statement's own cancel says more
+                        raise Cancelled(f"table {table}: {procedure} cancelled ({why}); nothing was "
                                         f"committed for the indices")
                     raise CompactionError(f"{failure.message}; nothing was committed for the indices")
                 shards = [s.index for s in built]
