@@ -292,3 +292,28 @@ def test_a_gone_version_is_not_classified_as_a_missing_table(aged):
     with pytest.raises(Exception) as gone:
         lance.dataset(str(path.parent / "no_such_table.lance"))
     assert describe(gone.value).startswith("the table does not exist")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_create_index_on_spark_tasks(spark, warehouse, name):
+    """CALL lance.create_index on every aged table, its segments built by Spark tasks (a test
+    option keeps a small build off the engine): a BITMAP on ``category`` that answers as a scan,
+    the table's other indices and rows as they were; an empty table is refused, unchanged."""
+    table, path, oracle, _ = fresh(warehouse, "ci", name)
+    sql = (f"CALL lance.create_index(table => '{table}', column => 'category', index_type => 'BITMAP', "
+           "name => 'aged_bitmap', options => map('rows_per_segment', '1000', 'test_task_sleep_ms', 'all:0'))")
+    version = lance.dataset(str(path)).version
+    if oracle.num_rows == 0:
+        with refused(path, f"table {table}: create_index: the table has no rows to index"):
+            spark.sql(sql).collect()
+        assert lance.dataset(str(path)).version == version
+        return
+    r = spark.sql(sql).collect()[0]
+    ds = lance.dataset(str(path))
+    assert r.built_by == "spark tasks" and r.new_version == ds.version > version, r
+    stats = ds.stats.index_stats("aged_bitmap")
+    assert stats["num_unindexed_fragments"] == 0, stats
+    for f in ("category = 'cat-3'", "category IN ('cat-1', 'cat-16')", "category > 'cat-5'"):
+        assert ds.to_table(filter=f, columns=["id"]).sort_by("id") == \
+            ds.to_table(filter=f, columns=["id"], use_scalar_index=False).sort_by("id"), f
+    rows_and_indices_kept(path, oracle)
