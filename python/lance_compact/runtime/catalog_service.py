@@ -1,4 +1,4 @@
-"""Tables of a catalog service (a Lance Namespace: ``impl=rest``, ``impl=glue``), opened through it.
+"""Tables of a catalog service (a Lance Namespace: ``impl=rest``, ``glue``, ``hive2``, ``hive3``), opened through it.
 
 A catalog configured with ``spark.sql.catalog.<name>.impl=rest`` (and ``uri``, ``headers.*``)
 keeps its tables where the service says: their locations, and the storage options (vended,
@@ -43,7 +43,7 @@ TABLE_ID = PREFIX + "table_id"
 # Lance Namespace implementations a catalog may name. Each is a fixed class of pylance; a class
 # name (which Lance would import) is not accepted, nor the dynamic context provider properties
 # (which would import a class too).
-IMPLS = ("rest", "glue", "dir")
+IMPLS = ("rest", "glue", "hive2", "hive3", "dir")
 _REFUSED_PROPERTIES = ("dynamic_context_provider.",)
 
 
@@ -227,10 +227,22 @@ def client(service: Service) -> Any:
                                   "lance-namespace-impls (with boto3) on the driver and every executor: "
                                   "pip install 'lance-spark-compact[glue]'") from None
         cls = GlueNamespace
+    elif service.impl in ("hive2", "hive3"):
+        from .catalog_hive import connect as hive
+
+        def cls(**props: str) -> Any:
+            try:
+                return hive(service.impl, props)
+            except ImportError:
+                raise CompactionError(f"{service.shown}: impl={service.impl} needs the Python packages "
+                                      "lance-namespace-impls, hive-metastore-client and thrift on the driver and "
+                                      "every executor: pip install 'lance-spark-compact[hive]'") from None
     else:
         cls = {"rest": lance_ns.RestNamespace, "dir": lance_ns.DirectoryNamespace}[service.impl]
     try:
         inner = cls(**dict(service.properties))
+    except CompactionError:
+        raise
     except Exception as e:
         raise CompactionError(f"{service.shown}: cannot connect: "
                               f"{redact(str(e), dict(service.properties))}") from None

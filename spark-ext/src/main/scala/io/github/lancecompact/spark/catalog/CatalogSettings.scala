@@ -24,9 +24,10 @@ object CatalogSettings {
   /** Keys read by LanceCatalog.initialize (lower case); `storage.` and `maintain.` are prefixes. */
   val Locked: Set[String] = Set("warehouse", "root", "impl", "single_level_ns", "read_max_rows", "distributed_reads",
     "uri", "delimiter", "region", "catalog_id", "endpoint", "access_key_id", "secret_access_key", "session_token",
-    "max_retries", "retry_mode")
-  /** A catalog service's headers (`headers.x-api-key`, lance-spark's spelling; `header.`) and TLS settings too. */
-  val LockedPrefixes: Seq[String] = Seq("storage.", "maintain.", "headers.", "header.", "tls.")
+    "max_retries", "retry_mode", "ugi", "client.pool-size", "parent", "parent_delimiter")
+  /** A catalog service's headers (`headers.x-api-key`, lance-spark's spelling; `header.`) and TLS settings too,
+   * and Hadoop's (`hadoop.hive.metastore.uris`, a Hive Metastore's address as lance-spark reads it). */
+  val LockedPrefixes: Seq[String] = Seq("storage.", "maintain.", "headers.", "header.", "tls.", "hadoop.")
 
   def locked(key: String): Boolean = {
     val k = key.toLowerCase(Locale.ROOT)

@@ -27,7 +27,8 @@ import io.github.lancecompact.spark.procedures.Procedures
  * spark.sql.catalog.lance.impl=dir, .root=<dir or URI>   (instead of warehouse: a Lance directory namespace,
  * spark.sql.catalog.lance.single_level_ns=true|false      as lance-spark's catalog lays it out)
  * spark.sql.catalog.lance.impl=rest, .uri=<endpoint>     (a catalog service, a Lance REST namespace:
- * spark.sql.catalog.lance.headers.<name>=<value>          LanceNamespaceService; the operator's only)
+ * spark.sql.catalog.lance.headers.<name>=<value>          LanceNamespaceService; the operator's only;
+ *                                                         also impl=glue, impl=hive2|hive3 with uri and root)
  * spark.sql.catalog.lance.distributed_reads=true         (false: SELECT reads on the driver, up to
  * spark.sql.catalog.lance.read_max_rows=1000000           rows)
  * }}}
@@ -65,8 +66,7 @@ class LanceCatalog extends TableCatalog with SupportsNamespaces with ProcedureCa
           s"catalog $name: impl '$impl' (a catalog service) is accepted only in a catalog the operator registers in the " +
             "driver's static configuration, not in one a session defines", null)
         val props = LanceNamespaceService.properties(impl.toLowerCase, options.asCaseSensitiveMap().asScala.toMap)
-        if (impl.equalsIgnoreCase("rest") && !props.contains("uri")) throw new LanceCompactException(
-          s"catalog $name: impl=$impl needs spark.sql.catalog.$name.uri (the service's endpoint)", null)
+        LanceNamespaceService.check(name, impl.toLowerCase, options.asCaseSensitiveMap().asScala.toMap, props)
         val s = new LanceNamespaceService(name, impl.toLowerCase, props, storage)
         service = Some(s)
         s

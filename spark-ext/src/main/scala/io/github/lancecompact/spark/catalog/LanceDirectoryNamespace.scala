@@ -38,5 +38,6 @@ object LanceDirectoryNamespace {
     if (!impl.trim.equalsIgnoreCase("dir")) throw new LanceCompactException(
       s"catalog $catalogName: impl '$impl' is not supported; impl=dir (a Lance directory namespace, " +
         "as lance-spark writes it, with root=<folder or URI>), impl=rest (a Lance REST namespace, with " +
-        "uri=<endpoint>) and impl=glue (AWS Glue) are, or leave impl unset and set warehouse", null)
+        "uri=<endpoint>), impl=glue (AWS Glue) and impl=hive2|hive3 (a Hive Metastore, with uri=thrift://host:port " +
+        "and root=<folder or URI>) are, or leave impl unset and set warehouse", null)
 }
