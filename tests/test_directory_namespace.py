@@ -103,11 +103,11 @@ def test_single_level_layout_is_the_default_namespace(spark, flat_root):
 
 
 def test_an_unknown_impl_is_refused(spark, tmp_path):
-    # impl=rest and glue are tests/test_rest_catalog.py's; hive is not served yet
-    spark.conf.set("spark.sql.catalog.lshive", CATALOG_CLASS)
-    spark.conf.set("spark.sql.catalog.lshive.impl", "hive3")
-    with pytest.raises(Exception, match="impl 'hive3' is not supported; impl=dir .*impl=rest .*impl=glue"):
-        spark.sql("SHOW NAMESPACES IN lshive").collect()
+    # impl=rest, glue, hive2 and hive3 are tests/test_rest_catalog.py's; iceberg is not served
+    spark.conf.set("spark.sql.catalog.lsiceberg", CATALOG_CLASS)
+    spark.conf.set("spark.sql.catalog.lsiceberg.impl", "iceberg")
+    with pytest.raises(Exception, match="impl 'iceberg' is not supported; impl=dir .*impl=rest .*impl=glue .*impl=hive2"):
+        spark.sql("SHOW NAMESPACES IN lsiceberg").collect()
 
 
 def test_system_tables_cover_directory_namespaces(spark, manifest_root, flat_root):

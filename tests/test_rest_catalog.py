@@ -10,10 +10,16 @@ an expiry a few seconds out) for a table on the S3-compatible server: the operat
 holds no storage credential at all, so every read and write uses the vended ones, and a
 compaction that outlasts them is seen refreshing them (DescribeTable calls after the first
 credential expired, counted by a proxy in front of the server), with no vended credential in
-the engine's log, the event log (job descriptions included) or the result rows."""
+the engine's log, the event log (job descriptions included) or the result rows.
+
+Hive Metastores (tests/hive_metastore.py, on 127.0.0.1 with embedded Derby): Hive 2.3 from
+pyspark's own jars, started with the module; Hive 3.1 (the standalone metastore, from Maven) only
+by the test that needs it (`network`). Tables are declared in the metastore by Lance's own Hive
+client (lance-namespace-impls), at their default location under the catalog's `root`."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import threading
 import time
@@ -26,6 +32,7 @@ from lance import namespace as lance_ns
 
 from conftest import NO_CLEANUP_FLOOR, ROOT, STRATEGIES, lance_session
 from fault_proxy import FaultProxy
+from hive_metastore import HiveMetastore
 from lance_compact.api import CATALOG_CLASS
 from oracle import batch, content
 import writers
@@ -94,6 +101,72 @@ class Glue:
         return lance.dataset(self.location, storage_options=self.storage)
 
 
+class Hive:
+    """A Hive Metastore (``version`` 2 or 3) and what the tests find in it: database `db`, table
+    `db.t` declared by Lance's Hive client at its default location (``<root>/db.db/t``) and 12
+    fragments written there, `db.outside`, a Lance table the metastore places outside ``root``,
+    and `default.d` (2 fragments) in the metastore's `default` database. ``settings`` are the catalog's (lance-spark's keys); Hive 3's name the metastore's
+    catalog as ``parent``, so Spark's ``db.t`` is the metastore's ``hive.db.t``."""
+
+    def __init__(self, version: str, workdir) -> None:
+        self.server = HiveMetastore(version, workdir / "metastore")
+        self.version = version
+        self.root = workdir / "root"
+        self.elsewhere = workdir / "elsewhere" / "outside.lance"
+        self.settings = {"impl": f"hive{version}", "uri": self.server.uri, "root": str(self.root),
+                         **({"parent": "hive"} if version == "3" else {})}
+        self.location: str | None = None
+
+    def start(self) -> "Hive":
+        from lance_namespace_impls.hive2 import Hive2Namespace
+        from lance_namespace_impls.hive3 import Hive3Namespace
+
+        self.server.start()
+        cls, ns = (Hive2Namespace, []) if self.version == "2" else (Hive3Namespace, ["hive"])
+        self.client = cls(uri=self.server.uri, root=str(self.root))
+        self.client.create_namespace(lance_ns.CreateNamespaceRequest(id=[*ns, "db"]))
+        self.location = self.client.declare_table(lance_ns.DeclareTableRequest(id=[*ns, "db", "t"])).location
+        for i in range(12):
+            lance.write_dataset(batch(i * 20, 20), self.location, mode="create" if i == 0 else "append")
+        self.client.declare_table(lance_ns.DeclareTableRequest(id=[*ns, "db", "outside"], location=str(self.elsewhere)))
+        lance.write_dataset(batch(0, 20), str(self.elsewhere))
+        lance.write_dataset(batch(20, 20), str(self.elsewhere), mode="append")
+        d = self.client.declare_table(lance_ns.DeclareTableRequest(id=[*ns, "default", "d"])).location
+        lance.write_dataset(batch(0, 20), d)
+        lance.write_dataset(batch(20, 20), d, mode="append")
+        return self
+
+    def dataset(self) -> lance.LanceDataset:
+        return lance.dataset(self.location)
+
+    def restart(self) -> None:
+        """The metastore again, on the same port and Derby database."""
+        self.server.stop()
+        self.server.start()
+
+    def catalog(self, name: str, **more: str) -> dict[str, str]:
+        return {f"spark.sql.catalog.{name}": CATALOG_CLASS,
+                **{f"spark.sql.catalog.{name}.{k}": v for k, v in {**self.settings, **more}.items()}}
+
+
+@pytest.fixture(scope="module")
+def metastores(tmp_path_factory):
+    """Hive 2's metastore, started; Hive 3's with its port chosen (the catalogs are static
+    settings), started by :func:`hive3` only."""
+    hive2 = Hive("2", tmp_path_factory.mktemp("hive2"))
+    hive3 = Hive("3", tmp_path_factory.mktemp("hive3"))
+    try:
+        yield hive2.start(), hive3
+    finally:
+        hive2.server.stop()
+        hive3.server.stop()
+
+
+@pytest.fixture(scope="module")
+def hive3(metastores):
+    return metastores[1].start()
+
+
 @pytest.fixture(scope="module")
 def services(tmp_path_factory, s3):
     root = tmp_path_factory.mktemp("rest_root")
@@ -115,10 +188,20 @@ def services(tmp_path_factory, s3):
 
 
 @pytest.fixture(scope="module")
-def spark(warehouse, services, tmp_path_factory):
+def spark(warehouse, services, metastores, tmp_path_factory):
     """The operator's catalogs `rest` and `vend` (static settings: no storage credential for
-    `vend`), with the engine's log and Spark's event log kept for the secrets check."""
+    `vend`), `glue`, and over the Hive Metastores `hive2` (also as `hive2_hadoop`, with the
+    address in lance-spark's Hadoop key; and two refused settings), `hive3` (`parent=hive`) and
+    `hive3_levels` (no parent: Spark names the metastore's catalog, `hive3_levels.hive.db.t`);
+    with the engine's log and Spark's event log kept for the secrets check."""
     plain, vend = services
+    hive2, hive3 = metastores
+    hive_catalogs = {**hive2.catalog("hive2"), **hive3.catalog("hive3"),
+                     **{k: v for k, v in hive3.catalog("hive3_levels").items() if not k.endswith(".parent")},
+                     **{k.replace(".uri", ".hadoop.hive.metastore.uris"): v
+                        for k, v in hive2.catalog("hive2_hadoop").items()},
+                     **{k: v for k, v in hive2.catalog("hive2_noroot").items() if not k.endswith(".root")},
+                     **hive2.catalog("hive2_sasl", **{"hadoop.hive.metastore.sasl.enabled": "true"})}
     logs = tmp_path_factory.mktemp("logs")
     (logs / "events").mkdir()
     # every rewrite a Spark job: the executors open the tables through the service too
@@ -131,6 +214,7 @@ def spark(warehouse, services, tmp_path_factory):
             "spark.sql.catalog.glue": CATALOG_CLASS, "spark.sql.catalog.glue.impl": "glue",
             **{f"spark.sql.catalog.glue.{k}": v for k, v in plain.glue.settings.items()},
             **{f"spark.sql.catalog.glue.storage.{k}": v for k, v in plain.glue.storage.items()},
+            **hive_catalogs,
             "spark.eventLog.enabled": "true", "spark.eventLog.dir": str(logs / "events"),
             "spark.eventLog.compress": "false", "spark.eventLog.rolling.enabled": "false",
             "spark.lance.compact.engine.log": str(logs / "engine.log")}
@@ -378,3 +462,160 @@ def test_a_service_imports_nothing_a_setting_names():
     assert catalog_service.lance_options({"lance_compact.catalog.impl": "rest", "aws_region": "r"}) == {"aws_region": "r"}
     secrets.remember_vended({"aws_secret_access_key": "vended-Zz9-abcdef", "expires_at_millis": "1"})
     assert secrets.redact("denied for vended-Zz9-abcdef", None) == f"denied for {secrets.REDACTED}"
+
+
+def _over_a_metastore(spark, hive: Hive, catalog: str) -> None:
+    """SHOW, SELECT, compact, a clustering run, table_health and maintain_warehouse through the
+    catalog over ``hive``'s metastore, rows exact; the table outside ``root`` refused."""
+    before = hive.dataset()
+    want = content(before)
+    assert hive.location == f"{hive.root}/db.db/t"  # declared under root by Lance's Hive client
+    assert [r[0] for r in spark.sql(f"SHOW NAMESPACES IN {catalog}").collect()] == ["db", "default"]
+    assert sorted(r.tableName for r in spark.sql(f"SHOW TABLES IN {catalog}.db").collect()) == ["outside", "t"]
+    assert spark.sql(f"SELECT count(*), sum(id) FROM {catalog}.db.t").collect()[0][:] == \
+        (len(want), sum(want["id"].to_pylist()))
+
+    r = spark.sql(f"CALL {catalog}.compact(table => 'db.t', target_rows_per_fragment => 100)").collect()[0]
+    after = hive.dataset()
+    assert r.fragments_removed == 12 and after.version == r.new_version and content(after) == want
+    r = spark.sql(f"CALL {catalog}.compact(table => 'db.t', sort_order => 'category', "
+                  "target_rows_per_fragment => 100)").collect()[0]
+    clustered = hive.dataset()
+    assert clustered.version == r.new_version and content(clustered) == want
+    cats = clustered.to_table(columns=["category"])["category"].to_pylist()
+    assert cats == sorted(cats)
+
+    # the table the metastore places outside root: listed by name, left out of the catalog-wide
+    # views, refused by every procedure; its version unchanged. The `default` database's table in them.
+    health = spark.sql(f"SELECT namespace, `table`, error FROM {catalog}.system.table_health "
+                       "ORDER BY namespace").collect()
+    assert [tuple(h) for h in health] == [("db", "t", None), ("default", "d", None)]
+    w = spark.sql(f"CALL {catalog}.maintain_warehouse(target_rows_per_fragment => 100)").collect()
+    assert w and {x.table for x in w} == {"db.t", "default.d"} and all(x.error is None for x in w)
+    with pytest.raises(Exception, match=r"table db\.outside: the location the catalog service gives: .* is outside "
+                       f"the warehouse {re.escape(str(hive.root))} of catalog {catalog}"):
+        spark.sql(f"CALL {catalog}.compact(table => 'db.outside')").collect()
+    assert lance.dataset(str(hive.elsewhere)).version == 2
+    with pytest.raises(Exception, match="TABLE_OR_VIEW_NOT_FOUND|cannot be found"):
+        spark.sql(f"CALL {catalog}.compact(table => 'db.nope')").collect()
+    assert content(hive.dataset()) == want
+
+
+def test_hive2(spark, metastores):
+    """A Hive Metastore 2.3 (`impl=hive2`, `uri=thrift://...`, `root`): every way in by
+    identifier; lance-spark's Hadoop key for the address works as `uri`."""
+    hive = metastores[0]
+    _over_a_metastore(spark, hive, "hive2")
+    rows = hive.dataset().count_rows()
+    assert spark.sql("SELECT count(*) FROM hive2_hadoop.db.t").collect()[0][0] == rows
+
+
+def test_hive_settings_are_the_operators(spark, metastores):
+    """A session's SET cannot move the metastore (`uri`, lance-spark's Hadoop key, `impl`,
+    `root`), nor may a user's own catalog name one; a catalog without `root`, or with a Hadoop
+    setting the engine's Thrift client would not apply, is refused before the metastore is asked."""
+    hive = metastores[0]
+    for key, value in (("uri", "thrift://127.0.0.1:9"), ("hadoop.hive.metastore.uris", "thrift://127.0.0.1:9"),
+                       ("impl", "rest"), ("root", "/")):
+        mine = spark.newSession()
+        mine.conf.set(f"spark.sql.catalog.hive2.{key}", value)
+        with pytest.raises(Exception, match=f"spark.sql.catalog.hive2.{key} is set by the operator"):
+            mine.sql("SHOW TABLES IN hive2.db").collect()
+    own = spark.newSession()
+    own.conf.set("spark.sql.catalog.mine", CATALOG_CLASS)
+    for k, v in hive.settings.items():
+        own.conf.set(f"spark.sql.catalog.mine.{k}", v)
+    with pytest.raises(Exception, match="accepted only in a catalog the operator registers"):
+        own.sql("SHOW TABLES IN mine.db").collect()
+    with pytest.raises(Exception, match=r"impl=hive2 needs spark.sql.catalog.hive2_noroot.root"):
+        spark.sql("SHOW TABLES IN hive2_noroot.db").collect()
+    with pytest.raises(Exception, match=r"hadoop.hive.metastore.sasl.enabled is not applied by impl=hive2"):
+        spark.sql("SHOW TABLES IN hive2_sasl.db").collect()
+
+
+def test_the_metastore_down(spark, metastores):
+    """The metastore stopped before a statement: named (`catalog service hive2 at thrift://...
+    did not answer`), nothing committed. Stopped after a compaction's tasks ran, before its
+    commit: the commit needs no metastore (Lance's Hive tables are `managed_by=storage`: the
+    metastore keeps only the location, which the run already has), so it lands, rows exact."""
+    hive = metastores[0]
+    lance.write_dataset(batch(20_000, 20), hive.location, mode="append")
+    lance.write_dataset(batch(20_020, 20), hive.location, mode="append")
+    version = hive.dataset().version
+    want = content(hive.dataset())
+    named = rf"catalog service hive2 at thrift://127\.0\.0\.1:{hive.server.port} did not answer"
+    hive.server.stop()
+    try:
+        with pytest.raises(Exception, match=named):
+            spark.sql("CALL hive2.compact(table => 'db.t', target_rows_per_fragment => 1000)").collect()
+        with pytest.raises(Exception, match=named):
+            spark.sql("SELECT count(*) FROM hive2.system.table_health").collect()
+        with pytest.raises(Exception, match=named):
+            spark.sql("CALL hive2.maintain_warehouse()").collect()
+    finally:
+        hive.restart()
+    assert hive.dataset().version == version
+
+    marker = writers.at_commit(hive.location)
+    if os.path.exists(marker):
+        os.remove(marker)
+    result: list = []
+
+    def call() -> None:
+        try:
+            result.append(spark.sql("CALL hive2.compact(table => 'db.t', target_rows_per_fragment => 1000, "
+                                    "options => map('test_before_commit', 'writers.mark_then_pause'))").collect()[0])
+        except BaseException as e:  # noqa: B036 - reported by the assertion below
+            result.append(e)
+
+    t = threading.Thread(target=call, daemon=True)
+    t.start()
+    deadline = time.monotonic() + 120
+    while not os.path.exists(marker):
+        assert t.is_alive() and time.monotonic() < deadline, (result, "the run never reached its commit")
+        time.sleep(0.05)
+    hive.server.stop()
+    try:
+        t.join(120)
+        assert not t.is_alive()
+    finally:
+        hive.restart()
+    assert result and not isinstance(result[0], BaseException), result
+    after = hive.dataset()
+    assert result[0].fragments_removed >= 3 and result[0].new_version == after.version > version
+    assert content(after) == want
+    assert spark.sql("SELECT count(*) FROM hive2.db.t").collect()[0][0] == len(want)
+
+
+@pytest.mark.network  # the Hive 3 metastore's jars come from Maven the first time
+def test_hive3(spark, hive3):
+    """A Hive Metastore 3.1 (`impl=hive3`): with `parent=hive` Spark's `db.t` is the metastore's
+    `hive.db.t`, and every way in works as over Hive 2; without `parent` Spark names the
+    metastore's catalog as a namespace level, as lance-spark does."""
+    assert [r[0] for r in spark.sql("SHOW NAMESPACES IN hive3_levels").collect()] == ["hive"]
+    assert [r[0] for r in spark.sql("SHOW NAMESPACES IN hive3_levels.hive").collect()] == ["hive.db", "hive.default"]
+    assert sorted(r.tableName for r in spark.sql("SHOW TABLES IN hive3_levels.hive.db").collect()) == ["outside", "t"]
+    rows = hive3.dataset().count_rows()
+    assert spark.sql("SELECT count(*) FROM hive3_levels.hive.db.t").collect()[0][0] == rows
+    health = spark.sql("SELECT namespace, `table`, error FROM hive3_levels.system.table_health "
+                       "ORDER BY namespace").collect()
+    assert [tuple(h) for h in health] == [("hive.db", "t", None), ("hive.default", "d", None)]
+    _over_a_metastore(spark, hive3, "hive3")
+
+
+def test_hive_client_settings_are_checked():
+    """The engine's side: only lance-spark's Hive keys, a Thrift address, a positive pool size;
+    no class to import; a metastore's 'does not exist' read as Lance Namespace's not found."""
+    from lance_compact.errors import CompactionError
+    from lance_compact.runtime import catalog_service
+
+    base = {"lance_compact.catalog.impl": "hive2", "lance_compact.catalog.uri": "thrift://127.0.0.1:9",
+            "lance_compact.catalog.root": "/tmp/r"}
+    for extra, why in (({"lance_compact.catalog.uri": "http://127.0.0.1:9"}, "not a metastore's Thrift address"),
+                       ({"lance_compact.catalog.client.pool-size": "many"}, "not a positive whole number"),
+                       ({"lance_compact.catalog.impl_class": "os.System"}, "are not accepted"),
+                       ({"lance_compact.catalog.dynamic_context_provider.impl": "os.System"}, "names a class")):
+        with pytest.raises(CompactionError, match=why):
+            catalog_service.client(catalog_service.service_of({**base, **extra}))
+    with pytest.raises(CompactionError, match="impl 'hive' is not supported"):
+        catalog_service.service_of({**base, "lance_compact.catalog.impl": "hive"})
