@@ -176,15 +176,22 @@ def services(tmp_path_factory, s3):
     vend = Service({"root": f"{bucket}/root", **{f"storage.{k}": v for k, v in storage.items()},
                     "vend_input_storage_options": "true",
                     "vend_input_storage_options_refresh_interval_millis": str(VEND_SECONDS * 1000)})
+    # a service that manages versions (DescribeTable says managed_versioning; commits are
+    # published through its CreateTableVersion)
+    managed = Service({"root": str(tmp_path_factory.mktemp("managed_root")), "manifest_enabled": "true",
+                       "table_version_tracking_enabled": "true"})
     try:
         plain.location = _make_table(plain, 30)
         vend.location = _make_table(vend, 12)
         vend.storage = storage
         plain.glue = Glue(s3, bucket)
+        managed.location = _make_table(managed, 16)
+        plain.managed = managed
         yield plain, vend
     finally:
         plain.stop()
         vend.stop()
+        managed.stop()
 
 
 @pytest.fixture(scope="module")
@@ -211,6 +218,8 @@ def spark(warehouse, services, metastores, tmp_path_factory):
             "spark.sql.catalog.vend": CATALOG_CLASS, "spark.sql.catalog.vend.impl": "rest",
             "spark.sql.catalog.vend.uri": vend.uri,
             "spark.sql.catalog.vend.headers.x-api-key": "operator-api-key-7Hq2",
+            "spark.sql.catalog.managed": CATALOG_CLASS, "spark.sql.catalog.managed.impl": "rest",
+            "spark.sql.catalog.managed.uri": plain.managed.uri,
             "spark.sql.catalog.glue": CATALOG_CLASS, "spark.sql.catalog.glue.impl": "glue",
             **{f"spark.sql.catalog.glue.{k}": v for k, v in plain.glue.settings.items()},
             **{f"spark.sql.catalog.glue.storage.{k}": v for k, v in plain.glue.storage.items()},
@@ -619,3 +628,47 @@ def test_hive_client_settings_are_checked():
             catalog_service.client(catalog_service.service_of({**base, **extra}))
     with pytest.raises(CompactionError, match="impl 'hive' is not supported"):
         catalog_service.service_of({**base, "lance_compact.catalog.impl": "hive"})
+
+
+def test_a_service_that_manages_versions_publishes_every_commit(spark, services):
+    """A directory namespace with table version tracking: DescribeTable says managed_versioning,
+    and a commit must be published through the service (CreateTableVersion), which lists the
+    table's versions from its own records. A clustering compaction, an index build and a plain
+    compaction after an append each commit through the service: its list holds every new
+    version, the table's latest version is the service's, rows exact."""
+    managed = services[0].managed
+    table_id = ["db", "t"]
+    assert managed.client.describe_table(lance_ns.DescribeTableRequest(id=table_id)).managed_versioning is True
+
+    def listed() -> list[int]:
+        return sorted(v.version for v in managed.client.list_table_versions(
+            lance_ns.ListTableVersionsRequest(id=table_id)).versions)
+
+    def published() -> list[int]:
+        """CreateTableVersion requests the service answered (through the proxy in front of it)."""
+        with managed.proxy._lock:
+            return [st for m, p, st in managed.proxy.forwarded
+                    if m == "POST" and re.search(r"/v1/table/[^/]+/version/create", p)]
+
+    expected = content(lance.dataset(namespace_client=managed.client, table_id=table_id))
+    seen, before = listed(), len(published())
+    r = spark.sql("CALL managed.compact(table => 'db.t', sort_order => 'category', "
+                  "target_rows_per_fragment => 1000)").collect()[0]
+    assert r.commits >= 1 and r.new_version > max(seen) and r.new_version in listed(), (r, seen, listed())
+    # published through the service (a commit by location would be listed too, from storage)
+    assert len(published()) - before == r.commits and set(published()) == {200}, published()
+    before = len(published())
+    r = spark.sql("CALL managed.create_index(table => 'db.t', column => 'id', index_type => 'BTREE', "
+                  "options => map('test_task_sleep_ms', 'all:0'))").collect()[0]
+    assert r.built_by == "spark tasks" and r.new_version in listed(), (r, listed())
+    assert len(published()) - before == 1, published()
+    lance.write_dataset(batch(10_000, 20), namespace_client=managed.client, table_id=table_id, mode="append")
+    lance.write_dataset(batch(10_020, 20), namespace_client=managed.client, table_id=table_id, mode="append")
+    expected = content(lance.dataset(namespace_client=managed.client, table_id=table_id))
+    before = len(published())
+    r = spark.sql("CALL managed.compact(table => 'db.t', target_rows_per_fragment => 1000)").collect()[0]
+    assert r.commits >= 1 and r.new_version in listed(), (r, listed())
+    assert len(published()) - before >= r.commits, published()  # the index's coverage restore commits too
+    ds = lance.dataset(namespace_client=managed.client, table_id=table_id)
+    assert ds.version == max(listed()) and content(ds) == expected
+    assert ds.to_table(filter="id = 10030", columns=["id"])["id"].to_pylist() == [10030]
