@@ -167,6 +167,21 @@ def hive3(metastores):
     return metastores[1].start()
 
 
+def _custom_service(tmp_path_factory):
+    """The settings of a catalog whose impl is a class path (tests/counting_namespace.py: a
+    directory namespace counting DescribeTable calls), and its table db.t (20 fragments)."""
+    from types import SimpleNamespace
+
+    root, counts = tmp_path_factory.mktemp("custom_root"), tmp_path_factory.mktemp("custom_counts")
+    client = lance_ns.DirectoryNamespace(root=str(root))
+    client.create_namespace(lance_ns.CreateNamespaceRequest(id=["db"]))
+    for i in range(20):
+        lance.write_dataset(batch(i * 20, 20), namespace_client=client, table_id=["db", "t"],
+                            mode="create" if i == 0 else "append")
+    return SimpleNamespace(client=client, counts=counts, settings={
+        "impl": "counting_namespace.CountingNamespace", "root": str(root), "count_dir": str(counts)})
+
+
 @pytest.fixture(scope="module")
 def services(tmp_path_factory, s3):
     root = tmp_path_factory.mktemp("rest_root")
@@ -187,6 +202,7 @@ def services(tmp_path_factory, s3):
         plain.glue = Glue(s3, bucket)
         managed.location = _make_table(managed, 16)
         plain.managed = managed
+        plain.custom = _custom_service(tmp_path_factory)
         yield plain, vend
     finally:
         plain.stop()
@@ -220,6 +236,8 @@ def spark(warehouse, services, metastores, tmp_path_factory):
             "spark.sql.catalog.vend.headers.x-api-key": "operator-api-key-7Hq2",
             "spark.sql.catalog.managed": CATALOG_CLASS, "spark.sql.catalog.managed.impl": "rest",
             "spark.sql.catalog.managed.uri": plain.managed.uri,
+            "spark.sql.catalog.custom": CATALOG_CLASS,
+            **{f"spark.sql.catalog.custom.{k}": v for k, v in plain.custom.settings.items()},
             "spark.sql.catalog.glue": CATALOG_CLASS, "spark.sql.catalog.glue.impl": "glue",
             **{f"spark.sql.catalog.glue.{k}": v for k, v in plain.glue.settings.items()},
             **{f"spark.sql.catalog.glue.storage.{k}": v for k, v in plain.glue.storage.items()},
@@ -452,15 +470,18 @@ def test_glue(spark, services):
     assert not [k for k in GLUE_KEYS for t in texts if k in t]
 
 
-def test_a_service_imports_nothing_a_setting_names():
-    """The engine connects only to the implementations it knows: a class name as `impl`, or the
-    dynamic context provider property (both of which lance_namespace.connect would import), is
-    refused before anything is imported; what a service vends is redacted once received."""
+def test_a_service_imports_nothing_a_setting_names_but_its_class():
+    """The engine imports no class a property names: the dynamic context provider property
+    (which Lance would import, unchecked) is refused; the one class it imports is a class-path
+    `impl`, which only the operator's catalog can name (the JVM refuses it in a session's own
+    catalog: test_a_namespace_class_of_the_operators) and which must be a LanceNamespace
+    (test_a_namespace_class_is_checked_where_it_is_loaded). What a service vends is redacted
+    once received."""
     from lance_compact.errors import CompactionError
     from lance_compact.runtime import catalog_service, secrets
 
-    with pytest.raises(CompactionError, match="impl 'os.system' is not supported"):
-        catalog_service.service_of({"lance_compact.catalog.impl": "os.system"})
+    assert catalog_service.service_of({"lance_compact.catalog.impl": " my_pkg.ns.Namespace "}).impl == \
+        "my_pkg.ns.Namespace"  # as given (a class path keeps its case)
     with pytest.raises(CompactionError, match="names a class to import"):
         catalog_service.service_of({"lance_compact.catalog.impl": "rest", "lance_compact.catalog.uri": "http://x",
                                     "lance_compact.catalog.dynamic_context_provider.impl": "os.System"})
@@ -672,3 +693,51 @@ def test_a_service_that_manages_versions_publishes_every_commit(spark, services)
     ds = lance.dataset(namespace_client=managed.client, table_id=table_id)
     assert ds.version == max(listed()) and content(ds) == expected
     assert ds.to_table(filter="id = 10030", columns=["id"])["id"].to_pylist() == [10030]
+
+
+def test_a_namespace_class_of_the_operators(spark, services):
+    """impl as a Python class path (lance-spark takes a class name the same way): every catalog
+    setting but the catalog's own is the class's property (``count_dir`` here); the engine and
+    the executors' tasks open the table through it (each DescribeTable is written down with its
+    process); SHOW TABLES, SELECT and a compaction on Spark tasks work, rows exact. A session
+    cannot change any of its settings, and a catalog a session defines may not name a class."""
+    custom = services[0].custom
+    opened = custom.counts / "describe_table"
+    expected = content(lance.dataset(namespace_client=custom.client, table_id=["db", "t"]))
+    assert [r.tableName for r in spark.sql("SHOW TABLES IN custom.db").collect()] == ["t"]
+    assert spark.sql("SELECT count(*) AS n FROM custom.db.t").collect()[0].n == expected.num_rows
+    r = spark.sql("CALL custom.compact(table => 'db.t', target_rows_per_fragment => 1000)").collect()[0]
+    ds = lance.dataset(namespace_client=custom.client, table_id=["db", "t"])
+    assert r.commits == 1 and r.new_version == ds.version and content(ds) == expected
+    assert len(ds.get_fragments()) == 1
+    pids = set(opened.read_text().split())
+    assert str(os.getpid()) not in pids and len(pids) >= 2, pids  # the engine and the tasks' Python workers
+    for key, value in (("count_dir", "/tmp"), ("impl", "rest"), ("root", "/")):
+        mine = spark.newSession()
+        mine.conf.set(f"spark.sql.catalog.custom.{key}", value)
+        with pytest.raises(Exception, match=f"spark.sql.catalog.custom.{key} is set by the operator"):
+            mine.sql("SHOW TABLES IN custom.db").collect()
+    own = spark.newSession()
+    own.conf.set("spark.sql.catalog.mine", CATALOG_CLASS)
+    for k, v in custom.settings.items():
+        own.conf.set(f"spark.sql.catalog.mine.{k}", v)
+    with pytest.raises(Exception, match="accepted only in a catalog the operator registers"):
+        own.sql("SHOW TABLES IN mine.db").collect()
+    nothing = spark.newSession()
+    nothing.conf.set("spark.sql.catalog.mine2", CATALOG_CLASS)
+    nothing.conf.set("spark.sql.catalog.mine2.impl", "os.system")
+    with pytest.raises(Exception, match="accepted only in a catalog the operator registers"):
+        nothing.sql("SHOW TABLES IN mine2.db").collect()
+
+
+def test_a_namespace_class_is_checked_where_it_is_loaded():
+    """The engine's side of a class-path impl: a class that is not a LanceNamespace, or that
+    cannot be imported, is named as such; a text that is no class path is not an impl."""
+    from lance_compact.errors import CompactionError
+    from lance_compact.runtime import catalog_service as cs
+
+    for impl, message in (("os.system", "os.system is not a LanceNamespace class"),
+                          ("no_such_module.Namespace", "the class no_such_module.Namespace cannot be loaded here"),
+                          ("rest; import os", "is not supported: expected a Python class path")):
+        with pytest.raises(CompactionError, match=re.escape(message)):
+            cs.client(cs.service_of({cs.IMPL: impl, cs.PREFIX + "root": "/tmp"}))

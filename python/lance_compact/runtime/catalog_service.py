@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -40,10 +41,14 @@ log = logging.getLogger(__name__)
 PREFIX = "lance_compact.catalog."
 IMPL = PREFIX + "impl"
 TABLE_ID = PREFIX + "table_id"
-# Lance Namespace implementations a catalog may name. Each is a fixed class of pylance; a class
-# name (which Lance would import) is not accepted, nor the dynamic context provider properties
-# (which would import a class too).
+# Lance Namespace implementations a catalog may name by alias; also a Python class path
+# (``package.module.Class``, a LanceNamespace taking its properties as keywords, as
+# ``lance_namespace.connect`` takes one), imported here and on every executor. Only the operator's
+# catalog names a service (the JVM refuses it in a catalog a session defines), so an import is the
+# operator's choice. The dynamic context provider properties (which would import a class inside
+# Lance, unchecked) are not accepted.
 IMPLS = ("rest", "glue", "hive2", "hive3", "dir")
+_CLASS_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+")
 _REFUSED_PROPERTIES = ("dynamic_context_provider.",)
 
 
@@ -70,9 +75,12 @@ def service_of(storage_options: Mapping[str, str] | None) -> Service | None:
     impl = opts.get(IMPL)
     if not impl:
         return None
-    impl = impl.strip().lower()
-    if impl not in IMPLS:
-        raise CompactionError(f"catalog service impl '{impl}' is not supported: expected one of "
+    impl = impl.strip()
+    if impl.lower() in IMPLS:
+        impl = impl.lower()
+    elif not _CLASS_PATH.fullmatch(impl):
+        raise CompactionError(f"catalog service impl '{impl}' is not supported: expected a Python class path "
+                              "(package.module.Class) or one of "
                               f"{', '.join(IMPLS)}")
     props = []
     for k, v in opts.items():
@@ -237,8 +245,10 @@ def client(service: Service) -> Any:
                 raise CompactionError(f"{service.shown}: impl={service.impl} needs the Python packages "
                                       "lance-namespace-impls, hive-metastore-client and thrift on the driver and "
                                       "every executor: pip install 'lance-spark-compact[hive]'") from None
-    else:
+    elif service.impl in IMPLS:
         cls = {"rest": lance_ns.RestNamespace, "dir": lance_ns.DirectoryNamespace}[service.impl]
+    else:
+        cls = _namespace_class(service)
     try:
         inner = cls(**dict(service.properties))
     except CompactionError:
@@ -252,6 +262,23 @@ def client(service: Service) -> Any:
         while len(_clients) > _MOST_CLIENTS:
             _clients.popitem(last=False)
     return checked
+
+
+def _namespace_class(service: Service) -> type:
+    """The LanceNamespace class a class-path impl names, imported (the operator's choice)."""
+    import importlib
+
+    from lance_namespace import LanceNamespace
+
+    module, _, name = service.impl.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as e:
+        raise CompactionError(f"{service.shown}: the class {service.impl} cannot be loaded here ({type(e).__name__}: "
+                              f"{e}): it must be importable on the driver and on every executor") from None
+    if not (isinstance(cls, type) and issubclass(cls, LanceNamespace)):
+        raise CompactionError(f"{service.shown}: {service.impl} is not a LanceNamespace class")
+    return cls
 
 
 def resolved_options(storage_options: Mapping[str, str] | None) -> dict[str, str]:

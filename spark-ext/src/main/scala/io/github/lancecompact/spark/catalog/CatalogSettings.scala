@@ -34,6 +34,12 @@ object CatalogSettings {
     Locked.contains(k) || LockedPrefixes.exists(k.startsWith)
   }
 
+  private val ClassPath = "[A-Za-z_][A-Za-z0-9_]*(\\.[A-Za-z_][A-Za-z0-9_]*)+".r
+
+  /** An `impl` naming a Python class (`package.module.Class`, a Lance Namespace implementation of
+   * the operator's): every setting of such a catalog is its service's property, so all are locked. */
+  def classPathImpl(impl: String): Boolean = ClassPath.pattern.matcher(impl.trim).matches()
+
   /** The catalog's static settings (key without the prefix -> value). */
   private def static(conf: SparkConf, name: String): Map[String, String] =
     conf.getAllWithPrefix(s"spark.sql.catalog.$name.").toMap
@@ -51,6 +57,9 @@ object CatalogSettings {
       case Some(c) =>
         val fixed = static(c, name)
         val fixedLower = fixed.map { case (k, v) => k.toLowerCase(Locale.ROOT) -> v }
+        // a class-path service takes any key as its property: every key is the operator's
+        val everyKey = fixedLower.get("impl").exists(classPathImpl)
+        def locked(k: String): Boolean = everyKey || CatalogSettings.locked(k)
         if (operators(conf, name, cls)) {
           fromSession.toSeq.sortBy(_._1).foreach { case (k, v) =>
             if (locked(k) && !fixedLower.get(k.toLowerCase(Locale.ROOT)).contains(v)) throw new IllegalArgumentException(

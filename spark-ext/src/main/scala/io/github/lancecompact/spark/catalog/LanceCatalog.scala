@@ -60,14 +60,16 @@ class LanceCatalog extends TableCatalog with SupportsNamespaces with ProcedureCa
     LanceNamespaceService.refuseReserved(name, storage)
     service = None
     warehouseRef = Option(options.get("impl")).map(_.trim).filter(_.nonEmpty) match {
-      case Some(impl) if LanceNamespaceService.Impls.contains(impl.toLowerCase) =>
-        // A catalog service is the operator's to name: its client runs in the driver's engine.
+      case Some(given) if LanceNamespaceService.Impls.contains(given.toLowerCase) || CatalogSettings.classPathImpl(given) =>
+        // A catalog service is the operator's to name: its client runs in the driver's engine (a
+        // class path is imported there and on the executors).
         if (!CatalogSettings.operators(Option(SparkEnv.get).map(_.conf), name, getClass.getName)) throw new LanceCompactException(
-          s"catalog $name: impl '$impl' (a catalog service) is accepted only in a catalog the operator registers in the " +
+          s"catalog $name: impl '$given' (a catalog service) is accepted only in a catalog the operator registers in the " +
             "driver's static configuration, not in one a session defines", null)
-        val props = LanceNamespaceService.properties(impl.toLowerCase, options.asCaseSensitiveMap().asScala.toMap)
-        LanceNamespaceService.check(name, impl.toLowerCase, options.asCaseSensitiveMap().asScala.toMap, props)
-        val s = new LanceNamespaceService(name, impl.toLowerCase, props, storage)
+        val impl = if (CatalogSettings.classPathImpl(given)) given else given.toLowerCase
+        val props = LanceNamespaceService.properties(impl, options.asCaseSensitiveMap().asScala.toMap)
+        LanceNamespaceService.check(name, impl, options.asCaseSensitiveMap().asScala.toMap, props)
+        val s = new LanceNamespaceService(name, impl, props, storage)
         service = Some(s)
         s
       case Some(impl) =>

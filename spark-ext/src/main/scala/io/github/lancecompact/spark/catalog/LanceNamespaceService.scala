@@ -93,6 +93,10 @@ object LanceNamespaceService {
   /** Implementations served through the engine's Lance Namespace clients. */
   val Impls: Set[String] = Set("rest", "glue", "hive2", "hive3")
 
+  /** The catalog's own settings, not passed to a class-path service (every other one is its property,
+   * as lance-spark passes a namespace class the catalog's options). */
+  val ClassPathOwnKeys: Set[String] = Set("impl", "warehouse", "single_level_ns", "read_max_rows", "distributed_reads")
+
   /** A Hive Metastore (lance-namespace-impls' Python Hive2Namespace / Hive3Namespace, over Thrift). */
   val HiveImpls: Set[String] = Set("hive2", "hive3")
 
@@ -113,6 +117,10 @@ object LanceNamespaceService {
   /** The catalog settings passed to the service as its properties (lance-spark's keys;
    * `headers.<name>` as pylance's RestNamespace reads it, `header.<name>`). */
   def properties(impl: String, options: Map[String, String]): Map[String, String] = {
+    if (CatalogSettings.classPathImpl(impl)) return options.filterNot { case (k, _) =>
+      val l = k.toLowerCase(Locale.ROOT)
+      ClassPathOwnKeys.contains(l) || l.startsWith("storage.") || l.startsWith("maintain.")
+    }
     val props = options.collect {
       case (k, v) if impl == "rest" && (k.equalsIgnoreCase("uri") || k.equalsIgnoreCase("delimiter")) =>
         k.toLowerCase(Locale.ROOT) -> v
