@@ -67,6 +67,16 @@ class Service:
         self.adapter.stop()
 
 
+def _shown(catalog: str, what: str, r) -> None:
+    """One line of what a CALL did over ``catalog`` (for the run's log: ``pytest -s``)."""
+    if what == "maintain_warehouse":
+        steps = [f"{x.table} {x.step} ({x.outcome})" for x in r if x.ran]
+        print(f"\n{catalog}: maintain_warehouse ran {'; '.join(steps) or 'nothing'}")
+    else:
+        print(f"\n{catalog}: {what} v{r.read_version} -> v{r.new_version}, {r.fragments_removed} fragments -> "
+              f"{r.fragments_added}, {r.rows_rewritten} rows, {r.elapsed_ms} ms")
+
+
 def _make_table(service: Service, fragments: int, storage_options: dict | None = None) -> str:
     """db.t through the namespace: ``fragments`` appends of 20 rows, some rows deleted."""
     service.client.create_namespace(lance_ns.CreateNamespaceRequest(id=["db"]))
@@ -271,12 +281,14 @@ def test_every_way_in_by_identifier(spark, services):
     assert _version(plain) == before.version  # planning commits nothing
 
     r = spark.sql("CALL rest.compact(table => 'db.t', target_rows_per_fragment => 200)").collect()[0]
+    _shown("rest", "compact", r)
     after = lance.dataset(namespace_client=plain.client, table_id=["db", "t"])
     assert r.fragments_removed == 30 and after.version == r.new_version and content(after) == want
 
     # a clustering run (sort_order), read back through Spark in order
     r = spark.sql("CALL rest.compact(table => 'db.t', sort_order => 'category', "
                   "target_rows_per_fragment => 200)").collect()[0]
+    _shown("rest", "clustering compact", r)
     clustered = lance.dataset(namespace_client=plain.client, table_id=["db", "t"])
     assert clustered.version == r.new_version and content(clustered) == want
     cats = clustered.to_table(columns=["category"])["category"].to_pylist()
@@ -294,8 +306,14 @@ def test_every_way_in_by_identifier(spark, services):
     assert m and {row.step for row in m} >= {"compact", "cleanup"}
     health = spark.sql("SELECT namespace, `table`, error, health_score FROM rest.system.table_health").collect()
     assert [tuple(h)[:3] for h in health] == [("db", "t", None)] and 0 <= health[0].health_score <= 100
+    for i in range(12):  # a streaming writer's small appends: the table is due again
+        lance.write_dataset(batch(50_000 + i * 20, 20), namespace_client=plain.client, table_id=["db", "t"],
+                            mode="append")
+    want = content(lance.dataset(namespace_client=plain.client, table_id=["db", "t"]))
     w = spark.sql("CALL rest.maintain_warehouse(target_rows_per_fragment => 200)").collect()
+    _shown("rest", "maintain_warehouse", w)
     assert w and {x.table for x in w} == {"db.t"} and all(x.error is None for x in w)
+    assert any(x.ran and x.step == "compact" for x in w), w
     assert content(lance.dataset(namespace_client=plain.client, table_id=["db", "t"])) == want
 
 
@@ -360,6 +378,9 @@ def test_vended_credentials_refreshed_during_a_compaction(spark, services):
     assert took > VEND_SECONDS + 0.5, took
     at_expiry = max(c for t, c in samples if t <= expired)
     assert samples[-1][1] > at_expiry, (at_expiry, samples[-1])  # DescribeTable again after it expired
+    print(f"\nvend: compact v{r.read_version} -> v{r.new_version} in {took:.1f} s; credentials vended for "
+          f"{VEND_SECONDS} s; DescribeTable calls {samples[0][1]} at the start, {at_expiry} when the first expired, "
+          f"{samples[-1][1]} at the end")
     assert spark.sql("SELECT count(*) FROM vend.db.t").collect()[0][0] == len(want)
     rows = [str(x) for x in spark.sql("SELECT * FROM vend.system.table_health").collect()] + [str(r)]
     health = spark.sql("SELECT `table`, error FROM vend.system.table_health").collect()
@@ -448,18 +469,25 @@ def test_glue(spark, services):
     assert [r.tableName for r in spark.sql("SHOW TABLES IN glue.db").collect()] == ["t"]
     assert spark.sql("SELECT count(*) FROM glue.db.t").collect()[0][0] == len(want)
     r = spark.sql("CALL glue.compact(table => 'db.t', target_rows_per_fragment => 100)").collect()[0]
+    _shown("glue", "compact", r)
     after = glue.dataset()
     assert r.fragments_removed == 12 and after.version == r.new_version and content(after) == want
     r = spark.sql("CALL glue.compact(table => 'db.t', sort_order => 'category', "
                   "target_rows_per_fragment => 100)").collect()[0]
+    _shown("glue", "clustering compact", r)
     clustered = glue.dataset()
     assert clustered.version == r.new_version and content(clustered) == want
     cats = clustered.to_table(columns=["category"])["category"].to_pylist()
     assert cats == sorted(cats)
     health = spark.sql("SELECT namespace, `table`, error FROM glue.system.table_health").collect()
     assert [tuple(h) for h in health] == [("db", "t", None)]
+    for i in range(16):  # small appends: due again (16 small fragments at least)
+        lance.write_dataset(batch(50_000 + i * 20, 20), glue.location, mode="append", storage_options=glue.storage)
+    want = content(glue.dataset())
     w = spark.sql("CALL glue.maintain_warehouse(target_rows_per_fragment => 100)").collect()
+    _shown("glue", "maintain_warehouse", w)
     assert w and {x.table for x in w} == {"db.t"} and all(x.error is None for x in w)
+    assert any(x.ran and x.step == "compact" for x in w), w
     with pytest.raises(Exception, match="TABLE_OR_VIEW_NOT_FOUND|cannot be found"):
         spark.sql("CALL glue.compact(table => 'db.nope')").collect()
     with pytest.raises(Exception, match="is not the location catalog glue's service gives"):
@@ -506,10 +534,12 @@ def _over_a_metastore(spark, hive: Hive, catalog: str) -> None:
         (len(want), sum(want["id"].to_pylist()))
 
     r = spark.sql(f"CALL {catalog}.compact(table => 'db.t', target_rows_per_fragment => 100)").collect()[0]
+    _shown(catalog, "compact", r)
     after = hive.dataset()
     assert r.fragments_removed == 12 and after.version == r.new_version and content(after) == want
     r = spark.sql(f"CALL {catalog}.compact(table => 'db.t', sort_order => 'category', "
                   "target_rows_per_fragment => 100)").collect()[0]
+    _shown(catalog, "clustering compact", r)
     clustered = hive.dataset()
     assert clustered.version == r.new_version and content(clustered) == want
     cats = clustered.to_table(columns=["category"])["category"].to_pylist()
@@ -520,8 +550,13 @@ def _over_a_metastore(spark, hive: Hive, catalog: str) -> None:
     health = spark.sql(f"SELECT namespace, `table`, error FROM {catalog}.system.table_health "
                        "ORDER BY namespace").collect()
     assert [tuple(h) for h in health] == [("db", "t", None), ("default", "d", None)]
+    for i in range(16):  # small appends: due again (16 small fragments at least)
+        lance.write_dataset(batch(50_000 + i * 20, 20), hive.location, mode="append")
+    want = content(hive.dataset())
     w = spark.sql(f"CALL {catalog}.maintain_warehouse(target_rows_per_fragment => 100)").collect()
+    _shown(catalog, "maintain_warehouse", w)
     assert w and {x.table for x in w} == {"db.t", "default.d"} and all(x.error is None for x in w)
+    assert any(x.ran and x.step == "compact" and x.table == "db.t" for x in w), w
     with pytest.raises(Exception, match=r"table db\.outside: the location the catalog service gives: .* is outside "
                        f"the warehouse {re.escape(str(hive.root))} of catalog {catalog}"):
         spark.sql(f"CALL {catalog}.compact(table => 'db.outside')").collect()
