@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from xml.sax.saxutils import escape
 
-from ports import free_port
+from ports import free_port, serve_until_interrupted, stop_server
 
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCHER = Path(__file__).with_name("LoopbackMetastore.java")
@@ -168,13 +168,7 @@ class HiveMetastore:
         return "\n".join(useful[-lines:])
 
     def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=20)
+        stop_server(self.process)
 
 
 def main() -> int:
@@ -185,11 +179,7 @@ def main() -> int:
     server = HiveMetastore(a.version, Path(tempfile.mkdtemp(prefix="hive-metastore-")), a.port).start()
     print(f"Hive Metastore {a.version} at {server.uri} (folder {server.workdir})")
     print(f"  --conf spark.sql.catalog.lance.impl=hive{a.version} --conf spark.sql.catalog.lance.uri={server.uri}")
-    try:
-        server.process.wait()
-    except KeyboardInterrupt:
-        server.stop()
-    return 0
+    return serve_until_interrupted(server)
 
 
 if __name__ == "__main__":

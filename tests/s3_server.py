@@ -16,7 +16,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from ports import free_port
+from ports import free_port, serve_until_interrupted, stop_server
 
 # Planted credentials: the tests grep every log, plan, error and event log for these.
 ACCESS_KEY_ID = "AKIAPLANTEDKEYID7Q3X"
@@ -69,13 +69,7 @@ class S3Server:
         return f"s3://{name}"
 
     def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=20)
+        stop_server(self.process)
 
 
 def main() -> int:
@@ -87,11 +81,7 @@ def main() -> int:
     print(f"S3-compatible server at {server.endpoint}, bucket {server.create_bucket(a.bucket)}")
     for k, v in server.storage_options.items():
         print(f"  --conf spark.sql.catalog.lance.storage.{k}={v}")
-    try:
-        server.process.wait()
-    except KeyboardInterrupt:
-        server.stop()
-    return 0
+    return serve_until_interrupted(server)
 
 
 if __name__ == "__main__":

@@ -416,34 +416,43 @@ def test_the_service_down_is_named_and_nothing_commits(spark, services):
 
     # mid-way: the tasks ran, then the service stops answering before the commit (the vended
     # credentials have expired by then, so the commit needs the service)
-    marker = writers.at_commit(vend.location)
-    if os.path.exists(marker):
-        os.remove(marker)
-    failure: list[BaseException] = []
-
-    def call() -> None:
-        try:
-            spark.sql("CALL vend.compact(table => 'db.t', target_rows_per_fragment => 1000, "
-                      "options => map('test_before_commit', 'writers.mark_then_pause'))").collect()
-        except BaseException as e:  # noqa: B036 - the statement's failure is the test's subject
-            failure.append(e)
-
-    t = threading.Thread(target=call, daemon=True)
-    t.start()
-    deadline = time.monotonic() + 120
-    while not os.path.exists(marker):
-        assert t.is_alive() and time.monotonic() < deadline, (failure, "the run never reached its commit")
-        time.sleep(0.05)
+    t, outcome = _at_its_commit(spark, "vend", vend.location)
     fault = vend.proxy.inject("status", status=503, path=r"^/v1/")
     try:
         t.join(120)
         assert not t.is_alive()
     finally:
         vend.proxy.heal()
+    failure = [o for o in outcome if isinstance(o, BaseException)]
     assert fault.injected >= 1 and failure, "the compaction committed without its catalog service"
     message = str(failure[0])
     assert "did not answer" in message and "catalog service rest" in message, message[-2000:]
     assert lance.dataset(namespace_client=vend.client, table_id=["db", "t"]).version == version
+
+
+def _at_its_commit(spark, catalog: str, location: str) -> tuple[threading.Thread, list]:
+    """``CALL <catalog>.compact(table => 'db.t')`` on a thread of its own, paused before its
+    commit (tests/writers.py mark_then_pause): returned once its tasks ran and it waits there,
+    with the list that gets its row or its failure."""
+    marker = writers.at_commit(location)
+    if os.path.exists(marker):
+        os.remove(marker)
+    outcome: list = []
+
+    def call() -> None:
+        try:
+            outcome.append(spark.sql(f"CALL {catalog}.compact(table => 'db.t', target_rows_per_fragment => 1000, "
+                                     "options => map('test_before_commit', 'writers.mark_then_pause'))").collect()[0])
+        except BaseException as e:  # noqa: B036 - the statement's outcome is the test's subject
+            outcome.append(e)
+
+    t = threading.Thread(target=call, daemon=True)
+    t.start()
+    deadline = time.monotonic() + 120
+    while not os.path.exists(marker):
+        assert t.is_alive() and time.monotonic() < deadline, (outcome, "the run never reached its commit")
+        time.sleep(0.05)
+    return t, outcome
 
 
 def test_lance_spark_sql_without_a_warehouse(services, tmp_path):
@@ -522,6 +531,22 @@ def test_a_service_imports_nothing_a_setting_names_but_its_class():
     assert secrets.redact("denied for vended-Zz9-abcdef", None) == f"denied for {secrets.REDACTED}"
 
 
+def _settings_are_the_operators(spark, catalog: str, settings: dict[str, str], moves: dict[str, str]) -> None:
+    """A session's SET of each key of ``moves`` (to its value) is refused naming it, and a catalog
+    of a session's own with the service's ``settings`` is refused as naming a service."""
+    for key, value in moves.items():
+        mine = spark.newSession()
+        mine.conf.set(f"spark.sql.catalog.{catalog}.{key}", value)
+        with pytest.raises(Exception, match=f"spark.sql.catalog.{catalog}.{key} is set by the operator"):
+            mine.sql(f"SHOW TABLES IN {catalog}.db").collect()
+    own = spark.newSession()
+    own.conf.set("spark.sql.catalog.mine", CATALOG_CLASS)
+    for k, v in settings.items():
+        own.conf.set(f"spark.sql.catalog.mine.{k}", v)
+    with pytest.raises(Exception, match="accepted only in a catalog the operator registers"):
+        own.sql("SHOW TABLES IN mine.db").collect()
+
+
 def _over_a_metastore(spark, hive: Hive, catalog: str) -> None:
     """SHOW, SELECT, compact, a clustering run, table_health and maintain_warehouse through the
     catalog over ``hive``'s metastore, rows exact; the table outside ``root`` refused."""
@@ -579,19 +604,8 @@ def test_hive_settings_are_the_operators(spark, metastores):
     """A session's SET cannot move the metastore (`uri`, lance-spark's Hadoop key, `impl`,
     `root`), nor may a user's own catalog name one; a catalog without `root`, or with a Hadoop
     setting the engine's Thrift client would not apply, is refused before the metastore is asked."""
-    hive = metastores[0]
-    for key, value in (("uri", "thrift://127.0.0.1:9"), ("hadoop.hive.metastore.uris", "thrift://127.0.0.1:9"),
-                       ("impl", "rest"), ("root", "/")):
-        mine = spark.newSession()
-        mine.conf.set(f"spark.sql.catalog.hive2.{key}", value)
-        with pytest.raises(Exception, match=f"spark.sql.catalog.hive2.{key} is set by the operator"):
-            mine.sql("SHOW TABLES IN hive2.db").collect()
-    own = spark.newSession()
-    own.conf.set("spark.sql.catalog.mine", CATALOG_CLASS)
-    for k, v in hive.settings.items():
-        own.conf.set(f"spark.sql.catalog.mine.{k}", v)
-    with pytest.raises(Exception, match="accepted only in a catalog the operator registers"):
-        own.sql("SHOW TABLES IN mine.db").collect()
+    _settings_are_the_operators(spark, "hive2", metastores[0].settings, {
+        "uri": "thrift://127.0.0.1:9", "hadoop.hive.metastore.uris": "thrift://127.0.0.1:9", "impl": "rest", "root": "/"})
     with pytest.raises(Exception, match=r"impl=hive2 needs spark.sql.catalog.hive2_noroot.root"):
         spark.sql("SHOW TABLES IN hive2_noroot.db").collect()
     with pytest.raises(Exception, match=r"hadoop.hive.metastore.sasl.enabled is not applied by impl=hive2"):
@@ -621,24 +635,7 @@ def test_the_metastore_down(spark, metastores):
         hive.restart()
     assert hive.dataset().version == version
 
-    marker = writers.at_commit(hive.location)
-    if os.path.exists(marker):
-        os.remove(marker)
-    result: list = []
-
-    def call() -> None:
-        try:
-            result.append(spark.sql("CALL hive2.compact(table => 'db.t', target_rows_per_fragment => 1000, "
-                                    "options => map('test_before_commit', 'writers.mark_then_pause'))").collect()[0])
-        except BaseException as e:  # noqa: B036 - reported by the assertion below
-            result.append(e)
-
-    t = threading.Thread(target=call, daemon=True)
-    t.start()
-    deadline = time.monotonic() + 120
-    while not os.path.exists(marker):
-        assert t.is_alive() and time.monotonic() < deadline, (result, "the run never reached its commit")
-        time.sleep(0.05)
+    t, result = _at_its_commit(spark, "hive2", hive.location)
     hive.server.stop()
     try:
         t.join(120)
@@ -747,17 +744,7 @@ def test_a_namespace_class_of_the_operators(spark, services):
     assert len(ds.get_fragments()) == 1
     pids = set(opened.read_text().split())
     assert str(os.getpid()) not in pids and len(pids) >= 2, pids  # the engine and the tasks' Python workers
-    for key, value in (("count_dir", "/tmp"), ("impl", "rest"), ("root", "/")):
-        mine = spark.newSession()
-        mine.conf.set(f"spark.sql.catalog.custom.{key}", value)
-        with pytest.raises(Exception, match=f"spark.sql.catalog.custom.{key} is set by the operator"):
-            mine.sql("SHOW TABLES IN custom.db").collect()
-    own = spark.newSession()
-    own.conf.set("spark.sql.catalog.mine", CATALOG_CLASS)
-    for k, v in custom.settings.items():
-        own.conf.set(f"spark.sql.catalog.mine.{k}", v)
-    with pytest.raises(Exception, match="accepted only in a catalog the operator registers"):
-        own.sql("SHOW TABLES IN mine.db").collect()
+    _settings_are_the_operators(spark, "custom", custom.settings, {"count_dir": "/tmp", "impl": "rest", "root": "/"})
     nothing = spark.newSession()
     nothing.conf.set("spark.sql.catalog.mine2", CATALOG_CLASS)
     nothing.conf.set("spark.sql.catalog.mine2.impl", "os.system")
