@@ -1,7 +1,8 @@
 """CALL lance.create_index built by the cluster (issue 35): every vector and scalar type through
 CALL on Spark tasks (``engineRewrite.maxBatchBytes=0``: no build in the engine), scalar answers equal
-a full scan, vector recall@10 against brute force within 0.02 of pylance's own create_index with
-the same parameters (vectors on a 4-d subspace of 16-d: real neighbours), the plan of a dry run,
+a full scan, vector recall@10 against brute force within 0.01 of pylance's create_index given our
+model and within pylance's own spread of its trained builds (vectors on a 4-d subspace of 16-d:
+real neighbours), the plan of a dry run,
 bad input refused before anything is built (version unchanged), a concurrent append and a
 concurrent compaction during a build, a cancel that leaves no committed index and no segment
 files (the build on the S3-compatible server: test_object_store.py). The job descriptions are
@@ -17,6 +18,7 @@ import pyarrow.compute as pc
 import pytest
 
 from conftest import refused, wait_for
+from lance_compact.indexing import existing
 from index_checks import job_descriptions
 
 N, DIM, PER_FRAGMENT = 20_000, 16, 2_500
@@ -114,6 +116,15 @@ def brute_force(queries: np.ndarray, metric: str = "L2") -> list[set]:
     return [set(np.argsort(((v - q) ** 2).sum(axis=1))[:10].tolist()) for q in queries]
 
 
+def pylance_build(base, warehouse, name: str, index_type: str, metric: str, params: dict) -> lance.LanceDataset:
+    """pylance's own create_index over a copy of ``base``, in this process."""
+    ref_path = warehouse / "ref" / f"{name}.lance"
+    shutil.rmtree(ref_path, ignore_errors=True)
+    shutil.copytree(base, ref_path)
+    lance.dataset(str(ref_path)).create_index("emb", index_type, metric=metric, **params)
+    return lance.dataset(str(ref_path))
+
+
 def segment_dirs(path) -> set[str]:
     folder = path / "_indices"
     return {p.name for p in folder.iterdir()} if folder.exists() else set()
@@ -154,22 +165,27 @@ def test_vector_index_built_by_spark_tasks_has_pylances_recall(spark, base_vecto
     stats = ds.stats.index_stats("emb_idx")
     assert stats["index_type"] == index_type and stats["num_indexed_fragments"] == 8
     assert stats["num_unindexed_fragments"] == 0
-    # pylance's own build on a copy, with the same parameters
-    ref_path = warehouse / "ref" / f"{index_type}_{metric}.lance"
-    shutil.rmtree(ref_path, ignore_errors=True)
-    shutil.copytree(base_vectors, ref_path)
-    lance.dataset(str(ref_path)).create_index(
-        "emb", index_type, metric=metric, num_partitions=int(options["num_partitions"]),
-        num_sub_vectors=int(options["num_sub_vectors"]) if "num_sub_vectors" in options else None)
     queries = vectors(200, seed=99)
     truth = brute_force(queries, metric)
     ours = [recall(ds, queries, truth, **s) for s in SEARCHES]
-    theirs = [recall(lance.dataset(str(ref_path)), queries, truth, **s) for s in SEARCHES]
-    print(f"recall@10 {index_type} {metric}: ours {ours}, pylance's {theirs}")
-    # k-means is seeded at random (pylance's own two builds differ by up to 0.011 here): the
-    # mean over the searches within 0.02, each within 0.04
-    assert np.mean(ours) >= np.mean(theirs) - 0.02, (ours, theirs)
-    assert all(o >= p - 0.04 for o, p in zip(ours, theirs)), (ours, theirs)
+    # pylance's own build on a copy, with the same parameters; k-means is seeded at random and
+    # pylance's own builds of this table span 0.028 in the mean over the searches (10 builds of
+    # IVF_PQ L2: 0.6985-0.7263): our training is held to that spread
+    params = {"num_partitions": int(options["num_partitions"])}
+    if "num_sub_vectors" in options:
+        params["num_sub_vectors"] = int(options["num_sub_vectors"])
+    theirs = [recall(pylance_build(base_vectors, warehouse, f"{index_type}_{metric}", index_type, metric, params),
+                     queries, truth, **s) for s in SEARCHES]
+    # and pylance's build with our model (centroids, codebook): what segments and their merge
+    # cost, free of k-means' chance
+    same_model, _ = existing.model(ds, existing.describe(ds, "emb_idx"), str(path), {})
+    same_model.pop("rabitq_model", None)
+    same = [recall(pylance_build(base_vectors, warehouse, f"{index_type}_{metric}_same", index_type, metric,
+                                 same_model), queries, truth, **s) for s in SEARCHES]
+    print(f"recall@10 {index_type} {metric}: ours {ours}, pylance's with our model {same}, pylance's {theirs}")
+    assert np.mean(ours) >= np.mean(same) - 0.01, (ours, same)
+    assert all(o >= p - 0.02 for o, p in zip(ours, same)), (ours, same)
+    assert np.mean(ours) >= np.mean(theirs) - 0.04, (ours, theirs)
     if segmented:
         assert any(d.startswith(f"lance.create_index {t}: building 4 {index_type} segments")
                    for d in job_descriptions(event_log))
