@@ -108,17 +108,22 @@ def jstat(pid: int | None) -> tuple[float, float]:
         return 0.0, 0.0
 
 
-def logged(log: Path) -> tuple[float, float]:
-    """The engine's last logged RSS (after its trim) and Lance session caches, MiB."""
+def logged(log: Path) -> tuple[float, float, float, float]:
+    """The engine's last logged RSS (after its trim), Lance session caches and C heap in use,
+    MiB, and Python's allocated blocks, thousands."""
     try:
         lines = [x for x in log.read_text(errors="replace").splitlines() if "memory: rss" in x]
     except OSError:
-        return 0.0, 0.0
+        return 0.0, 0.0, 0.0, 0.0
     if not lines:
-        return 0.0, 0.0
-    r = re.search(r"memory: rss (\d+) MiB", lines[-1])
-    c = re.search(r"Lance session caches (\d+) MiB", lines[-1])
-    return float(r.group(1)) if r else 0.0, float(c.group(1)) if c else 0.0
+        return 0.0, 0.0, 0.0, 0.0
+
+    def figure(pattern: str, scale: float = 1.0) -> float:
+        m = re.search(pattern, lines[-1])
+        return float(m.group(1)) / scale if m else 0.0
+
+    return (figure(r"memory: rss (\d+) MiB"), figure(r"Lance session caches (\d+) MiB"),
+            figure(r"C heap (\d+) MiB in use"), figure(r"Python (\d+) blocks", 1000.0))
 
 
 def histogram(pid: int | None, path: Path) -> None:
@@ -152,8 +157,8 @@ def feed(uri: str, start: int, rows: int) -> None:
     lance.dataset(uri).delete(where)
 
 
-SUMMARISED = ("engine_rss", "engine_logged_rss", "jvm_rss", "jvm_metaspace", "driver_rss", "service_engine_rss",
-              "service_engine_logged_rss", "service_jvm_rss", "service_jvm_metaspace", "service_py_rss")
+SUMMARISED = ("engine_rss", "engine_logged_rss", "engine_c_heap", "engine_py_kblocks", "jvm_rss", "jvm_metaspace", "driver_rss", "service_engine_rss",
+              "service_engine_logged_rss", "service_engine_c_heap", "service_engine_py_kblocks", "service_jvm_rss", "service_jvm_metaspace", "service_py_rss")
 
 
 def summary(path: str, warmup: float = 10, window: float = 30, fit: float = 60) -> str:
@@ -258,9 +263,10 @@ def main() -> int:
     Path(a.csv).parent.mkdir(parents=True, exist_ok=True)
     columns = ["utc", "minute", "rounds", "calls", "failed_calls", "service_rounds",
                "driver_rss", "jvm_rss", "jvm_heap", "jvm_metaspace", "engine_rss", "engine_anon",
-               "engine_logged_rss", "engine_caches",
+               "engine_logged_rss", "engine_caches", "engine_c_heap", "engine_py_kblocks",
                "service_py_rss", "service_jvm_rss", "service_jvm_heap", "service_jvm_metaspace",
                "service_engine_rss", "service_engine_anon", "service_engine_logged_rss", "service_engine_caches",
+               "service_engine_c_heap", "service_engine_py_kblocks",
                "load1"]
 
     def service_rounds() -> int:
@@ -276,14 +282,14 @@ def main() -> int:
             svc["engine"] = engine_pid(svc["jvm"])
         jh, jm = jstat(jvm)
         sh, sm = jstat(svc["jvm"])
-        el, ec = logged(engine_log)
-        sl, sc = logged(service_log)
+        el, ec, eh, eb = logged(engine_log)
+        sl, sc, sh_, sb = logged(service_log)
         with lock:
             counts = dict(state)
         row = [dt.datetime.now(dt.timezone.utc).strftime("%H:%M:%S"), round((time.monotonic() - start) / 60, 2),
                counts["rounds"], counts["calls"], counts["failed"], service_rounds(),
-               rss(os.getpid()), rss(jvm), jh, jm, rss(engine), anonymous(engine), el, ec,
-               rss(service.pid), rss(svc["jvm"]), sh, sm, rss(svc["engine"]), anonymous(svc["engine"]), sl, sc,
+               rss(os.getpid()), rss(jvm), jh, jm, rss(engine), anonymous(engine), el, ec, eh, eb,
+               rss(service.pid), rss(svc["jvm"]), sh, sm, rss(svc["engine"]), anonymous(svc["engine"]), sl, sc, sh_, sb,
                os.getloadavg()[0]]
         writer.writerow([round(x, 2) if isinstance(x, float) else x for x in row])
 

@@ -91,6 +91,8 @@ def test_the_engine_keeps_its_caches_within_their_bounds_and_its_memory_levels_o
         assert versions <= most, line
         in_use, free = map(int, re.search(r"C heap (\d+) MiB in use, (\d+) MiB free", line).groups())
         assert 0 < in_use < 200 and free < 200, line
+        blocks, objects = map(int, re.search(r"Python (\d+) blocks, (\d+) objects", line).groups())
+        assert 0 < objects < blocks, line
     # Growth over the last third against the middle third: the cache is full within a few rounds,
     # what is left is noise. Measured on a busy machine (load 40): the code before the bound grew
     # 11.0 MiB here (its cache was filling towards 256 MiB), with it 1.6 MiB.

@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import gc
 import logging
 import os
+import sys
 import threading
 import time
 from typing import Callable
@@ -128,9 +130,10 @@ class Keeper:
             try:
                 before, after = self.release()
                 heap = heap_bytes()
-                log.info("memory: rss %d MiB (%d MiB returned to the system%s); %s", after >> 20,
-                         max(0, before - after) >> 20,
+                # Python's own objects beside the C heap: which of the two a slow rise is in
+                log.info("memory: rss %d MiB (%d MiB returned to the system%s); Python %d blocks, %d objects; %s",
+                         after >> 20, max(0, before - after) >> 20,
                          f"; C heap {heap[0] >> 20} MiB in use, {heap[1] >> 20} MiB free" if heap else "",
-                         self._figures())
+                         sys.getallocatedblocks(), len(gc.get_objects()), self._figures())
             except Exception as e:  # never let this thread end the engine's upkeep silently
                 log.warning("memory: upkeep failed: %s", e)
