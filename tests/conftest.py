@@ -200,3 +200,15 @@ def wait_for(what, timeout: float = 120, step: float = 0.2):
             return value
         assert time.monotonic() < deadline, "timed out waiting"
         time.sleep(step)
+
+
+def jobs_described(spark, prefix: str) -> list[str]:
+    """Descriptions of the application's jobs that start with ``prefix`` (Spark's status store:
+    what the UI's Jobs page lists)."""
+    jobs = spark.sparkContext._jsc.sc().statusStore().jobsList(None)
+    out = []
+    for i in range(jobs.size()):
+        d = jobs.apply(i).description().toString()  # Some(<text>) or None
+        if d.startswith("Some(") and d[5:-1].startswith(prefix):
+            out.append(d[5:-1])
+    return out

@@ -5,6 +5,7 @@ import time
 import lance
 import pytest
 
+from conftest import jobs_described
 from oracle import content, degraded_table
 from lance_compact import LanceCompaction, compact
 
@@ -178,18 +179,6 @@ def test_a_users_own_strategy_registered_with_the_catalog(spark, fresh_table):
     assert content(after) == content(before)
 
 
-def _jobs_described(spark, prefix: str) -> list[str]:
-    """Descriptions of the application's jobs that start with ``prefix`` (Spark's status store:
-    what the UI's Jobs page lists)."""
-    jobs = spark.sparkContext._jsc.sc().statusStore().jobsList(None)
-    out = []
-    for i in range(jobs.size()):
-        d = jobs.apply(i).description().toString()  # Some(<text>) or None
-        if d.startswith("Some(") and d[5:-1].startswith(prefix):
-            out.append(d[5:-1])
-    return out
-
-
 def test_progress_is_said_in_the_ui_and_to_the_caller(spark, fresh_table):
     """Every step shows in the Spark UI as a job named for its table and step (local mode's
     in-engine rewrite too); the caller that set the progress key reads the statement's line
@@ -225,14 +214,14 @@ def test_progress_is_said_in_the_ui_and_to_the_caller(spark, fresh_table):
     assert row.tasks > 0
     assert any(s.startswith(f"{table}: batch 1 of 1, rewriting {row.tasks} tasks") for s in seen), seen
     assert jvm.io.github.lancecompact.spark.engine.Progress.line(key) == ""  # forgotten once answered
-    described = _jobs_described(spark, f"lance_compact compact {table}:")
+    described = jobs_described(spark, f"lance_compact compact {table}:")
     assert f"lance_compact compact {table}: planning" in described, described
     assert any(d.startswith(f"lance_compact compact {table}: batch 1 of 1, rewriting") for d in described), described
     assert f"lance_compact compact {table}: batch 1: committing" in described, described
 
     # cleanup shows too; and the PySpark API with the line switched on (no terminal: drawn nowhere)
     spark.sql(f"CALL lance.cleanup(table => '{table}', dry_run => true)").collect()
-    assert f"lance_compact cleanup {table}: cleanup" in _jobs_described(spark, "lance_compact cleanup")
+    assert f"lance_compact cleanup {table}: cleanup" in jobs_described(spark, "lance_compact cleanup")
     spark.conf.set(progress_line.SETTING, "true")
     try:
         again = compact(spark, table, target_rows_per_fragment=1000).collect()[0]
@@ -244,3 +233,30 @@ def test_progress_is_said_in_the_ui_and_to_the_caller(spark, fresh_table):
     assert registry.counter("procedure.compact.calls").getCount() >= 2
     assert registry.timer("procedure.compact.duration").getCount() >= 2
     assert registry.counter("procedure.cleanup.calls").getCount() >= 1
+
+
+def test_a_warehouse_run_shows_each_table_once_in_the_ui_and_every_step_on_the_line():
+    """progress.PerTable: every step reaches the caller's line, prefixed with the run's count;
+    the UI gets a table's first step only, whichever lane says it."""
+    import threading
+
+    from lance_compact.runtime import progress
+
+    said: list[tuple[str, bool]] = []
+    done = [0]
+    line = progress.PerTable(progress.Reporter(lambda text, ui: said.append((text, ui))),
+                             lambda: f"tables {done[0]} of 2 done; ")
+
+    def lane(table: str) -> None:
+        with progress.serving(line):
+            for step in ("compact", "planning", "batch 1 of 1, rewriting 3 tasks", "optimize_indices"):
+                progress.report(f"{table}: {step}")
+
+    lanes = [threading.Thread(target=lane, args=(t,)) for t in ("db.a", "db.b")]
+    for x in lanes:
+        x.start()
+    for x in lanes:
+        x.join()
+    assert len(said) == 8 and all(text.startswith("tables 0 of 2 done; db.") for text, _ in said)
+    assert sorted(text for text, ui in said if ui) == ["tables 0 of 2 done; db.a: compact",
+                                                       "tables 0 of 2 done; db.b: compact"]

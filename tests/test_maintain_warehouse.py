@@ -9,11 +9,12 @@ import signal
 import subprocess
 import sys
 import time
+from collections import Counter
 
 import lance
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, jobs_described
 from oracle import batch, content, degraded_table
 from index_checks import index_agrees_with_scan
 
@@ -129,9 +130,15 @@ def test_foreach_batch_helper_runs_the_warehouse_every_n_batches(spark, wh):
 def test_the_run_maintains_exactly_the_due_tables(spark, wh):
     before = {t: lance.dataset(str(p)) for t, p in wh.items()}
     expected = {t: content(ds) for t, ds in before.items()}
+    earlier = Counter(jobs_described(spark, "lance_compact maintain_warehouse "))
     rows = spark.sql(f"CALL lance.maintain_warehouse({ARGS})").collect()
     t = by_table(rows)
     after = {n: lance.dataset(str(p)) for n, p in wh.items()}
+    # the Spark UI lists the run's start and one job of no tasks a maintained table (its first
+    # step), not each of its steps
+    marks = sorted((Counter(jobs_described(spark, "lance_compact maintain_warehouse ")) - earlier).elements())
+    assert marks[0] == "lance_compact maintain_warehouse maintain_warehouse: 0 of 2 due tables done", marks
+    assert sorted(m.split("; ", 1)[1] for m in marks[1:]) == ["wa.degraded: compact", "wb.degraded2: compact"], marks
     for name in ("wa.degraded", "wb.degraded2"):
         assert t[name]["compact"].ran and t[name]["optimize_indices"].ran and not t[name]["cleanup"].ran, t[name]
         assert t[name]["compact"].error is None and t[name]["compact"].bytes_rewritten > 0

@@ -412,7 +412,7 @@ def main() -> None:
         try:
             bridge.adopt(request_id)
             with checking_cancellation(lambda: bridge.cancelled(request_id)), \
-                    progress.serving(progress.Reporter(lambda said: bridge.progress(request_id, said))):
+                    progress.serving(progress.Reporter(lambda said, ui: bridge.progress(request_id, said, ui))):
                 text = json.dumps(handle(handlers, action, request))
         except _LoseResponse:
             return  # test-only: the JVM must notice from the heartbeat (finally still runs)

@@ -397,7 +397,7 @@ def maintain_warehouse(request: Envelope, run_packed: Callable,
     if reporter is not None and chosen:
         reporter(f"maintain_warehouse: 0 of {len(chosen)} due tables done")
         # each table's steps say so too: "tables 3 of 12 done; db.t: compact"
-        reporter = progress.Prefixed(reporter, lambda: f"tables {finished_tables[0]} of {len(chosen)} done; ")
+        reporter = progress.PerTable(reporter, lambda: f"tables {finished_tables[0]} of {len(chosen)} done; ")
 
     def lane() -> None:
         """One of ``parallelism`` lanes: the next table in order, until none is left."""

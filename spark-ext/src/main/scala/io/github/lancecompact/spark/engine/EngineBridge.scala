@@ -128,9 +128,9 @@ final class EngineBridge(sc: SparkContext) {
   }
 
   /** The engine says what request `id` is doing now ([[Progress]]): for its caller, the driver's
-   * log and the Spark UI. */
-  def progress(id: String, text: String): Unit =
-    Option(pending.get(id)).foreach(r => Progress.said(sc, r.tag, r.action, text, r.properties))
+   * log and, where `ui`, the Spark UI. */
+  def progress(id: String, text: String, ui: Boolean): Unit =
+    Option(pending.get(id)).foreach(r => Progress.said(sc, r.tag, r.action, text, r.properties, ui))
 
   /** Mark request `id` cancelled (the engine stops at its next check) and cancel its
    * running Spark jobs. */

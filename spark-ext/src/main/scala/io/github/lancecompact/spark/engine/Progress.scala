@@ -11,6 +11,7 @@ import org.apache.spark.internal.Logging
  *  - in the Spark UI, as a job named `lance_compact <action> <table>: <step>` (a job of no
  *    tasks, posted under the statement's job group and tags): the steps the engine does without a
  *    Spark job (a small rewrite in local mode, commits, index work, cleanup) are listed there too;
+ *    a warehouse run lists each table's first step only (the engine says which);
  *  - in the driver's log (INFO);
  *  - for the caller that asked, by the key it set as the local property [[KeyProperty]] before
  *    its statement ([[line]]): the PySpark API polls it to draw a live line in a notebook, with the
@@ -40,15 +41,17 @@ object Progress extends Logging {
     Option(keyOf.remove(requestTag)).foreach(byKey.remove)
 
   /** The engine says what request `requestTag` of `action` is doing: kept for its caller, logged,
-   * and shown in the UI as a job of no tasks under `properties` (the caller's job group, tags and
-   * pool) and the request's tag. Never fails: it is a view. */
+   * and, where `ui`, shown in the UI as a job of no tasks under `properties` (the caller's job
+   * group, tags and pool) and the request's tag. Never fails: it is a view. */
   private[engine] def said(sc: SparkContext, requestTag: String, action: String, text: String,
-                           properties: Map[String, String]): Unit = {
+                           properties: Map[String, String], ui: Boolean = true): Unit = {
     val line = text.take(300)
     Option(keyOf.get(requestTag)).foreach(k => byKey.put(k, Entry(line, requestTag)))
     logInfo(s"lance_compact $action: $line")
-    try mark(sc, s"lance_compact $action $line", properties, requestTag)
-    catch { case e: Exception => logDebug(s"progress job not posted: $e") }
+    if (ui) {
+      try mark(sc, s"lance_compact $action $line", properties, requestTag)
+      catch { case e: Exception => logDebug(s"progress job not posted: $e") }
+    }
   }
 
   /** A job of no tasks named `description`: DAGScheduler posts its start and end at once and runs
