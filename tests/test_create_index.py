@@ -177,14 +177,17 @@ def test_vector_index_built_by_spark_tasks_has_pylances_recall(spark, base_vecto
     theirs = [recall(pylance_build(base_vectors, warehouse, f"{index_type}_{metric}", index_type, metric, params),
                      queries, truth, **s) for s in SEARCHES]
     # and pylance's build with our model (centroids, codebook): what segments and their merge
-    # cost, free of k-means' chance
+    # cost, free of k-means' chance (identical answers here); IVF_RQ's rotation is drawn at
+    # random by each build and cannot be handed over, so it is held to the spread only (10 pylance
+    # builds of IVF_RQ here: 0.7515-0.804 at 2 probes, 0.917-0.934 in the mean)
     same_model, _ = existing.model(ds, existing.describe(ds, "emb_idx"), str(path), {})
     same_model.pop("rabitq_model", None)
     same = [recall(pylance_build(base_vectors, warehouse, f"{index_type}_{metric}_same", index_type, metric,
                                  same_model), queries, truth, **s) for s in SEARCHES]
     print(f"recall@10 {index_type} {metric}: ours {ours}, pylance's with our model {same}, pylance's {theirs}")
-    assert np.mean(ours) >= np.mean(same) - 0.01, (ours, same)
-    assert all(o >= p - 0.02 for o, p in zip(ours, same)), (ours, same)
+    given = index_type != "IVF_RQ"
+    assert np.mean(ours) >= np.mean(same) - (0.01 if given else 0.04), (ours, same)
+    assert all(o >= p - (0.02 if given else 0.06) for o, p in zip(ours, same)), (ours, same)
     assert np.mean(ours) >= np.mean(theirs) - 0.04, (ours, theirs)
     if segmented:
         assert any(d.startswith(f"lance.create_index {t}: building 4 {index_type} segments")
