@@ -264,12 +264,14 @@ def _start_workers(sc: Any) -> None:
 class _Serving:
     """The requests this engine took and has not answered: the heartbeat reports them, so
     the JVM fails a request whose serving thread is gone without answering instead of
-    waiting for it while the engine is otherwise alive."""
+    waiting for it while the engine is otherwise alive; and whether the memory keeper asks
+    for this engine to be replaced (over its ceiling)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._ids: set[str] = set()
         self._taken = 0
+        self.keeper: Any = None
 
     def take(self, request_id: str) -> None:
         with self._lock:
@@ -281,9 +283,11 @@ class _Serving:
             self._ids.discard(request_id)
 
     def report(self) -> str:
-        """``<requests taken>;<id>,<id>...``, what ``EngineBridge.heartbeat`` reads."""
+        """``<requests taken>;<id>,<id>...;<replace me: 1 or 0>``, what ``EngineBridge.heartbeat``
+        reads."""
+        over = int(bool(self.keeper is not None and self.keeper.over))
         with self._lock:
-            return f"{self._taken};{','.join(sorted(self._ids))}"
+            return f"{self._taken};{','.join(sorted(self._ids))};{over}"
 
 
 class _Workers:
@@ -399,8 +403,11 @@ def main() -> None:
     bridge.ready()
     serving = _Serving()
     threading.Thread(target=_heartbeat, args=(bridge, serving), daemon=True, name="heartbeat").start()
-    from .runtime.memory import Keeper
-    keeper = Keeper(_memory_figures).start()
+    from .runtime.memory import Keeper, settings as memory_settings
+    from .runtime.tables import cache_bounds
+    interval, ceiling = memory_settings(dict(sc.getConf().getAll()), cache_bounds())
+    keeper = Keeper(_memory_figures, interval, ceiling).start()
+    serving.keeper = keeper
     log.info("engine ready (pid %d)", os.getpid())
 
     def serve(request_id: str, action: str, request: str) -> None:

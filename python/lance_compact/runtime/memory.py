@@ -16,6 +16,12 @@ fragmented on its own, which trimming does not undo. Measured (maintain_warehous
 over 5 tables, 2 MiB caches, 2 shared cores): RSS after the trim rose 4.4 MiB a minute over
 minutes 5-9 with glibc's default; with 2 arenas it stayed within 1 MiB. :func:`limit_arenas`
 caps them at the engine's start, before its threads are made.
+
+What is left after that creeps (2-7 MiB an hour in soaks of hours, most of it the C heap of
+the native libraries, not Python's objects), so the engine also has a ceiling: once its
+resident set after a trim stays over ``spark.lance.compact.engine.memoryCeiling`` (default: its
+Lance caches' bounds plus 1 GiB), it asks the driver to replace it, which happens once no
+statement uses it (EngineProcess.scala): a process started anew holds only what it needs.
 """
 from __future__ import annotations
 
@@ -32,6 +38,11 @@ from typing import Callable
 log = logging.getLogger(__name__)
 
 INTERVAL_S = 60.0
+CEILING_SETTING = "spark.lance.compact.engine.memoryCeiling"
+INTERVAL_SETTING = "spark.lance.compact.engine.memoryCheckInterval"
+# Beyond the caches' bounds: the engine holds about 230 MiB with its libraries loaded; an
+# in-engine rewrite or index build takes up to engineRewrite.maxBatchBytes (256 MiB) more.
+CEILING_MARGIN = 1 << 30
 
 
 def rss_bytes(pid: int | str = "self") -> int:
@@ -99,13 +110,17 @@ def heap_bytes() -> tuple[int, int] | None:
 
 class Keeper:
     """Trims freed memory and logs the process's figures, at most once per ``interval`` and
-    only after :meth:`served` was called since the last time."""
+    only after :meth:`served` was called since the last time; :attr:`over` once the resident
+    set after a trim exceeds ``ceiling`` bytes (None: no ceiling)."""
 
-    def __init__(self, figures: Callable[[], str], interval: float = INTERVAL_S) -> None:
+    def __init__(self, figures: Callable[[], str], interval: float = INTERVAL_S,
+                 ceiling: int | None = None) -> None:
         self._figures = figures
         self._interval = interval
+        self._ceiling = ceiling
         self._trim = _trimmer()
         self._busy = threading.Event()
+        self.over = False
 
     def served(self) -> None:
         """A request was served (its memory may be freed now)."""
@@ -135,5 +150,31 @@ class Keeper:
                          after >> 20, max(0, before - after) >> 20,
                          f"; C heap {heap[0] >> 20} MiB in use, {heap[1] >> 20} MiB free" if heap else "",
                          sys.getallocatedblocks(), len(gc.get_objects()), self._figures())
+                if self._ceiling and after > self._ceiling and not self.over:
+                    self.over = True
+                    log.warning("memory: rss %d MiB after trimming is over the engine's ceiling of %d MiB (%s): "
+                                "the driver replaces this engine once no statement uses it",
+                                after >> 20, self._ceiling >> 20, CEILING_SETTING)
             except Exception as e:  # never let this thread end the engine's upkeep silently
                 log.warning("memory: upkeep failed: %s", e)
+
+
+def settings(conf: dict[str, str], caches: int) -> tuple[float, int | None]:
+    """The keeper's interval (seconds) and ceiling (bytes, None for none) from the driver's
+    static settings; ``caches``: the Lance session caches' bounds. A malformed value is said
+    in the log and the default kept: an operator's typo must not stop every statement."""
+    from .driver_conf import size_bytes
+    from .durations import seconds
+
+    interval, ceiling = INTERVAL_S, caches + CEILING_MARGIN
+    if conf.get(INTERVAL_SETTING) is not None:
+        try:
+            interval = max(1.0, seconds(conf[INTERVAL_SETTING], INTERVAL_SETTING))
+        except Exception as e:  # CompactionError: the forms accepted
+            log.error("engine: %s; the default %g s is used", e, INTERVAL_S)
+    if conf.get(CEILING_SETTING) is not None:
+        try:
+            ceiling = size_bytes(CEILING_SETTING, conf[CEILING_SETTING])
+        except ValueError as e:
+            log.error("engine: %s; the default %d MiB is used", e, ceiling >> 20)
+    return interval, (ceiling or None)

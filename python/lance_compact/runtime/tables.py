@@ -64,6 +64,11 @@ def lance_session() -> lance.Session:
     return _session
 
 
+def cache_bounds() -> int:
+    """The session caches' bounds together, bytes."""
+    return _cache_bytes["metadata"] + _cache_bytes["index"]
+
+
 def session_figures() -> str:
     """What the session's caches hold against their bounds, for the engine's log."""
     held = _session.size_bytes() if _session is not None else 0

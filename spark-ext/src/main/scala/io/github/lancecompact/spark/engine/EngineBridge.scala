@@ -62,15 +62,17 @@ final class EngineBridge(sc: SparkContext) {
   /** Called by the engine's heartbeat thread every [[heartbeatIntervalMs]]. */
   def heartbeat(): Unit = lastBeat = System.nanoTime()
 
-  /** The heartbeat with what the engine is serving: `<requests taken>;<id>,<id>,...`. A
-   * request the engine took (counted) but no longer lists ended without an answer (its
-   * serving thread is gone): it is failed now rather than waited on while the engine lives. */
+  /** The heartbeat with what the engine is serving: `<requests taken>;<id>,<id>,...;<replace>`.
+   * A request the engine took (counted) but no longer lists ended without an answer (its
+   * serving thread is gone): it is failed now rather than waited on while the engine lives.
+   * `replace` 1: the engine's memory is over its ceiling ([[EngineProcess]] replaces it once
+   * no statement uses it). */
   def heartbeat(serving: String): Unit = {
     lastBeat = System.nanoTime()
-    val (count, listed) = serving.split(";", 2) match {
-      case Array(n, rest) => (n.toLongOption.getOrElse(0L), rest.split(",").filter(_.nonEmpty).toSet)
-      case _ => (0L, Set.empty[String])
-    }
+    val parts = serving.split(";", -1)
+    val count = parts.headOption.flatMap(_.toLongOption).getOrElse(0L)
+    val listed = parts.lift(1).map(_.split(",").filter(_.nonEmpty).toSet).getOrElse(Set.empty[String])
+    if (parts.lift(2).contains("1")) replaceRequested = true
     pending.values().forEach { r =>
       if (r.taken > 0 && r.taken <= count && !listed.contains(r.id) && pending.remove(r.id, r)) {
         r.cancelReason = "the engine stopped serving it"
@@ -83,6 +85,12 @@ final class EngineBridge(sc: SparkContext) {
       }
     }
   }
+
+  /** The engine asked to be replaced (its memory over its ceiling, runtime/memory.py). */
+  @volatile var replaceRequested: Boolean = false
+
+  /** No request waits for an answer (one whose caller gave up after a cancel still does). */
+  def idle: Boolean = pending.isEmpty
 
   /** How often the engine should call [[heartbeat]]. */
   @volatile var heartbeatIntervalMs: Long = 2000

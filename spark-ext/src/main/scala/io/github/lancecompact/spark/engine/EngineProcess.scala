@@ -27,6 +27,10 @@ import org.apache.spark.sql.SparkSession
  * 60 s) is killed, failing the call; the next call starts a new engine. A caller interrupted
  * while waiting (Thrift's cancel, Spark Connect's interrupt) marks its request cancelled,
  * cancels the request's Spark jobs and waits a bounded time for the engine to stop.
+ *
+ * An engine whose memory stays over its ceiling (`spark.lance.compact.engine.memoryCeiling`,
+ * runtime/memory.py) asks to be replaced: it is stopped once no call holds it and no request
+ * waits for it, and a new one is started at once in the background ([[EngineProcess.call]]).
  */
 final class EngineProcess private (val sc: SparkContext, python: String, logPath: Option[String])
   extends Logging {
@@ -51,6 +55,8 @@ final class EngineProcess private (val sc: SparkContext, python: String, logPath
     f
   }
   private var process: Process = _
+  /** Calls holding this engine now ([[EngineProcess.call]]; guarded by the object's lock). */
+  private var leases = 0
 
   private def start(): Unit = {
     server.startServer(true)
@@ -92,6 +98,9 @@ final class EngineProcess private (val sc: SparkContext, python: String, logPath
     }
     server.shutdown()
   }
+
+  /** It asked to be replaced and nothing uses it (called under the object's lock). */
+  private def replaceable: Boolean = bridge.replaceRequested && leases == 0 && bridge.idle
 
   /** The engine's process id (-1 before it started). */
   def pid: Long = if (process == null) -1L else process.pid()
@@ -156,6 +165,7 @@ object EngineProcess extends Logging {
   val StartTimeoutMs = 120000L
   val LogConf = "spark.lance.compact.engine.log"
   val HeartbeatTimeoutConf = "spark.lance.compact.engine.heartbeatTimeout"
+  val CeilingConf = "spark.lance.compact.engine.memoryCeiling"
   /** How long an interrupted caller waits for the engine to stop and say what it committed. */
   val CancelWaitMs = 30000L
   private var current: Option[EngineProcess] = None
@@ -167,7 +177,7 @@ object EngineProcess extends Logging {
     // started by a catalog built there): it must never stop the live context's engine.
     if (sc.isStopped) throw new IllegalStateException("the session's SparkContext is stopped")
     current match {
-      case Some(e) if (e.sc eq sc) && e.alive => e
+      case Some(e) if (e.sc eq sc) && e.alive && !e.replaceable => e
       case previous =>
         previous.foreach(_.stop())
         val e = new EngineProcess(sc, pythonExec(spark), sc.getConf.getOption(LogConf).filter(_.nonEmpty))
@@ -177,6 +187,34 @@ object EngineProcess extends Logging {
         })
         current = Some(e)
         e
+    }
+  }
+
+  /** Run `action` on the engine of `spark`'s SparkContext (started on first use), holding it
+   * for the call: an engine that asked to be replaced is stopped only when no call holds it,
+   * and then a new one is started in the background for the next call. */
+  def call(spark: SparkSession, action: String, requestJson: String): String = {
+    val engine = synchronized {
+      val e = get(spark)
+      e.leases += 1
+      e
+    }
+    try engine.call(action, requestJson)
+    finally release(engine, spark)
+  }
+
+  private def release(engine: EngineProcess, spark: SparkSession): Unit = {
+    val retire = synchronized {
+      engine.leases -= 1
+      val r = engine.replaceable && current.exists(_ eq engine)
+      if (r) current = None
+      r
+    }
+    if (retire) {
+      logInfo(s"lance_compact engine (pid ${engine.pid}) is over its memory ceiling ($CeilingConf) and idle: " +
+        "replacing it with a new one")
+      engine.stop()
+      if (!engine.sc.isStopped) warmUp(spark)
     }
   }
 

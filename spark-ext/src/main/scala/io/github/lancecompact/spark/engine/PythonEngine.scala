@@ -88,10 +88,7 @@ object PythonEngine {
   }
 
   private def run(action: String, request: String): ResultScan = {
-    val engine = try EngineProcess.get(SparkSession.active) catch {
-      case e: IllegalStateException => throw new LanceCompactException(e.getMessage, e, LanceCompactException.InternalError)
-    }
-    val response = try mapper.readTree(engine.call(action, request)) catch {
+    val response = try mapper.readTree(EngineProcess.call(SparkSession.active, action, request)) catch {
       case e: IllegalStateException => throw new LanceCompactException(e.getMessage, e, LanceCompactException.InternalError)
     }
     if (!response.path("ok").asBoolean(false)) {
