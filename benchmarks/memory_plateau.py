@@ -199,6 +199,8 @@ def main() -> int:
     p.add_argument("--tables", type=int, default=4)
     p.add_argument("--rows", type=int, default=50)
     p.add_argument("--cache", default="8m", help="the engines' metadata and index cache bounds")
+    p.add_argument("--ceiling", help="the engines' memory ceiling (spark.lance.compact.engine.memoryCeiling): "
+                                     "an engine over it is replaced between statements; default the product's")
     p.add_argument("--work", help="a working folder (default: a new temporary one)")
     a = p.parse_args()
     if a.summary:
@@ -230,7 +232,8 @@ def main() -> int:
             if i < INDEXED:
                 lance.dataset(uri).create_scalar_index("id", "BTREE")
     caches = {"spark.lance.compact.engine.metadataCacheBytes": a.cache,
-              "spark.lance.compact.engine.indexCacheBytes": a.cache}
+              "spark.lance.compact.engine.indexCacheBytes": a.cache,
+              **({"spark.lance.compact.engine.memoryCeiling": a.ceiling} if a.ceiling else {})}
     engine_log, service_log = work / "engine.log", work / "service-engine.log"
     spark = lance_session("local[2]", "lance-compact-memory-plateau", str(whs["engine"]),
                           {"spark.sql.shuffle.partitions": "2", **NO_CLEANUP_FLOOR, **caches,
@@ -259,6 +262,8 @@ def main() -> int:
     lock = threading.Lock()
     done = threading.Event()
     svc = {"jvm": None, "engine": None}
+    # an engine over its ceiling is replaced: the engines of each JVM, as they come
+    engines: dict[str, set[int]] = {"driver": {engine}, "service": set()}
     start = time.monotonic()
     Path(a.csv).parent.mkdir(parents=True, exist_ok=True)
     columns = ["utc", "minute", "rounds", "calls", "failed_calls", "service_rounds",
@@ -267,7 +272,7 @@ def main() -> int:
                "service_py_rss", "service_jvm_rss", "service_jvm_heap", "service_jvm_metaspace",
                "service_engine_rss", "service_engine_anon", "service_engine_logged_rss", "service_engine_caches",
                "service_engine_c_heap", "service_engine_py_kblocks",
-               "load1"]
+               "load1", "engines_started", "service_engines_started"]
 
     def service_rounds() -> int:
         try:
@@ -276,10 +281,15 @@ def main() -> int:
             return 0
 
     def sample(writer: csv.writer) -> None:
+        nonlocal engine
         if svc["jvm"] is None:
             svc["jvm"] = java_under(service.pid)
-        if svc["jvm"] is not None and svc["engine"] is None:
-            svc["engine"] = engine_pid(svc["jvm"])
+        if svc["jvm"] is not None:
+            svc["engine"] = engine_pid(svc["jvm"]) or svc["engine"]
+            if svc["engine"]:
+                engines["service"].add(svc["engine"])
+        engine = engine_pid(jvm) or engine
+        engines["driver"].add(engine)
         jh, jm = jstat(jvm)
         sh, sm = jstat(svc["jvm"])
         el, ec, eh, eb = logged(engine_log)
@@ -290,7 +300,7 @@ def main() -> int:
                counts["rounds"], counts["calls"], counts["failed"], service_rounds(),
                rss(os.getpid()), rss(jvm), jh, jm, rss(engine), anonymous(engine), el, ec, eh, eb,
                rss(service.pid), rss(svc["jvm"]), sh, sm, rss(svc["engine"]), anonymous(svc["engine"]), sl, sc, sh_, sb,
-               os.getloadavg()[0]]
+               os.getloadavg()[0], len(engines["driver"]), len(engines["service"])]
         writer.writerow([round(x, 2) if isinstance(x, float) else x for x in row])
 
     def sampler() -> None:
