@@ -285,8 +285,10 @@ def test_a_kill_between_rewrite_and_index_restore_is_repaired_by_maintain(spark,
         capture_output=True, text=True, timeout=600)
     assert p.returncode != 0, p.stdout[-2000:]
     assert content(lance.dataset(uri)) == content(before)
+    # killed where it was asked to (after the Rewrite and its record), not before for another reason
+    assert lance.dataset(uri).version > before.version, (p.returncode, p.stderr[-3000:])
     left = coverage(uri)
-    assert not fully_covered(uri) and left["tenant_idx"][0] < left["tenant_idx"][1], left
+    assert not fully_covered(uri) and left["tenant_idx"][0] < left["tenant_idx"][1], (left, p.stderr[-3000:])
     rows = {r.step: r for r in spark.sql(f"CALL lance.maintain(table => '{name}')").collect()}
     assert fully_covered(uri), (coverage(uri), rows)
     assert content(lance.dataset(uri)) == content(before)

@@ -377,7 +377,9 @@ def test_vended_credentials_refreshed_during_a_compaction(spark, services):
     expired = started + VEND_SECONDS
     assert took > VEND_SECONDS + 0.5, took
     at_expiry = max(c for t, c in samples if t <= expired)
-    assert samples[-1][1] > at_expiry, (at_expiry, samples[-1])  # DescribeTable again after it expired
+    # DescribeTable again after it expired (the timeline: seconds from the start, calls so far)
+    assert samples[-1][1] > at_expiry, (at_expiry, took, sorted({(round(t - started, 1), c) for t, c in samples
+                                                                  if c != samples[0][1] or t <= started + 0.2}))
     print(f"\nvend: compact v{r.read_version} -> v{r.new_version} in {took:.1f} s; credentials vended for "
           f"{VEND_SECONDS} s; DescribeTable calls {samples[0][1]} at the start, {at_expiry} when the first expired, "
           f"{samples[-1][1]} at the end")
