@@ -213,7 +213,10 @@ object EngineProcess extends Logging {
     if (retire) {
       logInfo(s"lance_compact engine (pid ${engine.pid}) is over its memory ceiling ($CeilingConf) and idle: " +
         "replacing it with a new one")
-      engine.stop()
+      // off the caller's thread: its statement has its answer and need not wait for the exit
+      val stopping = new Thread(() => engine.stop(), "lance-compact-engine-stop")
+      stopping.setDaemon(true)
+      stopping.start()
       if (!engine.sc.isStopped) warmUp(spark)
     }
   }
