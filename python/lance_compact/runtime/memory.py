@@ -17,8 +17,8 @@ over 5 tables, 2 MiB caches, 2 shared cores): RSS after the trim rose 4.4 MiB a 
 minutes 5-9 with glibc's default; with 2 arenas it stayed within 1 MiB. :func:`limit_arenas`
 caps them at the engine's start, before its threads are made.
 
-What is left after that creeps (2-7 MiB an hour in soaks of hours, most of it the C heap of
-the native libraries, not Python's objects), so the engine also has a ceiling: once its
+What is left after that creeps (4-10 MiB an hour in soaks of hours: the native libraries' C
+heap and its fragmentation, not Python's objects), so the engine also has a ceiling: once its
 resident set after a trim stays over ``spark.lance.compact.engine.memoryCeiling`` (default: its
 Lance caches' bounds plus 1 GiB), it asks the driver to replace it, which happens once no
 statement uses it (EngineProcess.scala): a process started anew holds only what it needs.
@@ -163,6 +163,7 @@ def settings(conf: dict[str, str], caches: int) -> tuple[float, int | None]:
     """The keeper's interval (seconds) and ceiling (bytes, None for none) from the driver's
     static settings; ``caches``: the Lance session caches' bounds. A malformed value is said
     in the log and the default kept: an operator's typo must not stop every statement."""
+    from ..errors import CompactionError
     from .driver_conf import size_bytes
     from .durations import seconds
 
@@ -170,7 +171,7 @@ def settings(conf: dict[str, str], caches: int) -> tuple[float, int | None]:
     if conf.get(INTERVAL_SETTING) is not None:
         try:
             interval = max(1.0, seconds(conf[INTERVAL_SETTING], INTERVAL_SETTING))
-        except Exception as e:  # CompactionError: the forms accepted
+        except CompactionError as e:  # it names the forms accepted
             log.error("engine: %s; the default %g s is used", e, INTERVAL_S)
     if conf.get(CEILING_SETTING) is not None:
         try:
