@@ -12,6 +12,13 @@ compaction that outlasts them is seen refreshing them (DescribeTable calls after
 credential expired, counted by a proxy in front of the server), with no vended credential in
 the engine's log, the event log (job descriptions included) or the result rows.
 
+A third service vends what a test tells it to (tests/vending_service.py: a proxy in front of a
+RestAdapter that lays chosen options over DescribeTable's storage options), the attack of issue
+41: another endpoint (a listener that records whatever reaches it) with `allow_http=true`, in
+every spelling Lance reads; every statement is refused naming the service, the table and the
+option, and nothing reaches the listener. Only credentials and their expiry, or the operator's
+own values, pass.
+
 Hive Metastores (tests/hive_metastore.py, on 127.0.0.1 with embedded Derby): Hive 2.3 from
 pyspark's own jars, started with the module; Hive 3.1 (the standalone metastore, from Maven) only
 by the test that needs it (`network`). Tables are declared in the metastore by Lance's own Hive
@@ -35,12 +42,16 @@ from fault_proxy import FaultProxy
 from hive_metastore import HiveMetastore
 from lance_compact.api import CATALOG_CLASS
 from oracle import batch, content
+from s3_server import ACCESS_KEY_ID
+from vending_service import Listener, VendingProxy
 import writers
 
 VEND_SECONDS = 2
 TOKEN = uuid.uuid4().hex[:12].upper()
 PLANTED = (f"AKIA{TOKEN}", f"vended-secret-{TOKEN.lower()}-Zq8")
 GLUE_KEYS = (f"AKIAGLUE{TOKEN[:8]}", f"glue-secret-{TOKEN.lower()}-Kp4")
+# what the vending service hands out as credentials (the S3-compatible server accepts any key)
+VENDED = (f"AKIAVEND{TOKEN[:8]}", f"vend-only-secret-{TOKEN.lower()}-Rw7", f"vend-only-token-{TOKEN.lower()}-Yt2")
 
 
 class Service:
@@ -65,6 +76,27 @@ class Service:
     def stop(self) -> None:
         self.proxy.stop()
         self.adapter.stop()
+
+
+class Vending(Service):
+    """A directory namespace on the S3-compatible server (reached, like the operator's catalog
+    reaches it, through a recording proxy: :attr:`store`, which key id signed each request),
+    vending its own storage options (the operator's: the same endpoint, region, keys), whose
+    client (the operator's catalog) reaches it through a :class:`VendingProxy` that lays
+    :attr:`VendingProxy.vend` over every DescribeTable answer, or puts it in their place."""
+
+    def __init__(self, s3, root: str) -> None:
+        self.store = FaultProxy(s3.endpoint).start()
+        self.storage = {**s3.storage_options, "aws_endpoint": self.store.endpoint}
+        super().__init__({"root": root, **{f"storage.{k}": v for k, v in self.storage.items()},
+                          "vend_input_storage_options": "true"})
+        self.vending = VendingProxy(f"http://127.0.0.1:{self.adapter.port}").start()
+        self.uri = self.vending.endpoint
+
+    def stop(self) -> None:
+        self.vending.stop()
+        super().stop()
+        self.store.stop()
 
 
 def _shown(catalog: str, what: str, r) -> None:
@@ -97,8 +129,10 @@ class Glue:
         from lance_namespace_impls.glue import GlueNamespace
 
         self.storage = s3.storage_options
+        self.bucket = bucket
+        self.root = f"{bucket}/glue-data"
         self.settings = {"endpoint": s3.endpoint, "region": "us-east-1", "access_key_id": GLUE_KEYS[0],
-                         "secret_access_key": GLUE_KEYS[1]}
+                         "secret_access_key": GLUE_KEYS[1], "root": self.root}
         self.client = GlueNamespace(**self.settings, **{f"storage.{k}": v for k, v in self.storage.items()})
         self.client.create_namespace(lance_ns.CreateNamespaceRequest(id=["db"]))
         self.location = self.client.declare_table(lance_ns.DeclareTableRequest(
@@ -205,6 +239,8 @@ def services(tmp_path_factory, s3):
     # published through its CreateTableVersion)
     managed = Service({"root": str(tmp_path_factory.mktemp("managed_root")), "manifest_enabled": "true",
                        "table_version_tracking_enabled": "true"})
+    # a service that vends what a test says (nothing at first), its tables on the S3 server
+    evil = Vending(s3, f"{bucket}/evil")
     try:
         plain.location = _make_table(plain, 30)
         vend.location = _make_table(vend, 12)
@@ -213,20 +249,25 @@ def services(tmp_path_factory, s3):
         managed.location = _make_table(managed, 16)
         plain.managed = managed
         plain.custom = _custom_service(tmp_path_factory)
+        evil.location = _make_table(evil, 6)
+        plain.evil = evil
         yield plain, vend
     finally:
         plain.stop()
         vend.stop()
         managed.stop()
+        evil.stop()
 
 
 @pytest.fixture(scope="module")
 def spark(warehouse, services, metastores, tmp_path_factory):
     """The operator's catalogs `rest` and `vend` (static settings: no storage credential for
-    `vend`), `glue`, and over the Hive Metastores `hive2` (also as `hive2_hadoop`, with the
-    address in lance-spark's Hadoop key; and two refused settings), `hive3` (`parent=hive`) and
-    `hive3_levels` (no parent: Spark names the metastore's catalog, `hive3_levels.hive.db.t`);
-    with the engine's log and Spark's event log kept for the secrets check."""
+    `vend`, its endpoint, region and allow_http the operator's), `evil` (the vending service:
+    the operator's storage options, keys included), `glue` (and `glue_noroot`, refused), and
+    over the Hive Metastores `hive2` (also as `hive2_hadoop`, with the address in lance-spark's
+    Hadoop key; and two refused settings), `hive3` (`parent=hive`) and `hive3_levels` (no
+    parent: Spark names the metastore's catalog, `hive3_levels.hive.db.t`); with the engine's
+    log and Spark's event log kept for the secrets check."""
     plain, vend = services
     hive2, hive3 = metastores
     hive_catalogs = {**hive2.catalog("hive2"), **hive3.catalog("hive3"),
@@ -244,6 +285,11 @@ def spark(warehouse, services, metastores, tmp_path_factory):
             "spark.sql.catalog.vend": CATALOG_CLASS, "spark.sql.catalog.vend.impl": "rest",
             "spark.sql.catalog.vend.uri": vend.uri,
             "spark.sql.catalog.vend.headers.x-api-key": "operator-api-key-7Hq2",
+            # the places are the operator's; the service vends the same ones, and the credentials
+            **{f"spark.sql.catalog.vend.storage.{k}": vend.storage[k] for k in ("aws_endpoint", "allow_http", "aws_region")},
+            "spark.sql.catalog.evil": CATALOG_CLASS, "spark.sql.catalog.evil.impl": "rest",
+            "spark.sql.catalog.evil.uri": plain.evil.uri,
+            **{f"spark.sql.catalog.evil.storage.{k}": v for k, v in plain.evil.storage.items()},
             "spark.sql.catalog.managed": CATALOG_CLASS, "spark.sql.catalog.managed.impl": "rest",
             "spark.sql.catalog.managed.uri": plain.managed.uri,
             "spark.sql.catalog.custom": CATALOG_CLASS,
@@ -251,6 +297,8 @@ def spark(warehouse, services, metastores, tmp_path_factory):
             "spark.sql.catalog.glue": CATALOG_CLASS, "spark.sql.catalog.glue.impl": "glue",
             **{f"spark.sql.catalog.glue.{k}": v for k, v in plain.glue.settings.items()},
             **{f"spark.sql.catalog.glue.storage.{k}": v for k, v in plain.glue.storage.items()},
+            "spark.sql.catalog.glue_noroot": CATALOG_CLASS, "spark.sql.catalog.glue_noroot.impl": "glue",
+            **{f"spark.sql.catalog.glue_noroot.{k}": v for k, v in plain.glue.settings.items() if k != "root"},
             **hive_catalogs,
             "spark.eventLog.enabled": "true", "spark.eventLog.dir": str(logs / "events"),
             "spark.eventLog.compress": "false", "spark.eventLog.rolling.enabled": "false",
@@ -457,6 +505,190 @@ def _at_its_commit(spark, catalog: str, location: str) -> tuple[threading.Thread
     return t, outcome
 
 
+def _attacks(place: str) -> list[tuple[dict[str, str], str]]:
+    """What a service may try to vend to move the operator's requests (``place``: another
+    endpoint), each with the option a refusal names first: every spelling Lance or object_store
+    reads for the endpoint, and the other settings that decide where and how a request goes."""
+    return [
+        ({"aws_endpoint": place, "allow_http": "true"}, "aws_endpoint"),
+        ({"AWS_ENDPOINT": place, "allow_http": "true"}, "AWS_ENDPOINT"),
+        ({"endpoint": place}, "endpoint"),
+        ({"aws_endpoint_url": place}, "aws_endpoint_url"),
+        ({"endpoint_url": place}, "endpoint_url"),
+        ({"Aws_Endpoint_Url": place}, "Aws_Endpoint_Url"),
+        ({"aws_endpoint_url_s3": place}, "aws_endpoint_url_s3"),
+        ({"s3_endpoint": place}, "s3_endpoint"),  # no key Lance reads: unknown, refused all the same
+        ({"aws_region": "eu-west-1"}, "aws_region"),
+        ({"aws_virtual_hosted_style_request": "true"}, "aws_virtual_hosted_style_request"),
+        ({"proxy_url": place}, "proxy_url"),
+        ({"aws_proxy_url": place}, "aws_proxy_url"),
+        ({"aws_skip_signature": "true"}, "aws_skip_signature"),
+        ({"use_opendal": "true", "endpoint": place}, "endpoint"),
+        ({"aws_metadata_endpoint": place}, "aws_metadata_endpoint"),
+        ({"aws_container_credentials_full_uri": place}, "aws_container_credentials_full_uri"),
+        ({"aws_endpoint_url_sts": place}, "aws_endpoint_url_sts"),
+        ({"allow_invalid_certificates": "true"}, "allow_invalid_certificates"),
+        ({"aws_access_key_id": VENDED[0], "aws_secret_access_key": VENDED[1], "aws_session_token": VENDED[2],
+          "aws_endpoint": place, "allow_http": "true"}, "aws_endpoint"),
+    ]
+
+
+def test_what_a_service_may_vend():
+    """The rule alone (runtime/vended.py), on every store: a vended credential or its expiry
+    passes in any alias and letter case; any other vended key passes only with the operator's
+    value for the same meaning (aliases and boolean spellings compared as object_store reads
+    them), else it is refused naming the key and (for a place) its value, never a secret."""
+    from lance_compact.errors import CompactionError
+    from lance_compact.runtime import vended
+
+    operator = {"aws_endpoint": "http://127.0.0.1:9000", "allow_http": "true", "aws_region": "us-east-1",
+                "aws_access_key_id": "AKIAOPERATOR", "aws_secret_access_key": "operator-secret-123456",
+                "google_base_url": "https://storage.example", "azure_storage_account_name": "acct"}
+    s3, gs, az = "s3://b/wh/t", "gs://b/wh/t", "az://c/wh/t"
+    passes = [
+        ({"aws_access_key_id": "A", "AWS_SECRET_ACCESS_KEY": "B", "aws_session_token": "C", "Token": "D",
+          "access_key_id": "E", "secret_access_key": "F", "session_token": "G", "aws_token": "H",
+          "expires_at_millis": "1"}, s3),
+        ({"endpoint": "http://127.0.0.1:9000", "AWS_ENDPOINT_URL": "http://127.0.0.1:9000", "region": "us-east-1",
+          "ALLOW_HTTP": "1", "aws_allow_http": "yes"}, s3),
+        ({"google_storage_token": "t", "google_bearer_token": "t", "bearer_token": "t",
+          "base_url": "https://storage.example"}, gs),
+        ({"azure_storage_sas_token": "s", "sas_key": "s", "account_key": "k", "access_key": "k",
+          "azure_storage_token": "t", "account_name": "acct", "expires_at_millis": "1"}, az),
+        ({}, s3), (None, s3),
+    ]
+    for vend, location in passes:
+        assert vended.refused(vend, operator, location) == [], vend
+    refused = [
+        ({"aws_endpoint": "http://127.0.0.1:1"}, s3, "aws_endpoint"),
+        ({"Endpoint": "http://elsewhere"}, s3, "Endpoint"),
+        ({"aws_endpoint_url_s3": "http://elsewhere"}, s3, "aws_endpoint_url_s3"),
+        ({"aws_region": "eu-west-1"}, s3, "aws_region"),
+        ({"aws_default_region": "us-east-1"}, s3, "aws_default_region"),  # not set by the operator
+        ({"allow_http": "false"}, s3, "allow_http"),
+        ({"x_allow_http": "true", "allow_http": "true"}, {"allow_http": "false"}, "allow_http"),
+        ({"aws_virtual_hosted_style_request": "true"}, s3, "aws_virtual_hosted_style_request"),
+        ({"proxy_url": "http://p"}, s3, "proxy_url"),
+        ({"aws_proxy_url": "http://p"}, s3, "aws_proxy_url"),
+        ({"aws_skip_signature": "true"}, s3, "aws_skip_signature"),
+        ({"aws_unsigned_payload": "true"}, s3, "aws_unsigned_payload"),
+        ({"aws_bucket": "other"}, s3, "aws_bucket"),
+        ({"aws_profile": "default"}, s3, "aws_profile"),
+        ({"aws_role_arn": "arn:aws:iam::1:role/x"}, s3, "aws_role_arn"),
+        ({"aws_web_identity_token_file": "/etc/passwd"}, s3, "aws_web_identity_token_file"),
+        ({"aws_container_credentials_full_uri": "http://x"}, s3, "aws_container_credentials_full_uri"),
+        ({"use_opendal": "true"}, s3, "use_opendal"),
+        ({"client_max_retries": "0"}, s3, "client_max_retries"),
+        ({"s3_endpoint": "http://x"}, s3, "s3_endpoint"),
+        ({"google_service_account": "/etc/key.json"}, gs, "google_service_account"),
+        ({"service_account_key": "{}"}, gs, "service_account_key"),
+        ({"google_base_url": "http://elsewhere"}, gs, "google_base_url"),
+        ({"azure_storage_account_name": "other"}, az, "azure_storage_account_name"),
+        ({"azure_storage_endpoint": "http://elsewhere"}, az, "azure_storage_endpoint"),
+        ({"azure_client_secret": "x"}, az, "azure_client_secret"),
+        ({"azure_authority_host": "http://x"}, az, "azure_authority_host"),
+        ({"azure_msi_endpoint": "http://x"}, az, "azure_msi_endpoint"),
+        ({"azure_federated_token_file": "/x"}, az, "azure_federated_token_file"),
+        ({"unknown_setting": "1"}, s3, "unknown_setting"),
+        ({"endpoint": "http://127.0.0.1:9000"}, "file:///tmp/t", "endpoint"),  # no store: a key means itself
+    ]
+    for vend, location, key in refused:
+        own, where = (location, s3) if isinstance(location, dict) else (operator, location)
+        assert [k for k, _, _ in vended.refused(vend, own, where)][:1] == [key], (vend, location)
+    with pytest.raises(CompactionError, match=r"^\[LANCE_COMPACT\] catalog service rest at http://h: table db\.t: the "
+                       r"storage option 'aws_endpoint' \('http://127\.0\.0\.1:1'\) it vends is refused \(and "
+                       r"'proxy_url'\): it differs from the operator's setting\. .* come from the operator's "
+                       r"spark\.sql\.catalog\.<catalog>\.storage\.aws_endpoint$") as e:
+        vended.check({"aws_endpoint": "http://127.0.0.1:1", "proxy_url": "http://p",
+                      "aws_secret_access_key": "vended-secret-abcdef"}, operator, s3, "catalog service rest at http://h",
+                     "db.t")
+    assert "vended-secret-abcdef" not in str(e.value) and "operator-secret" not in str(e.value)
+    with pytest.raises(CompactionError) as e:  # a secret-named key's value is never shown; control characters escaped
+        vended.check({"my_secret\nkey": "vended-secret-abcdef"}, operator, s3, "catalog service rest", "db.t")
+    assert "vended-secret-abcdef" not in str(e.value) and "my_secret\\x0akey" in str(e.value)
+
+
+def test_a_service_cannot_send_the_operators_key_elsewhere(spark, services):
+    """Issue 41's attack: the service answers DescribeTable with another endpoint (a listener
+    that records whatever reaches it) and allow_http=true. SELECT, compact, table_health and
+    maintain_warehouse are refused naming the service, the table and the option (the endpoint's
+    value, never a secret), and where the endpoint comes from; every other spelling and place
+    setting likewise; the listener hears nothing (so no key id), the table keeps its version.
+    Credentials with their expiry pass and are used; so do the operator's own values."""
+    evil = services[0].evil
+    listener = Listener()
+    version = _version(evil)
+    shown = rf"catalog service rest at {re.escape(evil.uri)}: table db\.t: the storage option"
+    try:
+        evil.vending.set({"aws_endpoint": listener.endpoint, "allow_http": "true"})
+        for statement in ("SELECT count(*) FROM evil.db.t",
+                          "CALL evil.compact(table => 'db.t', target_rows_per_fragment => 1000)",
+                          "SELECT * FROM evil.system.table_health",
+                          "CALL evil.maintain_warehouse(target_rows_per_fragment => 1000)"):
+            with pytest.raises(Exception, match=rf"{shown} 'aws_endpoint' \('{re.escape(listener.endpoint)}'\) it vends "
+                               r"is refused: it differs from the operator's setting\. .*come from the operator's "
+                               r"spark\.sql\.catalog\.<catalog>\.storage\.aws_endpoint"):
+                spark.sql(statement).collect()
+        for vend, key in _attacks(listener.endpoint):
+            evil.vending.set(vend)
+            with pytest.raises(Exception, match=f"{shown} '{re.escape(key)}'") as refused:
+                spark.sql("SELECT count(*) FROM evil.db.t").collect()
+            assert not [s for s in VENDED if s in str(refused.value)], str(refused.value)
+        assert listener.heard() == [], listener.heard()
+        assert _version(evil) == version
+
+        # what passes: the operator's own values (in other spellings), and credentials with expiry
+        rows = lance.dataset(namespace_client=evil.client, table_id=["db", "t"]).count_rows()
+        for vend, replace in (({"allow_http": "TRUE"}, False),
+                              ({"AWS_REGION": "us-east-1", "endpoint": evil.store.endpoint}, False),
+                              ({"aws_access_key_id": VENDED[0], "aws_secret_access_key": VENDED[1],
+                                "aws_session_token": VENDED[2],
+                                "expires_at_millis": str(int((time.time() + 600) * 1000))}, True)):
+            evil.vending.set(vend, replace=replace)
+            assert spark.sql("SELECT count(*) FROM evil.db.t").collect()[0][0] == rows
+        assert VENDED[0] in evil.store.signers() and ACCESS_KEY_ID in evil.store.signers()
+    finally:
+        evil.vending.set({})
+        listener.stop()
+    assert listener.heard() == []
+    assert _version(evil) == version
+
+
+def test_lances_own_refresh_passes_the_check(services):
+    """Lance refreshes vended credentials itself, from its own threads, by calling the client's
+    describe_table: a service that vends clean credentials at first and another endpoint on the
+    refresh is refused there too (pylance 14.0.2, the engine's client as every process opens
+    tables through it), and nothing reaches the other endpoint."""
+    from lance_compact.runtime import catalog_service as cs, failures
+
+    evil = services[0].evil
+    listener = Listener()
+    options = {cs.IMPL: "rest", cs.PREFIX + "uri": evil.uri, cs.TABLE_ID: '["db", "t"]', **evil.storage}
+    service = cs.service_of(options)
+    creds = {"aws_access_key_id": VENDED[0], "aws_secret_access_key": VENDED[1], "aws_session_token": VENDED[2]}
+    try:
+        evil.vending.set({**creds, "expires_at_millis": str(int((time.time() + 1.5) * 1000))})
+        ds = lance.dataset(namespace_client=cs.client(service), table_id=["db", "t"],
+                           storage_options=cs.lance_options(options))
+        rows = ds.count_rows()
+        before = evil.vending.describes
+        evil.vending.set({**creds, "expires_at_millis": str(int((time.time() + 600) * 1000)),
+                          "aws_endpoint": listener.endpoint, "allow_http": "true"})
+        time.sleep(2)
+        with pytest.raises(Exception, match="the storage option 'aws_endpoint'.* it vends is refused") as refused:
+            for _ in range(3):
+                assert ds.to_table().num_rows == rows
+        assert evil.vending.describes > before  # Lance asked the service again (through the client)
+        named = failures.classify(refused.value)  # as the engine names it when Lance raises it mid-statement
+        assert named.kind == "config" and named.phrase.startswith(f"catalog service rest at {evil.uri}: table db.t: "
+                                                                  "the storage option 'aws_endpoint'"), named
+        assert not [s for s in VENDED if s in named.phrase]
+    finally:
+        evil.vending.set({})
+        listener.stop()
+    assert listener.heard() == []
+
+
 def test_lance_spark_sql_without_a_warehouse(services, tmp_path):
     plain, _ = services
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYSPARK_GATEWAY")}
@@ -507,6 +739,79 @@ def test_glue(spark, services):
     texts = [(spark.logs / "engine.log").read_text()] + [
         f.read_text(errors="replace") for f in (spark.logs / "events").rglob("*") if f.is_file()]
     assert not [k for k in GLUE_KEYS for t in texts if k in t]
+
+
+def _glue_spellings(glue, other: str) -> list[tuple[str, str, str]]:
+    """Glue tables a writer may place outside the catalog's root (``glue.root``,
+    ``s3://<bucket>/glue-data``), in every spelling: (table, location, what the refusal says).
+    ``other``: another bucket."""
+    bucket, root = glue.bucket[len("s3://"):], glue.root
+    outside = "is outside the catalog's root"
+    return [
+        ("other_bucket", f"{other}/glue-data/t", outside),
+        ("upper_scheme", f"S3://{bucket}/glue-data/t", "an upper-case scheme"),
+        ("s3a", f"s3a://{bucket}/glue-data/t", outside),
+        ("file_url", "file:///tmp/glue-outside/t", outside),
+        ("plain_path", "/tmp/glue-outside/t", outside),
+        ("escaped_dots", f"{root}/%2e%2e/other/t", "the percent-escape '%2e'"),
+        ("escaped_slash", f"{root}%2F..%2Fother", "the percent-escape '%2F'"),
+        ("dot_dot", f"{root}/../other/t", "'..' segment"),
+        ("trailing_dot", f"{root}/t/.", "a '.' segment"),
+        ("string_prefix", f"s3://{bucket}/glue-data-other/t", outside),
+        ("doubled_slash", f"s3://{bucket}//glue-data/t", "an empty segment"),
+        ("doubled_inside", f"{root}//t", "an empty segment"),
+        ("bucket_case", f"s3://{bucket.upper()}/glue-data/t", outside),
+        ("query", f"{root}/t?x=1", "a '?'"),
+    ]
+
+
+def test_glue_tables_outside_root_are_refused_in_every_spelling(spark, services, s3):
+    """A Glue catalog's tables must lie under its `root` (required): a table Glue places
+    elsewhere, in any spelling (another bucket, `S3://`, `s3a://`, `file://`, a plain path,
+    percent-escapes, `..`, a trailing `/.`, a string prefix of root, `//`, the bucket in
+    another case, `?`), is left out of SHOW TABLES, table_health and maintain_warehouse (with a
+    note in the engine's log) and refused by every statement naming it, its version unchanged.
+    A Glue catalog without `root` is refused naming the setting; a session cannot move it."""
+    glue = services[0].glue
+    other = s3.fresh_bucket("glue-other")
+    spellings = _glue_spellings(glue, other)
+    written = {"other_bucket": f"{other}/glue-data/t", "string_prefix": f"{glue.bucket}/glue-data-other/t"}
+    for location in written.values():
+        lance.write_dataset(batch(0, 20), location, storage_options=glue.storage)
+        lance.write_dataset(batch(20, 20), location, mode="append", storage_options=glue.storage)
+    glue.client.create_namespace(lance_ns.CreateNamespaceRequest(id=["spell"]))
+    try:
+        for name, location, _ in spellings:
+            glue.client.declare_table(lance_ns.DeclareTableRequest(id=["spell", name], location=location))
+        assert spark.sql("SHOW TABLES IN glue.spell").collect() == []
+        log = (spark.logs / "engine.log").read_text()
+        assert all(f"leaving table spell.{name} out of listings" in log for name, _, _ in spellings), log[-3000:]
+        health = spark.sql("SELECT namespace, `table`, error FROM glue.system.table_health").collect()
+        assert [tuple(h) for h in health] == [("db", "t", None)]
+        for name, location, says in spellings:
+            with pytest.raises(Exception, match=rf"table spell\.{name}: .*{re.escape(says)}"):
+                spark.sql(f"SELECT count(*) FROM glue.spell.{name}").collect()
+        for name in written:
+            with pytest.raises(Exception, match=f"table spell\\.{name}: the location the catalog service gives, .* is "
+                               "outside the catalog's root"):
+                spark.sql(f"CALL glue.compact(table => 'spell.{name}', target_rows_per_fragment => 1000)").collect()
+            with pytest.raises(Exception, match="is not the location catalog glue's service gives"):
+                spark.sql(f"CALL glue.compact(table => '{written[name]}')").collect()
+        w = spark.sql("CALL glue.maintain_warehouse(target_rows_per_fragment => 100)").collect()
+        assert {x.table for x in w} == {"db.t"} and all(x.error is None for x in w), w
+        for location in written.values():
+            assert lance.dataset(location, storage_options=glue.storage).version == 2
+    finally:
+        for name, _, _ in spellings:
+            try:
+                glue.client.deregister_table(lance_ns.DeregisterTableRequest(id=["spell", name]))
+            except Exception:
+                pass
+        glue.client.drop_namespace(lance_ns.DropNamespaceRequest(id=["spell"]))
+    with pytest.raises(Exception, match=r"catalog service glue at \S+: impl=glue needs the catalog's root "
+                       r"\(spark\.sql\.catalog\.<catalog>\.root"):
+        spark.sql("SHOW TABLES IN glue_noroot.db").collect()
+    _settings_are_the_operators(spark, "glue", {**glue.settings, "impl": "glue"}, {"root": f"{other}/glue-data"})
 
 
 def test_a_service_imports_nothing_a_setting_names_but_its_class():
@@ -612,6 +917,64 @@ def test_hive_settings_are_the_operators(spark, metastores):
         spark.sql("SHOW TABLES IN hive2_noroot.db").collect()
     with pytest.raises(Exception, match=r"hadoop.hive.metastore.sasl.enabled is not applied by impl=hive2"):
         spark.sql("SHOW TABLES IN hive2_sasl.db").collect()
+
+
+def test_hive_tables_outside_root_are_refused_in_every_spelling(spark, metastores):
+    """Hive's `root` is the boundary (the JVM's, as for every warehouse): a table the metastore
+    places outside it, in any spelling the metastore keeps (another folder, `file://`, an
+    upper-case scheme, percent-escapes, `..`, a trailing `/.`, a string prefix of root, `//`),
+    is left out of table_health and maintain_warehouse and refused by every statement naming it;
+    the real table there keeps its version. (The metastore itself refuses a location on a store
+    it has no file system for, and keeps `..`, `/.`, `//` and the scheme's case resolved.)"""
+    hive = metastores[0]
+    root, workdir = str(hive.root), hive.root.parent
+    elsewhere = workdir / "spelled" / "t.lance"
+    lance.write_dataset(batch(0, 20), str(elsewhere))
+    lance.write_dataset(batch(20, 20), str(elsewhere), mode="append")
+    spellings = {
+        "other_folder": str(elsewhere),
+        "file_url": f"file://{elsewhere}",
+        "upper_scheme": f"FILE://{elsewhere}",
+        "other_store": "s3://another-bucket/db.db/x",
+        "escaped_dots": f"file://{root}/%2e%2e/spelled/t.lance",
+        "escaped_slash": f"file://{root}%2F..%2Fspelled/t.lance",
+        "dot_dot": f"{root}/../spelled/t.lance",
+        "trailing_dot": f"file://{workdir}/spelled/t.lance/.",
+        "string_prefix": f"{root}-other/t",
+        "doubled_slash": f"file://{workdir}//spelled/t.lance",
+    }
+    client = hive.client
+    kept: dict[str, str] = {}
+    try:
+        for name, location in spellings.items():
+            try:
+                client.declare_table(lance_ns.DeclareTableRequest(id=["db", f"spell_{name}"], location=location))
+            except Exception as e:  # the metastore itself refused to keep it
+                kept[name] = f"metastore refused: {type(e).__name__}"
+                continue
+            kept[name] = client.describe_table(lance_ns.DescribeTableRequest(id=["db", f"spell_{name}"])).location
+        print("\nhive2 keeps:", kept)
+        stored = [n for n, where in kept.items() if not where.startswith("metastore refused")]
+        assert len(stored) == len(spellings) - 1, kept  # all but the store it has no file system for
+        listed = {r.tableName for r in spark.sql("SHOW TABLES IN hive2.db").collect()}
+        assert listed == {"t", "outside", *(f"spell_{n}" for n in stored)}  # by name, as Hive lists them
+        health = spark.sql("SELECT namespace, `table` FROM hive2.system.table_health ORDER BY namespace").collect()
+        assert [tuple(h) for h in health] == [("db", "t"), ("default", "d")]
+        for name in stored:
+            with pytest.raises(Exception, match=rf"table db\.spell_{name}: the location the catalog service gives: .*"
+                               rf"(is outside the warehouse {re.escape(root)} of catalog hive2|is refused)"):
+                spark.sql(f"SELECT count(*) FROM hive2.db.spell_{name}").collect()
+        with pytest.raises(Exception, match="is outside the warehouse"):
+            spark.sql("CALL hive2.compact(table => 'db.spell_file_url', target_rows_per_fragment => 1000)").collect()
+        w = spark.sql("CALL hive2.maintain_warehouse(target_rows_per_fragment => 1000)").collect()
+        assert {x.table for x in w} == {"db.t", "default.d"} and all(x.error is None for x in w), w
+        assert lance.dataset(str(elsewhere)).version == 2
+    finally:
+        for name in spellings:
+            try:
+                client.deregister_table(lance_ns.DeregisterTableRequest(id=["db", f"spell_{name}"]))
+            except ValueError:  # never declared (the metastore refused it)
+                pass
 
 
 def test_the_metastore_down(spark, metastores):

@@ -17,14 +17,19 @@ The JVM catalog asks through the engine: ``{"root", "storage_options", "single_l
 """
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from lance import namespace as lance_ns
 from lance_namespace.errors import NamespaceNotFoundError, TableNotFoundError
 
 from ..errors import CompactionError
-from ..runtime.catalog_service import client as catalog_client, lance_options, service_of, unreachable
+from ..runtime.catalog_service import (UnreadableLocation, client as catalog_client, lance_options, service_of,
+                                       unreachable)
 from ..runtime.envelope import Envelope, Result
+from ..runtime.vended import printable
+
+log = logging.getLogger(__name__)
 
 DEFAULT = "default"
 COLUMNS = "`kind` STRING, `name` STRING, `location` STRING"
@@ -73,10 +78,32 @@ def _exists(ns: lance_ns.DirectoryNamespace, lance_id: list[str] | None) -> bool
 
 
 def _table_location(ns: lance_ns.DirectoryNamespace, lance_id: list[str]) -> str | None:
+    """The table's location as the service gives it (None: no such table). A location Lance
+    would read as another one is returned as given: the JVM's catalog refuses it by its own
+    check, naming the table, and leaves it out of its listings (the engine never opens it)."""
     try:
         return ns.describe_table(lance_ns.DescribeTableRequest(id=lance_id)).location
     except (TableNotFoundError, NamespaceNotFoundError):
         return None
+    except UnreadableLocation as e:
+        if e.location is None:
+            raise
+        return e.location
+
+
+def _listed(ns: Any, table_id: list[str]) -> bool:
+    """Whether a Glue catalog lists the table: one whose location lies outside the catalog's
+    ``root`` (or that Lance would read as another location) is left out, with a note in the log;
+    a statement naming it is refused (runtime/catalog_service.py). Other services' tables are
+    all listed (a Hive catalog's boundary is checked by the JVM, which leaves them out of the
+    catalog-wide views itself)."""
+    service = getattr(ns, "service", None)
+    if service is None or service.impl != "glue":
+        return True
+    why = ns.refused_location(table_id)
+    if why is not None:
+        log.warning("leaving table %s out of listings: %s", printable(".".join(table_id), 300), why)
+    return why is None
 
 
 def namespace_rows(request: Envelope) -> Result:
@@ -112,8 +139,9 @@ def _rows(request: Envelope, ns: Any) -> Result:
         lance_id = _lance_id(raw, ident)
         if not _exists(ns, lance_id):
             return Result(COLUMNS, [])
-        names = _all(ns.list_tables, lance_ns.ListTablesRequest, lance_id, "tables")
-        return Result(COLUMNS, [["table", n, None] for n in sorted(names) if not n.startswith("__")])
+        names = [n for n in sorted(_all(ns.list_tables, lance_ns.ListTablesRequest, lance_id, "tables"))
+                 if not n.startswith("__")]
+        return Result(COLUMNS, [["table", n, None] for n in names if _listed(ns, lance_id + [n])])
     if op == "table":
         lance_id = _lance_id(raw, ident[:-1])
         if lance_id is None or not ident:

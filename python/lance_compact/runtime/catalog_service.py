@@ -18,9 +18,15 @@ The JVM refuses storage options a user gives under that prefix (Scala ``LanceCat
 the operator's catalog may name a service.
 
 The client wraps the service's (:class:`_Checked`): every location it returns is checked as
-every location is (runtime/locations.py: Lance must read it as written), the secrets it vends
-are redacted from logs and errors (runtime/secrets.py), and a service that does not answer is
-named (:func:`unreachable`).
+every location is (runtime/locations.py: Lance must read it as written), and a Glue catalog's
+must lie under its ``root``; the storage options it vends may carry credentials only, never a
+place (runtime/vended.py: a vended endpoint, region, ``allow_http``, ... that differs from the
+operator's refuses the table); the secrets it vends are redacted from logs and errors
+(runtime/secrets.py), and a service that does not answer is named (:func:`unreachable`).
+Every DescribeTable answer passes there: the engine's own, Lance's when it opens a table with
+``namespace_client=`` (``lance.dataset`` calls the client's ``describe_table``), and Lance's
+refreshes of vended credentials (pylance 14.0.2 calls the Python client's ``describe_table``
+from its own threads; checked by tests/test_rest_catalog.py).
 """
 from __future__ import annotations
 
@@ -29,11 +35,12 @@ import logging
 import re
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from ..errors import CompactionError
-from .locations import reinterpreted
+from . import vended
+from .locations import inside, reinterpreted
 from .secrets import redact, remember_vended
 
 log = logging.getLogger(__name__)
@@ -54,12 +61,14 @@ _REFUSED_PROPERTIES = ("dynamic_context_provider.",)
 
 @dataclass(frozen=True)
 class Service:
-    """A catalog service: its implementation, its properties (``uri``, ``header.*``, ...), and
-    the table asked about (None for namespace-wide questions)."""
+    """A catalog service: its implementation, its properties (``uri``, ``header.*``, ...), the
+    table asked about (None for namespace-wide questions), and the operator's storage options
+    of the catalog (what a vended option is compared with: runtime/vended.py; never shown)."""
 
     impl: str
     properties: tuple[tuple[str, str], ...]
     table_id: tuple[str, ...] | None = None
+    storage: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
     @property
     def shown(self) -> str:
@@ -102,7 +111,7 @@ def service_of(storage_options: Mapping[str, str] | None) -> Service | None:
         if not isinstance(ident, list) or not ident or not all(isinstance(p, str) and p for p in ident):
             raise CompactionError(f"engine: storage option {TABLE_ID} is not a table identifier")
         table_id = tuple(ident)
-    return Service(impl, tuple(sorted(props)), table_id)
+    return Service(impl, tuple(sorted(props)), table_id, tuple(sorted(lance_options(opts).items())))
 
 
 def lance_options(storage_options: Mapping[str, str] | None) -> dict[str, str]:
@@ -127,8 +136,41 @@ def for_entry(storage_options: Mapping[str, str] | None, namespace: str, name: s
 
 def unreachable(service: Service, error: BaseException) -> CompactionError:
     """The error for a service that failed to answer: it names the service, never its headers."""
-    text = redact(f"{type(error).__name__}: {error}", dict(service.properties))
+    text = redact(f"{type(error).__name__}: {error}", {**dict(service.storage), **dict(service.properties)})
     return CompactionError(f"{service.shown} did not answer: {text}")
+
+
+class RefusedLocation(CompactionError):
+    """A table whose location the service gives is refused: a spelling Lance would read as
+    another location (:class:`UnreadableLocation`), or (Glue) a location outside the catalog's
+    ``root``. Listings leave such a table out; a statement naming it fails with this."""
+
+    def __init__(self, message: str, location: str | None) -> None:
+        super().__init__(message, kind="invalid")
+        self.location = location
+
+
+class UnreadableLocation(RefusedLocation):
+    """A location Lance would read as another one (runtime/locations.py). Its table is never
+    opened; the JVM's catalog, which checks every location the same way before anything else,
+    is handed it as the service gave it (catalog/namespaces.py), so that its own refusal names
+    the table and its listings leave it out."""
+
+
+def glue_root(service: Service) -> str:
+    """A Glue catalog's ``root``, where its Lance tables must lie (deny by default: Glue is
+    shared with other tools, and a table's location there is whatever its last writer set);
+    refused when missing or not in normal form."""
+    root = (dict(service.properties).get("root") or "").strip()
+    if not root:
+        raise CompactionError(f"{service.shown}: impl=glue needs the catalog's root "
+                              "(spark.sql.catalog.<catalog>.root, e.g. s3://bucket/lance): where its Lance tables "
+                              "are; a table Glue places outside it is refused", kind="invalid")
+    why = reinterpreted(root)
+    if why is not None:
+        raise CompactionError(f"{service.shown}: root '{vended.printable(root, 300)}' is refused: it holds {why}; "
+                              "write it in normal form", kind="invalid")
+    return root
 
 
 class _Checked:
@@ -144,8 +186,16 @@ class _Checked:
         return self._inner.namespace_id()
 
     def describe_table(self, request: Any) -> Any:
+        """The service's DescribeTable, checked: the location Lance reads as written (and, for
+        Glue, under ``root``), the vended storage options credentials only or the operator's own
+        values (runtime/vended.py). Every caller gets this answer or the refusal, Lance's own
+        opens and credential refreshes included, before anything reaches the table's store."""
         from lance_namespace.errors import NamespaceNotFoundError, TableNotFoundError
 
+        if isinstance(request, Mapping):  # Lance's refreshes ask with a dict ({"id", "vend_credentials"})
+            from lance import namespace as lance_ns
+
+            request = lance_ns.DescribeTableRequest.model_validate(dict(request))
         try:
             response = translated(self._inner.describe_table, request)
         except (TableNotFoundError, NamespaceNotFoundError):
@@ -153,12 +203,39 @@ class _Checked:
         except Exception as e:
             raise unreachable(self._service, e) from None
         remember_vended(response.storage_options)
+        table = vended.printable(".".join(request.id or []), 300)
         location = response.location
         why = reinterpreted(location) if isinstance(location, str) else "no location"
         if why is not None:
-            raise CompactionError(f"{self._service.shown}: table {'.'.join(request.id or [])}: the location "
-                                  f"it gave, '{location}', is refused: it holds {why}")
+            raise UnreadableLocation(f"{self._service.shown}: table {table}: the location it gave, "
+                                     f"'{vended.printable(location, 300)}', is refused: it holds {why}",
+                                     location if isinstance(location, str) else None)
+        if self._service.impl == "glue":
+            root = glue_root(self._service)
+            if not inside(location, root):
+                raise RefusedLocation(f"{self._service.shown}: table {table}: the location the catalog service "
+                                      f"gives, '{vended.printable(location, 300)}', is outside the catalog's root "
+                                      f"{root}; refused", location)
+        vended.check(response.storage_options, dict(self._service.storage), location, self._service.shown, table)
         return response
+
+    def refused_location(self, table_id: list[str]) -> str | None:
+        """Why the table's location is refused (for a listing to leave it out), None when it is
+        not (or the table is gone)."""
+        from lance import namespace as lance_ns
+        from lance_namespace.errors import NamespaceNotFoundError, TableNotFoundError
+
+        try:
+            self.describe_table(lance_ns.DescribeTableRequest(id=list(table_id)))
+        except RefusedLocation as e:
+            return e.message
+        except (TableNotFoundError, NamespaceNotFoundError):
+            return None
+        return None
+
+    @property
+    def service(self) -> Service:
+        return self._service
 
     def namespace_exists(self, request: Any) -> Any:
         from lance import namespace as lance_ns
@@ -217,9 +294,10 @@ _MOST_CLIENTS = 16
 
 
 def client(service: Service) -> Any:
-    """The process's client of ``service`` (one per implementation and properties; a table's
-    id is not part of it), made on first use."""
-    key = Service(service.impl, service.properties)
+    """The process's client of ``service`` (one per implementation, properties and the
+    operator's storage options, which its checks compare vended options with; a table's id is
+    not part of it), made on first use."""
+    key = Service(service.impl, service.properties, storage=service.storage)
     with _clients_lock:
         found = _clients.get(key)
         if found is not None:
@@ -228,6 +306,7 @@ def client(service: Service) -> Any:
     from lance import namespace as lance_ns
 
     if service.impl == "glue":
+        glue_root(key)  # required before Glue is asked anything
         try:
             from lance_namespace_impls.glue import GlueNamespace
         except ImportError:
@@ -255,8 +334,8 @@ def client(service: Service) -> Any:
         raise
     except Exception as e:
         raise CompactionError(f"{service.shown}: cannot connect: "
-                              f"{redact(str(e), dict(service.properties))}") from None
-    checked = _checked_class()(inner, service)
+                              f"{redact(str(e), {**dict(service.storage), **dict(service.properties)})}") from None
+    checked = _checked_class()(inner, key)
     with _clients_lock:
         _clients[key] = checked
         while len(_clients) > _MOST_CLIENTS:

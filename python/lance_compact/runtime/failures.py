@@ -40,6 +40,11 @@ _QUOTED_COLUMN = re.compile(r'(?:No field named "|Column "?)((?:[^"\s]|\s(?!does
 # A catalog service that did not answer (runtime/catalog_service.py), also when Lance met it
 # refreshing a table's storage options deep inside a read or a commit.
 _SERVICE_DOWN = re.compile(r"catalog service \S+(?: at \S+)? did not answer")
+# A catalog service's answer refused (runtime/catalog_service.py, runtime/vended.py): a vended
+# storage option that is no credential, or a location, also when Lance met it refreshing.
+_SERVICE_REFUSED = re.compile(r"catalog service \S+(?: at \S+)?: table \S+: (?:the storage option .*? it vends is "
+                              r"refused.*?spark\.sql\.catalog\.<catalog>\.storage\.[^\s,)]+|the location .*?"
+                              r"(?:is outside the catalog's root \S+; refused|is refused: it holds [^(\n]*))")
 _VERSION_GONE = re.compile(r"_versions/[^/\s]+\.manifest was not found")
 _OPERATION = re.compile(r"concurrent transaction (\w+)", re.I)
 _HTTP = re.compile(r"status code: (\d{3})\s*([A-Za-z][A-Za-z ]*[A-Za-z])?")
@@ -170,6 +175,9 @@ def classify(error: BaseException | str) -> Failure:
         if _VERSION_GONE.search(low):  # an old version cleanup removed, not the table
             return Failure(MISSING, "a version of the table does not exist (removed by cleanup, or never written)", None, detail)
         return Failure(MISSING, "the table does not exist", None, detail)
+    m = _SERVICE_REFUSED.search(text)
+    if m:
+        return Failure(CONFIG, m.group(0).strip(), None, detail)
     m = _SERVICE_DOWN.search(text)
     if m:
         return Failure(STORAGE, f"{m.group(0)} (the table's location and storage credentials come from "
