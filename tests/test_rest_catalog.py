@@ -652,6 +652,9 @@ def test_a_service_cannot_send_the_operators_key_elsewhere(spark, services):
         listener.stop()
     assert listener.heard() == []
     assert _version(evil) == version
+    texts = [(spark.logs / "engine.log").read_text()] + [
+        f.read_text(errors="replace") for f in (spark.logs / "events").rglob("*") if f.is_file()]
+    assert not [s for s in VENDED for t in texts if s in t]  # the vended credentials: redacted everywhere
 
 
 def test_lances_own_refresh_passes_the_check(services):
