@@ -49,6 +49,15 @@ class LanceCatalog extends TableCatalog with SupportsNamespaces with ProcedureCa
 
   override def initialize(name: String, sessionOptions: CaseInsensitiveStringMap): Unit = {
     catalogName = name
+    // Under the shared-server guard a session defines no catalog (its SQL SET of one is refused;
+    // a program's conf call is not SQL): refused here, before a procedure of it could run during
+    // the analysis of a CALL, ahead of the guard's plan check.
+    val static = Option(SparkEnv.get).map(_.conf)
+    if (static.exists(_.get("spark.sql.extensions", "").contains("SharedServerGuard")) &&
+      !CatalogSettings.operators(static, name, getClass.getName)) throw new LanceCompactException(
+      s"catalog $name is refused on this server (io.github.lancecompact.spark.SharedServerGuard): it is not one of " +
+        s"the operator's catalogs (a catalog is defined in the server's static configuration, spark.sql.catalog.$name=...; " +
+        "a session defines none)", null)
     // The operator's catalog takes its settings from the static conf only; a user's own
     // catalog only from its session settings (CatalogSettings).
     val options = LanceCompactException.userErrors(

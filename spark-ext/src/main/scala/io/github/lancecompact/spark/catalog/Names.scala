@@ -1,25 +1,54 @@
 package io.github.lancecompact.spark.catalog
 
 /** What a namespace or table name may be. Any identifier or table argument a SQL user gives is
- * checked for control characters before anything logs it or names a job with it (a newline
- * would forge lines in logs and job descriptions); names of new namespaces must not collide
- * with Lance's own layout (a `<t>.lance` table folder, its `_versions`, `_indices`, ... folders).
+ * checked before anything logs it or names a job with it: no control character (a newline would
+ * forge lines in logs and job descriptions) and no other character that is not printable (the
+ * rule of python/lance_compact/runtime/identifiers.py, which checks index and column names);
+ * names of new namespaces must not collide with Lance's own layout (a `<t>.lance` table folder,
+ * its `_versions`, `_indices`, ... folders).
  */
 object Names {
-  private def control(c: Char): Boolean = c < 0x20 || c == 0x7f
+  /** A control character (C0, DEL, C1) or a line or paragraph separator: one that breaks a line. */
+  private def control(cp: Int): Boolean = cp < 0x20 || (cp >= 0x7f && cp <= 0x9f) || cp == 0x2028 || cp == 0x2029
 
-  /** `s` with its control characters written out (`\n`, `\u0001`), safe for a message. */
-  def show(s: String): String = s.flatMap {
+  /** Not printable: a control character, or a format character (zero-width, bidirectional marks),
+   * a lone surrogate, a private-use or an unassigned code point (Unicode Cc, Cf, Zl, Zp, Cs, Co, Cn). */
+  private def unprintable(cp: Int): Boolean = control(cp) || (Character.getType(cp) match {
+    case Character.FORMAT | Character.SURROGATE | Character.PRIVATE_USE | Character.UNASSIGNED => true
+    case _ => false
+  })
+
+  private def escaped(cp: Int): String = cp match {
     case '\n' => "\\n"
     case '\r' => "\\r"
     case '\t' => "\\t"
-    case c if control(c) => f"\\u${c.toInt}%04x"
-    case c => c.toString
+    case c if c > 0xffff => f"\\U$c%08x"
+    case c => f"\\u$c%04x"
   }
 
-  /** Refuse `value` (a name, an identifier or a table argument) if it holds a control character. */
-  def checkText(catalogName: String, what: String, value: String): Unit =
-    if (value.exists(control)) throw new IllegalArgumentException(
+  /** `s` with its characters that are not printable written out (`\n`, `\u0001`, `\u2028`), safe
+   * for a message or a log line. */
+  def show(s: String): String = {
+    val out = new StringBuilder
+    s.codePoints().forEach(cp => if (unprintable(cp)) out ++= escaped(cp) else out.appendAll(Character.toChars(cp)))
+    out.toString
+  }
+
+  /** Refuse `value` (a name, an identifier or a table argument) if it holds a control character
+   * or another character that is not printable. */
+  def checkText(catalogName: String, what: String, value: String): Unit = {
+    checkControl(catalogName, what, value)
+    value.codePoints().filter(unprintable(_)).findFirst().ifPresent { cp =>
+      throw new IllegalArgumentException(
+        s"catalog $catalogName: $what '${show(value)}' contains a character that is not printable (${escaped(cp)}); " +
+          "names and table arguments may not")
+    }
+  }
+
+  /** Refuse `value` if it holds a control character: the one rule for the name of something that
+   * exists (DROP INDEX: an index pylance made with any name may be dropped by its exact name). */
+  def checkControl(catalogName: String, what: String, value: String): Unit =
+    if (value.codePoints().anyMatch(control(_))) throw new IllegalArgumentException(
       s"catalog $catalogName: $what '${show(value)}' contains a control character (newline, tab, ...); " +
         "names and table arguments may not")
 
@@ -40,7 +69,7 @@ object Names {
   }
 
   def checkIdentifier(catalogName: String, what: String, parts: Seq[String]): Unit =
-    if (parts.exists(_.exists(control))) checkText(catalogName, what, parts.mkString("."))
+    if (parts.exists(_.codePoints().anyMatch(unprintable(_)))) checkText(catalogName, what, parts.mkString("."))
 
   /** A new namespace's name: neither a table folder (`x.lance`) nor one of Lance's or hidden folders
    * (`_versions`, `_indices`, `.x`), so it can never be created inside a table or hide one. */

@@ -47,6 +47,8 @@ final class TableIndexes(catalog: LanceCatalog, ident: Identifier, ref: TableRef
     else parts.mkString(".")
   }
 
+  /** A new index's name: no control or other unprintable character before anything logs it (the
+   * engine checks the rest of its rule: python/lance_compact/runtime/identifiers.py). */
   private def checkName(name: String): Unit = Names.checkText(catalog.name(), "index name", name)
 
   /** The `indices` metadata table's rows (python/lance_compact/catalog/metadata_tables.py):
@@ -115,10 +117,12 @@ final class TableIndexes(catalog: LanceCatalog, ident: Identifier, ref: TableRef
   }
 
   def drop(name: String): Unit = LanceCompactException.userErrors {
-    checkName(name)
+    // an existing index's exact name, whatever pylance let it be, but never a control character
+    Names.checkControl(catalog.name(), "index name", name)
     val known = names()
-    if (!known.contains(name)) throw new NoSuchIndexException(name,
-      s"${ref.name}; its indices are: ${if (known.isEmpty) "none" else known.mkString(", ")}", None)
+    // Lance's own system indices (`__lance_frag_reuse`, ...) are not listed: the engine says what they are
+    if (!known.contains(name) && !name.startsWith("__")) throw new NoSuchIndexException(Names.show(name),
+      s"${ref.name}; its indices are: ${if (known.isEmpty) "none" else known.map(Names.show).mkString(", ")}", None)
     try EngineProcedure.call(catalog, "drop_index",
       Map("table" -> UTF8String.fromString(tableArgument), "name" -> UTF8String.fromString(name)))
     catch {

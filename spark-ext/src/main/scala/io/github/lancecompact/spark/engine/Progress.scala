@@ -5,6 +5,8 @@ import java.util.concurrent.ConcurrentHashMap
 import org.apache.spark.SparkContext
 import org.apache.spark.internal.Logging
 
+import io.github.lancecompact.spark.catalog.Names
+
 /** What a statement is doing now, as its engine request says (python/lance_compact/runtime/
  * progress.py), shown where people look:
  *
@@ -45,7 +47,7 @@ object Progress extends Logging {
    * group, tags and pool) and the request's tag. Never fails: it is a view. */
   private[engine] def said(sc: SparkContext, requestTag: String, action: String, text: String,
                            properties: Map[String, String], ui: Boolean = true): Unit = {
-    val line = text.take(300)
+    val line = Names.show(text.take(300))  // one line, whatever a name in it holds
     Option(keyOf.get(requestTag)).foreach(k => byKey.put(k, Entry(line, requestTag)))
     logInfo(s"lance_compact $action: $line")
     if (ui) {

@@ -4,7 +4,7 @@ import java.util.{IdentityHashMap, Locale}
 
 import scala.jdk.CollectionConverters._
 
-import org.apache.spark.sql.catalyst.expressions.{Expression, UserDefinedExpression}
+import org.apache.spark.sql.catalyst.expressions.{Expression, RuntimeReplaceable, UserDefinedExpression}
 import org.apache.spark.sql.catalyst.plans.logical.{AnalysisOnlyCommand, Command, LogicalPlan}
 import org.apache.spark.sql.connector.catalog.CatalogPlugin
 import org.apache.spark.sql.execution.command.SetCommand
@@ -89,22 +89,35 @@ final class GuardCheck(policy: GuardPolicy) extends (LogicalPlan => Unit) {
     if (isGlobalTempView(node, name)) {
       throw Refusal("a global temporary view", "every session could read and replace it")
     }
-    if (name.startsWith("Create") || name.startsWith("Replace")) locationOf(node).foreach { l =>
+    // a temporary view over a data source the operator allowed reads where its options say: that
+    // source's paths are what the operator allowed (its name was checked above)
+    if ((name.startsWith("Create") || name.startsWith("Replace")) && name != "CreateTempViewUsing") locationOf(node).foreach { l =>
       throw Refusal(s"a LOCATION or path of a statement's choosing ($l)", "it would write or read files there")
     }
     node.expressions.foreach(checkExpression)
   }
 
-  private def checkExpression(root: Expression): Unit = root.foreach {
-    case e if refusedClasses.contains(e.getClass.getName) =>
-      throw RefusedFunctions.refusal(refusedClasses(e.getClass.getName))
-    case u: UserDefinedExpression if !policy.allowsFunction(u.name) =>
-      throw Refusal(s"the user-defined function ${u.name}", "it runs code on the server (a Python, Scala, Java " +
-        "or Hive function)", Some(GuardPolicy.FunctionsKey -> u.name))
-    case e if isHiveFunction(simple(e)) && !policy.allowsFunction(nameOf(e).getOrElse(simple(e))) =>
-      throw Refusal(s"the Hive function ${nameOf(e).getOrElse(simple(e))}", "a Hive function's class runs on the driver",
-        Some(GuardPolicy.FunctionsKey -> nameOf(e).getOrElse(simple(e))))
-    case _ =>
+  /** An expression and everything under it. Inside an allowed function that Spark replaces by
+   * others (`try_reflect` by `reflect`'s expression, `nvl` by `coalesce`), the replacement's own
+   * classes are that function's, not refused ones; user-defined functions are refused anywhere. */
+  private def checkExpression(root: Expression): Unit = {
+    def visit(e: Expression, inAllowedReplacement: Boolean): Unit = {
+      e match {
+        case _ if !inAllowedReplacement && refusedClasses.contains(e.getClass.getName) =>
+          throw RefusedFunctions.refusal(refusedClasses(e.getClass.getName))
+        case u: UserDefinedExpression if !policy.allowsFunction(u.name) =>
+          throw Refusal(s"the user-defined function ${u.name}", "it runs code on the server (a Python, Scala, " +
+            "Java or Hive function)", Some(GuardPolicy.FunctionsKey -> u.name))
+        case _ if isHiveFunction(simple(e)) && !policy.allowsFunction(nameOf(e).getOrElse(simple(e))) =>
+          val n = nameOf(e).getOrElse(simple(e))
+          throw Refusal(s"the Hive function $n", "a Hive function's class runs on the driver",
+            Some(GuardPolicy.FunctionsKey -> n))
+        case _ =>
+      }
+      val replaced = inAllowedReplacement || e.isInstanceOf[RuntimeReplaceable]
+      e.children.foreach(visit(_, replaced))
+    }
+    visit(root, inAllowedReplacement = false)
   }
 
   private def checkSet(key: String, value: String): Unit = {

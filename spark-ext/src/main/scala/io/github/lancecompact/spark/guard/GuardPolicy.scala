@@ -30,7 +30,10 @@ final case class GuardPolicy(
     operatorCatalogs: Set[String],
     staticConf: Map[String, String]) {
 
-  def allowsSource(names: Iterable[String]): Boolean = names.exists(n => sources.contains(GuardPolicy.norm(n)))
+  def allowsSource(names: Iterable[String]): Boolean = names.exists { n =>
+    val s = GuardPolicy.norm(n)
+    sources.contains(s) || GuardPolicy.ReadThrough.get(s).exists(_.exists(sources.contains))
+  }
   def allowsFunction(name: String): Boolean = functions.contains(GuardPolicy.norm(name))
   def allowsCommand(name: String): Boolean = commands.contains(GuardPolicy.norm(name))
   def isOperatorCatalog(name: String): Boolean = operatorCatalogs.contains(GuardPolicy.norm(name))
@@ -44,6 +47,10 @@ object GuardPolicy {
   val SessionCatalog = "spark_catalog"
   /** Spark's own catalog of built-in functions and session variables. */
   val SystemCatalog = "system"
+
+  /** Sources Spark reads through for an allowed one: csv, json and xml infer their schemas by
+   * reading the files as text (the same files; text reveals nothing csv would not). */
+  private val ReadThrough: Map[String, Set[String]] = Map("text" -> Set("csv", "json", "xml"))
 
   private[guard] def norm(s: String): String = s.trim.toLowerCase(Locale.ROOT)
 

@@ -10,7 +10,7 @@ import org.apache.spark.sql.connector.catalog.procedures.ProcedureParameter
 import org.apache.spark.sql.internal.SQLConf
 import org.apache.spark.sql.types._
 
-import io.github.lancecompact.spark.catalog.{LanceCatalog, LanceTable, TableRef}
+import io.github.lancecompact.spark.catalog.{LanceCatalog, LanceTable, Names, TableRef}
 import io.github.lancecompact.spark.engine.EngineRequest
 
 /** The arguments the procedures share, and their binding into the engine's request.
@@ -253,7 +253,7 @@ object CompactionArguments {
           val seen = mutable.Set.empty[String]
           (0 until map.numElements()).foreach { j =>
             val key = map.keyArray().getUTF8String(j).toString
-            if (!seen.add(key.toLowerCase)) throw new IllegalArgumentException(s"table $tableArg: option $key is given twice")
+            if (!seen.add(key.toLowerCase)) throw new IllegalArgumentException(s"table $tableArg: option ${Names.show(key)} is given twice")
             val v = map.valueArray()
             optionMap.put(key, if (v.isNullAt(j)) null
               else if (key.equalsIgnoreCase("where")) where(v.getUTF8String(j).toString)
