@@ -317,3 +317,24 @@ def test_types_that_cannot_be_ordered_are_named(kind):
     with pytest.raises(CompactionError, match=r"sort_order column 'odd' (has type|is a nested column)"):
         check_columns(parse_sort_order("zorder(a, odd)", "db.t"), schema, "db.t")
     check_columns(parse_sort_order("a DESC NULLS FIRST", "db.t"), schema, "db.t")
+
+
+def test_each_key_keeps_its_own_null_placement_on_every_pyarrow():
+    """Sort keys as (name, order, null_placement) triples are taken by pyarrow from 25.0 only
+    ("too many values to unpack" on 22, a platform's Arrow); keys.sort_indices keeps each key's
+    own direction and null placement with pairs, as every pyarrow from 16 on sorts them
+    (checked by hand on pyarrow 22.0.0 and 26.0.1: the same orders)."""
+    import pyarrow as pa
+
+    from lance_compact.compaction.clustering.keys import order_indices
+    from lance_compact.compaction.clustering.sort_order import SortKey
+
+    t = pa.table({"a": [3, None, 1, 2, None], "b": ["x", "y", None, "z", "w"]})
+    cases = [((SortKey("a", False, True),), [None, None, 1, 2, 3]),
+             ((SortKey("a", False, False),), [1, 2, 3, None, None]),
+             ((SortKey("a", True, True),), [None, None, 3, 2, 1]),
+             ((SortKey("a", True, False), SortKey("b", False, True)), [3, 2, 1, None, None])]
+    for keys, want in cases:
+        assert t.take(order_indices(t, keys))["a"].to_pylist() == want, keys
+    mixed = t.take(order_indices(t, (SortKey("a", True, False), SortKey("b", True, True))))
+    assert mixed["b"].to_pylist()[-2:] == ["y", "w"]  # the a-null rows, b descending

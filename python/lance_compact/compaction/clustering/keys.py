@@ -25,13 +25,27 @@ def key_table(table: pa.Table, keys: tuple[SortKey, ...]) -> pa.Table:
     return pa.table({f"k{i}": table.column(k.column).combine_chunks() for i, k in enumerate(keys)})
 
 
-def _sort_keys(keys: tuple[SortKey, ...]) -> list[tuple[str, str, str]]:
-    return [k.arrow(f"k{i}") for i, k in enumerate(keys)]
+def sort_indices(k: pa.Table, keys: tuple[SortKey, ...]) -> pa.Array:
+    """Indices that sort the key table ``k`` (columns k0, k1, ...) by ``keys``, each key with
+    its own direction and null placement. pyarrow takes per-key null placement (sort keys as
+    triples) only from 25.0; before, pairs and one ``null_placement`` for all keys. So each key
+    that holds nulls is preceded by whether it is null, sorted so its nulls come first or last,
+    which every pyarrow from 16 on sorts alike."""
+    columns: dict[str, pa.ChunkedArray] = {}
+    sort_keys: list[tuple[str, str]] = []
+    for i, key in enumerate(keys):
+        col = k.column(f"k{i}")
+        if col.null_count:
+            columns[f"n{i}"] = pc.is_null(col)
+            sort_keys.append((f"n{i}", "descending" if key.nulls_first else "ascending"))
+        columns[f"k{i}"] = col
+        sort_keys.append((f"k{i}", "descending" if key.descending else "ascending"))
+    return pc.sort_indices(pa.table(columns), sort_keys=sort_keys, null_placement="at_end")
 
 
 def order_indices(table: pa.Table, keys: tuple[SortKey, ...]) -> pa.Array:
     """Indices that put ``table``'s rows in the order of ``keys``."""
-    return pc.sort_indices(key_table(table, keys), sort_keys=_sort_keys(keys))
+    return sort_indices(key_table(table, keys), keys)
 
 
 def pick_bounds(sample: pa.Table, keys: tuple[SortKey, ...], parts: int) -> pa.Table:
@@ -40,7 +54,7 @@ def pick_bounds(sample: pa.Table, keys: tuple[SortKey, ...], parts: int) -> pa.T
     k = key_table(sample, keys)
     if parts <= 1 or k.num_rows == 0:
         return k.slice(0, 0)
-    ordered = k.take(pc.sort_indices(k, sort_keys=_sort_keys(keys)))
+    ordered = k.take(sort_indices(k, keys))
     at = [min(k.num_rows - 1, (i * k.num_rows) // parts) for i in range(1, parts)]
     return ordered.take(pa.array(at, pa.int64()))
 
@@ -53,7 +67,7 @@ def _ranks(rows: pa.Table, bounds: pa.Table, keys: tuple[SortKey, ...], ties_aft
         return np.zeros(nr, dtype=np.int64)
     bounds = bounds.cast(rows.schema)
     both = pa.concat_tables([bounds, rows] if ties_after else [rows, bounds])
-    order = pc.sort_indices(both, sort_keys=_sort_keys(keys)).to_numpy()
+    order = sort_indices(both, keys).to_numpy()
     is_bound = order < nb if ties_after else order >= nr
     before = np.cumsum(is_bound)
     out = np.empty(nr, dtype=np.int64)
@@ -91,7 +105,7 @@ def column_bounds(sample: pa.Table, order: SortOrder) -> list[pa.Table]:
         b = pick_bounds(sample, one, min(ranges, max(1, sample.num_rows)))
         # Equal bounds add nothing to a range id: keep each value once.
         u = pa.table({"k0": pc.unique(b["k0"].combine_chunks())}) if b.num_rows else b
-        out.append(u.take(pc.sort_indices(u, sort_keys=_sort_keys(one))))
+        out.append(u.take(sort_indices(u, one)))
     return out
 
 
