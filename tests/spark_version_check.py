@@ -176,6 +176,30 @@ def main() -> int:
         assert lance.dataset(str(path)).list_indices() == [], "not dropped"
         return "CREATE INDEX [IF NOT EXISTS], the indices table, DROP INDEX [IF EXISTS]"
 
+    def clustering():
+        """A clustering compaction (a z-order, keys with nulls: Arrow's sort, which changed its
+        sort-key form at pyarrow 25), then a CLUSTER BY table's maintain, on this version's
+        Spark and this venv's pyarrow."""
+        import pyarrow as pa
+
+        cpath = wh / "db" / "c.lance"
+        n = 2_000
+        rows = pa.table({"a": pa.array([None if i % 17 == 0 else i % 50 for i in range(n)], pa.int64()),
+                         "b": pa.array([None if i % 23 == 0 else (i * 7) % 90 for i in range(n)], pa.int64()),
+                         "id": pa.array(range(n), pa.int64())})
+        for i in range(10):
+            lance.write_dataset(rows.slice(i * 200, 200), str(cpath), mode="create" if i == 0 else "append")
+        want = sorted(lance.dataset(str(cpath)).to_table()["id"].to_pylist())
+        r = spark.sql("CALL lance.compact(table => 'db.c', sort_order => 'zorder(a, b)')").collect()[0]
+        assert r.strategy == "clustering", r
+        assert sorted(lance.dataset(str(cpath)).to_table()["id"].to_pylist()) == want, "rows changed"
+        spark.sql("ALTER TABLE lance.db.c CLUSTER BY (b, a)").collect()
+        lance.write_dataset(rows.slice(0, 50), str(cpath), mode="append")
+        spark.sql("CALL lance.maintain(table => 'db.c')").collect()
+        got = lance.dataset(str(cpath)).to_table()["id"].to_pylist()
+        assert sorted(got) == sorted(want + list(range(50))), "rows changed by maintain"
+        return f"zorder(a, b) and CLUSTER BY (b, a) + maintain on pyarrow {pa.__version__}, rows exact"
+
     if check("jar loads", jar_loads):
         check("plan_compaction", plan)
         check("CALL via PySpark", call)
@@ -185,6 +209,7 @@ def main() -> int:
         check("SHOW NAMESPACES", namespaces)
         check("SHOW PROCEDURES", procedures)
         check("CREATE/DROP INDEX", indices)
+        check("clustering", clustering)
     if spark is not None:
         signal.alarm(60)
         try:
@@ -192,6 +217,39 @@ def main() -> int:
         except BaseException:
             pass
         signal.alarm(0)
+
+    def guard():
+        """SharedServerGuard on this version: a guarded session resolves the reviewed built-ins,
+        refuses reflection and USING jdbc by name, and names the version's built-ins the list
+        does not review (refused until they are)."""
+        builder = (SparkSession.builder.master("local[1]").appName(f"spark-{version}-guard")
+                   .config("spark.ui.enabled", "false")
+                   .config("spark.sql.extensions", "io.github.lancecompact.spark.SharedServerGuard"))
+        guarded = configure_spark_with_lance_compact(builder, warehouse=str(wh)).getOrCreate()
+        guarded.sparkContext.setLogLevel("ERROR")
+        try:
+            for q in ("SELECT reflect('java.lang.System', 'getProperty', 'java.home')",
+                      "CREATE TEMPORARY VIEW j USING jdbc OPTIONS (url 'jdbc:derby:memory:x;create=true', "
+                      "dbtable 'SYS.SYSTABLES')"):
+                try:
+                    guarded.sql(q).collect()
+                except Exception as e:  # noqa: BLE001 - the refusal is the check
+                    assert "SharedServerGuard" in str(e), str(e)[:300]
+                else:
+                    raise AssertionError(f"not refused: {q}")
+            assert guarded.sql("SELECT upper('ok') AS v").collect()[0]["v"] == "OK"
+            assert guarded.sql(f"SELECT count(*) AS n FROM lance.{TABLE}").collect()[0]["n"] > 0
+            refused = list(guarded._jvm.io.github.lancecompact.spark.SharedServerGuard.refusedFunctions())
+            unreviewed = sorted(set(refused) - {"reflect", "java_method", "try_reflect", "from_avro", "to_avro",
+                                                "schema_of_avro", "from_protobuf", "to_protobuf",
+                                                "python_worker_logs"})
+            return f"{len(refused)} built-ins refused; not yet reviewed: {', '.join(unreviewed) or 'none'}"
+        finally:
+            guarded.stop()
+            guarded._jvm.io.github.lancecompact.spark.SharedServerGuard.restoreFunctions()
+            guarded._jvm.java.lang.System.clearProperty("spark.sql.extensions")
+
+    check("SharedServerGuard", guard)
 
     def spark_sql():
         """The version's own spark-sql with the jar and the catalog, as a plain Spark user runs

@@ -53,7 +53,7 @@ def test_constraints_pin_what_pyproject_asks_for():
         assert dep.name in constrained, f"constraints.txt does not pin {dep.name}"
         assert dep.specifier.contains(constrained[dep.name]), f"{dep.name}=={constrained[dep.name]} not in {dep}"
     required = {r.name: str(r.specifier) for r in map(Requirement, project["dependencies"])}
-    assert required == {"pylance": "==14.0.2", "pyarrow": ">=16", "pyroaring": "<2,>=1.0", "numpy": ">=1.22"}
+    assert required == {"pylance": "==14.0.2", "pyarrow": ">=16", "pyroaring": "<2,>=1.0", "numpy": ">=1.23.2"}
     assert project["optional-dependencies"]["spark"] == ["pyspark>=4.0.0,<4.4"]
 
 
@@ -108,7 +108,7 @@ def test_the_wheel_carries_the_jar_and_offers_spark_as_an_extra(wheel):
                 if l.startswith("Requires-Dist:")]
     # ranges but pylance; pyspark only with the `spark` extra
     assert [r for r in requires if "extra ==" not in r] \
-        == ["pylance==14.0.2", "pyarrow>=16", "pyroaring<2,>=1.0", "numpy>=1.22"]
+        == ["pylance==14.0.2", "pyarrow>=16", "pyroaring<2,>=1.0", "numpy>=1.23.2"]
     assert 'pyspark<4.4,>=4.0.0; extra == "spark"' in requires
     entry_points = z.read(info.replace("METADATA", "entry_points.txt")).decode()
     assert "lance-spark-sql = lance_compact.cli:main" in entry_points
