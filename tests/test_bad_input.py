@@ -51,6 +51,19 @@ CASES = [
      "DUPLICATE_ROUTINE_PARAMETER_ASSIGNMENT"),
     ("positional and named", f"'{T}', table => '{T}'", "DUPLICATE_ROUTINE_PARAMETER_ASSIGNMENT"),
     ("positional after named", f"table => '{T}', 5", "UNEXPECTED_POSITIONAL_ARGUMENT"),
+    # a column named in sort_order is a column name (runtime/identifiers.py): printable, at most
+    # 255 characters, refused before the table is read or anything logs it (issue 41)
+    ("sort_order column with a newline", f"table => '{T}', sort_order => 'id, `x\\nINFO forged`'",
+     "table db.victim: sort_order: column 'x\\nINFO forged' is refused: it contains a control character (\\n); "
+     "a column name is 1 to 255 printable characters"),
+    ("zorder column with a line separator", f"table => '{T}', sort_order => 'zorder(id, `a\\u2028b`)'",
+     "column 'a\\u2028b' is refused: it contains a control character (\\u2028)"),
+    ("sort_order column with a zero-width space", f"table => '{T}', sort_order => '`id\\u200b`'",
+     "column 'id\\u200b' is refused: it contains a character that is not printable (\\u200b, Unicode category Cf)"),
+    ("sort_order column of 5,000 characters", f"table => '{T}', sort_order => '{'c' * 5000}'",
+     "... (5,000 characters) is refused: it has 5,000 characters, more than 255"),
+    ("options key with a newline, twice", f"table => '{T}', options => map('a\\nINFO forged', '1', 'A\\nINFO forged', '2')",
+     "option A\\nINFO forged is given twice"),
 ]
 
 
@@ -74,8 +87,36 @@ def test_bad_input_is_rejected_clearly_and_changes_nothing(spark, warehouse, vic
     with pytest.raises(Exception) as e:
         spark.sql(f"CALL lance.compact({args.format(wh=warehouse)})").collect()
     assert message in str(e.value), str(e.value)[:2000]
+    assert not any(line.startswith("INFO forged") for line in str(e.value).splitlines())
     assert (lance.dataset(str(path)).version, lance.dataset(str(outside)).version) == versions
     assert sorted(os.listdir(warehouse / "db")) == listing
+
+
+NAMED_COLUMNS = [  # every other parameter that names a column or an index: the same rules, before anything is read
+    (f"CALL lance.create_index(table => '{T}', column => 'id\\nINFO forged', index_type => 'BTREE')",
+     "table db.victim: create_index: column 'id\\nINFO forged' is refused: it contains a control character"),
+    (f"CALL lance.create_index(table => '{T}', column => '{'c' * 300}', index_type => 'BTREE')",
+     "is refused: it has 300 characters, more than 255"),
+    (f"CALL lance.create_index(table => '{T}', column => '__{'c' * 130}', index_type => 'BTREE')",
+     "the default index name (<column>_idx; give one with name =>) '__ccc"),
+    (f"CALL lance.optimize_indices(table => '{T}', indices => 'id_idx, x\\ny')",
+     "optimize_indices: index name in indices 'x\\ny' is refused: it contains a control character"),
+    (f"CALL lance.maintain(table => '{T}', sort_order => '`x\\ny`')", "sort_order: column 'x\\ny' is refused"),
+    ("CALL lance.maintain_warehouse(namespace => 'db', sort_order => 'id, `x\\ny`')",
+     "maintain_warehouse of namespace db: sort_order: column 'x\\ny' is refused"),
+    (f"ALTER TABLE lance.{T} SET TBLPROPERTIES ('lance_compact.cluster_by' = 'zorder(id, `x\\ny`)')",
+     "table property lance_compact.cluster_by: column 'x\\ny' is refused: it contains a control character"),
+    (f"ALTER TABLE lance.{T} CLUSTER BY (`id\u2028`)",
+     "CLUSTER BY: column 'id\\u2028' is refused: it contains a control character (\\u2028)"),
+]
+
+
+@pytest.mark.parametrize("statement,message", NAMED_COLUMNS, ids=[s[:60] for s, _ in NAMED_COLUMNS])
+def test_a_bad_column_or_index_name_in_any_parameter_is_refused(spark, victim, statement, message):
+    path, _ = victim
+    config = lance.dataset(str(path)).config()
+    _refused(spark, path, statement, message)
+    assert lance.dataset(str(path)).config() == config
 
 
 def test_unknown_procedure_names_the_valid_ones(spark):

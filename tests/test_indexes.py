@@ -281,3 +281,201 @@ def test_a_cancelled_create_index_statement_commits_nothing(spark, warehouse):
     ds = lance.dataset(str(path))
     assert ds.version == version and not ds.describe_indices()
     assert not (path / "_indices").exists() or not any((path / "_indices").iterdir())
+
+
+# ---- names (issue 41): an index's name is checked once, by the engine (runtime/identifiers.py),
+# for CALL lance.create_index, CREATE INDEX and the PySpark API alike, before anything is read or
+# logged; every name it accepts can be dropped; a name never reaches a log line unescaped.
+
+FORGED = "INFO lance_compact.engine: forged line"
+
+BAD_INDEX_NAMES = [  # (name, what the refusal says: the engine's words, or the catalog's for CREATE INDEX)
+    (f"x\n{FORGED}", "contains a control character"),
+    (f"x\r{FORGED}", "contains a control character"),
+    ("tab\there", "contains a control character"),
+    ("del\x7f", "contains a control character"),
+    ("nel\x85", "contains a control character"),
+    ("line\u2028sep", "contains a control character"),
+    ("zero\u200bwidth", "contains a character that is not printable (\\u200b"),
+    ("bidi\u202eevil", "contains a character that is not printable (\\u202e"),
+    ("private\ue000", "contains a character that is not printable (\\ue000"),
+    ("__mine", "it starts with '__', which Lance keeps for its own system indices"),
+    ("__lance_frag_reuse", "it starts with '__'"),
+    ("a/b", "contains '/' or '\\'"),
+    ("..\\up", "contains '/' or '\\'"),
+    (".", "it is '.' or '..'"),
+    ("..", "it is '.' or '..'"),
+    (" lead", "starts or ends with a space"),
+    ("trail ", "starts or ends with a space"),
+    ("x" * 129, "it has 129 characters, more than 128"),
+    ("y" * 5000, "it has 5,000 characters, more than 128"),
+]
+
+
+def sql_string(text: str) -> str:
+    """``text`` as a Spark SQL string literal: anything but plain ASCII as a \\u escape."""
+    return "'" + "".join(c if (c.isascii() and c.isalnum()) or c in " -_.,/" else f"\\u{ord(c):04x}"
+                         for c in text) + "'"
+
+
+def backquoted(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def engine_log(spark) -> str:
+    """The text of the session's engine log (EngineProcess.logFile)."""
+    from pathlib import Path
+
+    engine = spark._jvm.io.github.lancecompact.spark.engine.EngineProcess.get(spark._jsparkSession)
+    return Path(engine.logFile().getPath()).read_text(errors="replace")
+
+
+def no_forged_line(text: str) -> None:
+    assert not any(line.lstrip("\r").startswith(FORGED) for line in text.splitlines()), text[-3000:]
+
+
+@pytest.fixture(scope="module")
+def named(warehouse):
+    """A small table with one index (id_idx), for the name checks."""
+    path = warehouse / "db" / "named.lance"
+    lance.write_dataset(batch(0, 200), str(path), max_rows_per_file=50).create_scalar_index("id", "BTREE")
+    return "db.named", path
+
+
+@pytest.mark.parametrize("name,says", BAD_INDEX_NAMES, ids=[repr(n[:12]) for n, _ in BAD_INDEX_NAMES])
+def test_a_bad_index_name_is_refused_by_every_entry_and_changes_nothing(spark, named, name, says):
+    from lance_compact import create_index
+
+    table, path = named
+    before = lance.dataset(str(path))
+    version, indices = before.version, before.list_indices()
+    entries = {
+        "CALL": lambda: spark.sql(f"CALL lance.create_index(table => '{table}', column => 'id', index_type => "
+                                  f"'BTREE', name => {sql_string(name)})").collect(),
+        "CREATE INDEX": lambda: spark.sql(f"CREATE INDEX {backquoted(name)} ON lance.{table} USING BTREE (id)").collect(),
+        "PySpark": lambda: create_index(spark, table, "id", "BTREE", name=name).collect(),
+    }
+    for entry, run in entries.items():
+        with pytest.raises(Exception) as e:
+            run()
+        message = str(e.value)
+        assert says in message, (entry, message[:2000])
+        if not name.isprintable():  # shown escaped, never raw
+            assert not any(c in message for c in name if not c.isprintable() and c != " "), (entry, message[:2000])
+        no_forged_line(message)
+        ds = lance.dataset(str(path))
+        assert (ds.version, ds.list_indices()) == (version, indices), entry
+
+
+def test_a_refused_name_never_reaches_a_log_line_raw(spark, named, warehouse):
+    """The attack: a newline in name => wrote a forged line into the server's log. Refused now
+    before anything logs it; and an index pylance made with such a name (the engine cannot stop
+    that) is written escaped wherever its name is said: the driver's log (Progress), the Spark
+    jobs' descriptions, the engine's log, errors."""
+    from lance_compact import optimize_indices
+
+    table, path = named
+    with pytest.raises(Exception) as e:
+        spark.sql(f"CALL lance.create_index(table => '{table}', column => 'category', index_type => 'BITMAP', "
+                  f"name => {sql_string('x' + chr(10) + FORGED)})").collect()
+    assert "index name 'x\\nINFO lance_compact.engine: forged line' is refused" in str(e.value)
+
+    odd = warehouse / "db" / "odd_named.lance"
+    ds = lance.write_dataset(batch(0, 200), str(odd), max_rows_per_file=50)
+    ds.create_scalar_index("id", "BTREE", name=f"odd\n{FORGED}")
+    lance.write_dataset(batch(200, 100), str(odd), mode="append", max_rows_per_file=50)  # unindexed rows
+
+    # the driver's own log, as a Thrift server writes it: captured from Progress's log4j logger
+    jvm = spark._jvm
+    logger_name = "io.github.lancecompact.spark.engine.Progress"
+    writer = jvm.java.io.StringWriter()
+    layout = jvm.org.apache.logging.log4j.core.layout.PatternLayout.newBuilder().withPattern("%p %c: %m%n").build()
+    appender = jvm.org.apache.logging.log4j.core.appender.WriterAppender.createAppender(
+        layout, None, writer, "names-test", False, True)
+    appender.start()
+    level = jvm.org.apache.logging.log4j.Level
+    jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(logger_name, level.INFO)
+    core_logger = jvm.org.apache.logging.log4j.LogManager.getLogger(logger_name)
+    core_logger.addAppender(appender)
+    try:
+        r, = optimize_indices(spark, "db.odd_named").collect()
+    finally:
+        core_logger.removeAppender(appender)
+        jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(logger_name, level.ERROR)
+    assert r.indices_optimized == 1 and r.rows_indexed == 100
+    driver_log = writer.toString()
+    assert "odd\\nINFO lance_compact.engine: forged line: building 100 rows" in driver_log, driver_log
+    no_forged_line(driver_log)
+    descriptions = [d for d in job_descriptions(spark) if "odd_named" in d]
+    assert any("odd\\nINFO" in d for d in descriptions) and not any("\n" in d for d in descriptions), descriptions
+    # its name is not dropped (a control character), the error says it escaped
+    with pytest.raises(Exception) as e:
+        spark.sql(f"CALL lance.drop_index(table => 'db.odd_named', name => {sql_string('odd' + chr(10) + FORGED)})").collect()
+    assert "index name 'odd\\nINFO lance_compact.engine: forged line' is refused: it contains a control character" \
+        in str(e.value)
+    no_forged_line(str(e.value))
+    text = engine_log(spark)
+    assert "served optimize_indices" in text
+    no_forged_line(text)
+
+
+ACCEPTED_NAMES = ["n" * 128, "índice_名前", "with-dashes", "dots.in.side", "a b", "_one", "x__y", "a`b", "a,b",
+                  "Ünïcödé", "CamelCase", "1st"]
+
+
+def test_every_name_create_index_accepts_can_be_dropped(spark, named):
+    """Each accepted edge name: built by CALL and dropped by DROP INDEX, built by CREATE INDEX
+    and dropped by the PySpark API's drop_index; listed in between, the data unchanged."""
+    from lance_compact import drop_index
+
+    table, path = named
+    expected = content(lance.dataset(str(path)))
+
+    def names():
+        return {r.name for r in spark.sql(f"SELECT name FROM lance.{table}.indices").collect()}
+
+    for name in ACCEPTED_NAMES:
+        spark.sql(f"CALL lance.create_index(table => '{table}', column => 'category', index_type => 'BITMAP', "
+                  f"name => {sql_string(name)})").collect()
+        assert name in names(), name
+        assert spark.sql(f"DROP INDEX {backquoted(name)} ON lance.{table}").collect() == []
+        assert names() == {"id_idx"}, name
+        spark.sql(f"CREATE INDEX {backquoted(name)} ON lance.{table} USING BITMAP (category)").collect()
+        assert name in names(), name
+        r, = drop_index(spark, table, name=name).collect()
+        assert r.name == name and names() == {"id_idx"}, name
+    assert content(lance.dataset(str(path))) == expected
+
+
+def test_an_index_pylance_named_oddly_can_be_dropped_but_not_lances_own(spark, warehouse):
+    """pylance takes any name; each of the table's indices can be dropped by its exact name (not
+    one with a control character: above), a user's __mine included. Lance's own fragment-reuse
+    index (a deferred remap's) is refused, saying so."""
+    from lance_compact import drop_index
+
+    path = warehouse / "db" / "pylance_named.lance"
+    ds = lance.write_dataset(batch(0, 400), str(path), max_rows_per_file=50)
+    odd = ["__mine", "x/y", "..", " sp ", "z" * 5000, "zw\u200bj", "a\\b"]
+    for name in odd:
+        ds.create_scalar_index("id", "BTREE", name=name)
+    ds.delete("id < 60")
+    ds.optimize.compact_files(target_rows_per_fragment=200, defer_index_remap=True)
+    ds = lance.dataset(str(path))
+    assert "__lance_frag_reuse" in {i["name"] for i in ds.list_indices()}
+    listed = {r.name for r in spark.sql("SELECT name FROM lance.db.pylance_named.indices").collect()}
+    assert listed == set(odd)
+
+    version = ds.version
+    for what in (lambda: spark.sql("CALL lance.drop_index(table => 'db.pylance_named', name => '__lance_frag_reuse')"),
+                 lambda: spark.sql("DROP INDEX __lance_frag_reuse ON lance.db.pylance_named")):
+        with pytest.raises(Exception) as e:
+            what().collect()
+        assert "index '__lance_frag_reuse' is Lance's own system index (FragmentReuse), not a user's" in str(e.value)
+        assert lance.dataset(str(path)).version == version
+
+    for i, name in enumerate(odd):
+        if i % 2:
+            drop_index(spark, "db.pylance_named", name=name).collect()
+        else:
+            spark.sql(f"DROP INDEX {backquoted(name)} ON lance.db.pylance_named").collect()
+    assert {i["name"] for i in lance.dataset(str(path)).list_indices()} == {"__lance_frag_reuse"}

@@ -130,19 +130,27 @@ def handle(handlers: dict[str, Handler], action: str, request: str) -> dict[str,
             result = handlers[action](envelope)
             return {"ok": True, "schema": result.schema, "rows": result.json_rows()}
         except CompactionError as e:
-            return {"ok": False, "error": redact(scrub(e.message), storage), "kind": failure_kind(e)}
+            return {"ok": False, "error": _one_line(redact(scrub(e.message), storage)), "kind": failure_kind(e)}
         except Exception as e:  # a bug or an unexpected Lance error: say what, keep serving
             from .runtime.failures import classify, describe
 
             log.error("engine: %s failed: %s", action, redact(traceback.format_exc(), storage))
-            return {"ok": False, "error": redact(
-                scrub(f"lance_compact engine: {action} failed: {type(e).__name__}: {describe(e)}"), storage),
+            return {"ok": False, "error": _one_line(redact(
+                scrub(f"lance_compact engine: {action} failed: {type(e).__name__}: {describe(e)}"), storage)),
                     "kind": classify(e).kind}
         except _LoseResponse:
             raise
         except BaseException as e:  # noqa: B036 - a panic, SystemExit, KeyboardInterrupt
             log.error("engine: %s failed: %s", action, redact(traceback.format_exc(), storage))
-            return {"ok": False, "error": redact(_base_exception_message(action, e), storage)}
+            return {"ok": False, "error": _one_line(redact(_base_exception_message(action, e), storage))}
+
+
+def _one_line(message: str) -> str:
+    """An error as the caller gets it: one line, every character that is not printable escaped
+    (runtime/identifiers.py): Spark's servers log a failed statement's error, and a name in it
+    (a table's column, a Lance error quoting an index) must not write a line of its own there."""
+    from .runtime.identifiers import escape
+    return escape(message)
 
 
 # The words runtime/failures.py promises in messages built from a Failure, by kind; the first
@@ -350,6 +358,8 @@ def _read_driver_settings(sc: Any) -> None:
 
     conf = sc.getConf().getAll()
     secrets.install_log_redaction()
+    from .runtime.identifiers import guard_log_lines
+    guard_log_lines()  # after the redaction: every record on lines of its own, names escaped
     secrets.remember_operator({k.rsplit(".", 1)[-1]: v for k, v in conf if ".storage." in k})
     # A catalog service's headers (spark.sql.catalog.<name>.headers.x-api-key) and Glue client's
     # credentials (.secret_access_key, ...): secrets too. Keyed by their own names, which say so.

@@ -97,6 +97,10 @@ def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else f"{x:g}"
 
 
+# String parameters that are names: never stripped.
+AS_WRITTEN = frozenset({"name", "column", "indices"})
+
+
 def convert_value(o: OptionSpec, value: Any, table: str) -> Any:
     """Convert a value (typed, or text from the options map) to the option's type."""
     def bad(expected: str) -> CompactionError:
@@ -138,7 +142,9 @@ def convert_value(o: OptionSpec, value: Any, table: str) -> Any:
     elif o.type == "string":
         if not isinstance(value, str):
             raise bad("a string")
-        v = value.strip()
+        # a name is taken as written and checked so (runtime/identifiers.py): stripping would
+        # quietly make 'x\n' or 'x\x85' (Python's whitespace) another name
+        v = value if o.name in AS_WRITTEN else value.strip()
     elif o.type in ("duration", "age"):  # checked and read where used (runtime/durations.py)
         if not isinstance(value, (str, timedelta, datetime)):
             raise bad("a duration or a moment" if o.type == "age" else "a duration")

@@ -36,7 +36,7 @@ from ..runtime.failures import first_part
 from ..maintenance.policy import (LANCE_COMPACTION_PREFIX, PROPERTY_PREFIX, check_policy_value, policy_key,
                                   policy_specs)
 from ..options import former_name
-from ..compaction.clustering.table_clustering import CLUSTER_BY_PROPERTY, split_changes
+from ..compaction.clustering.table_clustering import CLUSTER_BY_PROPERTY, check_names, split_changes
 from ..runtime.envelope import Envelope, Result
 
 
@@ -171,8 +171,9 @@ def alter_properties(request: Envelope) -> Result:
     commit of the table's config; answers the table's config after it, a row per key."""
     target = request.require_target()
     table = target.table
-    ds = target.open()
     raw = request.extras
+    check_names(table, dict(raw.get("set") or {}), raw.get("cluster_by"))  # before the table is opened
+    ds = target.open()
     # The clustering's keys and CLUSTER BY (compaction/clustering/table_clustering.py)
     set_, unset, clustering = split_changes(table, ds.schema, dict(raw.get("set") or {}),
                                             list(raw.get("unset") or []), raw.get("cluster_by"))

@@ -48,8 +48,17 @@ def changed_fragments(old: lance.LanceDataset, new: lance.LanceDataset) -> set[i
             if now.get(f.fragment_id) != fragment_signature(f.metadata)}
 
 
+def system_index(ix: dict[str, Any]) -> bool:
+    """Whether an entry of ``list_indices()`` is one of Lance's own system indices: a name
+    starting ``__`` (``__lance_frag_reuse``, the fragment-reuse index of a deferred remap;
+    ``__lance_mem_wal``) on no column, or any ``__lance_`` name. A user's index that pylance
+    let be named ``__mine`` indexes a column: it is the user's, listed and droppable."""
+    name = ix["name"]
+    return name.startswith("__lance_") or (name.startswith("__") and not ix.get("fields"))
+
+
 def index_state(ds) -> dict[str, dict[str, Any]]:
-    """Per user index (Lance's own ``__`` system indices left out), by name: its ``type``, its
+    """Per user index (Lance's own system indices left out: :func:`system_index`), by name: its ``type``, its
     columns (``fields``), its segments (deltas, ``segments``), the live fragments it covers
     (``covered``, a set) and those it does not (``unindexed_ids``, sorted; ``unindexed``, their
     count; ``unindexed_rows``, their live rows, from the manifest). The one place index coverage
@@ -59,7 +68,7 @@ def index_state(ds) -> dict[str, dict[str, Any]]:
     fragments = set(live)
     state: dict[str, dict[str, Any]] = {}
     for ix in ds.list_indices():
-        if ix["name"].startswith("__"):  # Lance's own system indices
+        if system_index(ix):  # Lance's own
             continue
         e = state.setdefault(ix["name"], {"type": ix["type"], "fields": list(ix["fields"]),
                                           "covered": set(), "segments": 0})

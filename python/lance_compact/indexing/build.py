@@ -49,6 +49,7 @@ def engine_limit(sc: Any) -> int:
 def check(request: Envelope) -> tuple[Target, lance.LanceDataset, specs.IndexRequest]:
     """The table, opened, and the request checked against it (nothing read beyond metadata)."""
     target = request.require_target()
+    specs.check_names(target.table, request.args)  # before the table is opened or anything logged
     ds = target.open()
     existing = {i.name: list(i.field_names) for i in ds.describe_indices()}
     return target, ds, specs.parse(target.table, ds.schema, existing, request.args, request.options)

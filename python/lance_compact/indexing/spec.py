@@ -15,6 +15,7 @@ import pyarrow as pa
 
 from ..errors import CompactionError
 from ..options import OptionSpec, convert_value, did_you_mean, hook_specs, hooks_enabled, spec
+from ..runtime import identifiers
 
 # Vector types: trained once (IVF centroids, a PQ codebook, a RaBitQ rotation), then a segment
 # per fragment group with that model (checked on pylance 14.0.2: 8 fragments in segments, merged,
@@ -97,7 +98,8 @@ def check_column(table: str, schema: pa.Schema, column: str, index_type: str) ->
     anything is built); a vector column's dimension."""
     names = schema.names
     if column not in names:
-        raise _bad(table, f"no column {column!r}{did_you_mean(column, names)}; its columns are: {', '.join(names)}")
+        raise _bad(table, f"no column {column!r}{did_you_mean(column, names)}; its columns are: "
+                          f"{', '.join(identifiers.escape(n, identifiers.SHOWN) for n in names)}")
     t = schema.field(column).type
     if hasattr(t, "storage_type"):
         t = t.storage_type
@@ -126,14 +128,27 @@ def check_column(table: str, schema: pa.Schema, column: str, index_type: str) ->
     return None
 
 
+def check_names(table: str, args: Mapping[str, Any]) -> tuple[str, str]:
+    """The column and the index's name ``args`` give (the name by default ``<column>_idx``),
+    each checked as its kind of name (runtime/identifiers.py) before the table is opened: a
+    refused one is never read with, logged or shown raw."""
+    column = args.get("column") or ""  # as written (options.AS_WRITTEN)
+    if not column:
+        raise _bad(table, "parameter column is required (the column to index)")
+    identifiers.check(identifiers.COLUMN, table, column, "create_index")
+    name = args.get("name")
+    if name is None:
+        return column, identifiers.check(identifiers.INDEX, table, f"{column}_idx", "create_index",
+                                         "the default index name (<column>_idx; give one with name =>)")
+    return column, identifiers.check(identifiers.INDEX, table, name, "create_index")
+
+
 def parse(table: str, schema: pa.Schema, existing: Mapping[str, list[str]], args: Mapping[str, Any],
           options: Mapping[str, Any] | None) -> IndexRequest:
     """``create_index``'s checked parameters (``args``: column, index_type, name, metric,
     replace, dry_run) and options map, against the table's ``schema`` and ``existing`` indices
     (name -> its columns). Every refusal names the table, the value and what was expected."""
-    column = (args.get("column") or "").strip()
-    if not column:
-        raise _bad(table, "parameter column is required (the column to index)")
+    column, name = check_names(table, args)
     kind = (args.get("index_type") or "").strip().upper()
     if not kind:
         raise _bad(table, "parameter index_type is required: " + ", ".join(TYPES))
@@ -152,10 +167,9 @@ def parse(table: str, schema: pa.Schema, existing: Mapping[str, list[str]], args
             raise _bad(table, f"metric must be one of {', '.join(METRICS)}, got {args['metric']!r}")
     elif kind in VECTOR_TYPES:
         metric = "L2"
-    name = (args.get("name") or "").strip() or f"{column}_idx"
     replace = bool(args.get("replace", False))
     if name in existing and not replace:
-        raise _bad(table, f"an index named {name!r} already exists (on {', '.join(existing[name])}): "
+        raise _bad(table, f"an index named {identifiers.shown(name)} already exists (on {', '.join(map(identifiers.escape, existing[name]))}): "
                           "choose another name, or replace => true to replace it")
     lance_kwargs, build, hooks = _options(table, kind, options or {})
     req = IndexRequest(table, column, kind, name, metric, replace, bool(args.get("dry_run", False)),

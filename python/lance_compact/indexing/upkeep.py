@@ -38,7 +38,7 @@ from lance import LanceOperation
 from lance.dataset import Index
 
 from ..errors import CompactionError
-from ..runtime import cancellation, progress
+from ..runtime import cancellation, identifiers, progress
 from ..runtime import hooks as test_hooks
 from ..runtime.cancellation import Cancelled
 from ..runtime.catalog_service import commit_arguments
@@ -233,7 +233,7 @@ def _once(target: Target, ds: lance.LanceDataset, ups: list[Upkeep], procedure: 
         _check_cancel(table, procedure, ix.name, "before building")
         shards: list[Any] = []
         if groups:
-            progress.report(f"{table}: {procedure}: {ix.name}: building {up.rows:,} rows in {len(groups)} segments")
+            progress.report(f"{table}: {procedure}: {identifiers.escape(ix.name)}: building {up.rows:,} rows in {len(groups)} segments")
             if in_engine:
                 for g in groups:
                     shard = build_one(ds, job, g, model)
@@ -242,7 +242,7 @@ def _once(target: Target, ds: lance.LanceDataset, ups: list[Upkeep], procedure: 
             else:
                 built, failure = build_segments(
                     sc, job, groups, model,
-                    f"lance.{procedure} {table}: building {len(groups)} {ix.build_type} segments of {ix.name} "
+                    f"lance.{procedure} {table}: building {len(groups)} {ix.build_type} segments of {identifiers.escape(ix.name)} "
                     f"({up.rows:,} rows; {len(up.new)} unindexed fragments, {len(up.merged)} segments merged) "
                     f"planned at version {up.read_version}")
                 written += [str(s.index.uuid) for s in built]
@@ -308,10 +308,10 @@ def _pylance(target: Target, ds: lance.LanceDataset, up: Upkeep, retrain: bool) 
         ds.optimize.optimize_indices(index_names=[up.index.name], retrain=retrain)
     except Exception as e:
         if is_conflict(e):
-            raise UpkeepConflict(f"table {target.table}: index {up.index.name}: a concurrent change conflicted with "
+            raise UpkeepConflict(f"table {target.table}: index {identifiers.escape(up.index.name)}: a concurrent change conflicted with "
                                   f"pylance's optimize_indices ({str(e).split(', /')[0][:200]}); nothing was committed "
                                   "for this index") from None
-        raise CompactionError(f"table {target.table}: index {up.index.name}: pylance's optimize_indices failed: "
+        raise CompactionError(f"table {target.table}: index {identifiers.escape(up.index.name)}: pylance's optimize_indices failed: "
                               f"{classify(e).phrase} ({classify(e).detail}); nothing was committed for this index"
                               ) from None
     why = f" ({up.why})" if up.why else ""
@@ -356,4 +356,4 @@ def _retrain(target: Target, ds: lance.LanceDataset, up: Upkeep, procedure: str,
 def _check_cancel(table: str, procedure: str, name: str, where: str) -> None:
     why = cancellation.reason()
     if why:
-        raise Cancelled(f"table {table}: {procedure} cancelled {where} ({why}); nothing was committed for index {name}")
+        raise Cancelled(f"table {table}: {procedure} cancelled {where} ({why}); nothing was committed for index {identifiers.escape(name)}")

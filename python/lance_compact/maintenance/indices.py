@@ -15,6 +15,7 @@ import lance
 from ..errors import CompactionError
 from ..compaction.fragments import index_state
 from ..indexing import upkeep
+from ..runtime import identifiers
 from ..runtime.envelope import Target
 
 _PER_INDEX = ("name", "type", "unindexed_fragments_before", "unindexed_fragments_after", "segments_before",
@@ -29,15 +30,21 @@ def optimize_indices(target: Target, args: Mapping[str, Any], ds: lance.LanceDat
     else it is opened here; ``procedure`` names the Spark jobs (``lance.<procedure> db.t: ...``)."""
     started = time.monotonic()
     table = target.table
+    given = None
+    if "indices" in args:  # each an existing index's name (runtime/identifiers.py), checked before the table is read
+        given = [identifiers.check(identifiers.EXISTING_INDEX, table, n.strip(" "), procedure, "index name in indices")
+                 for n in str(args["indices"]).split(",") if n.strip(" ")]
     ds = ds if ds is not None else target.open()
     before = index_state(ds)
     names = sorted(before)
-    if "indices" in args:
-        names = [n.strip() for n in args["indices"].split(",") if n.strip()]
+    if given is not None:
+        names = given
         unknown = [n for n in names if n not in before]
         if unknown:
-            raise CompactionError(f"table {table}: no index named {', '.join(unknown)}; its indices are: "
-                                  f"{', '.join(sorted(before)) or 'none'}")
+            raise CompactionError(f"table {table}: no index named "
+                                  f"{', '.join(identifiers.escape(n, identifiers.SHOWN) for n in unknown)}; "
+                                  f"its indices are: "
+                                  f"{', '.join(identifiers.escape(n, identifiers.SHOWN) for n in sorted(before)) or 'none'}")
     retrain = bool(args.get("retrain", False))
     dry_run = bool(args.get("dry_run", False))
     num_to_merge = args.get("num_indices_to_merge")

@@ -360,6 +360,12 @@ def maintain_warehouse(request: Envelope, run_packed: Callable,
             retention.check_older_than(call_args["older_than"], where)  # nor below the version floor
         except CompactionError as e:
             raise CompactionError("maintain_warehouse: older_than " + e.message.split("older_than ", 1)[1]) from None
+    if args.get("sort_order") is not None:  # its columns' names, once for the call (runtime/identifiers.py)
+        from ..compaction.clustering.sort_order import parse_sort_order
+        try:
+            parse_sort_order(str(args["sort_order"]), where)
+        except CompactionError as e:  # the call's own argument: refused, not a failure per table
+            raise CompactionError(e.message.replace(f"table {where}: ", f"maintain_warehouse of {where}: ", 1)) from None
     storage = dict(request.storage_options)
     settings = dict(request.maintain_settings)
     catalog = request.catalog_name

@@ -22,6 +22,8 @@ import threading
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
+from .identifiers import escape
+
 log = logging.getLogger(__name__)
 _local = threading.local()
 
@@ -36,6 +38,7 @@ class Reporter:
         self.last: str | None = None
 
     def __call__(self, text: str, ui: bool = True) -> None:
+        text = escape(text)  # a name in it never breaks the line (the driver's log, a job's description)
         with self._lock:
             if text == self.last:
                 return

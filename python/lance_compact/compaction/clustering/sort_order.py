@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from ...errors import CompactionError
+from ...runtime import identifiers
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,7 @@ def parse_sort_order(text: str, table: str) -> SortOrder:
         for n in names:
             if not re.fullmatch(_NAME, n):
                 raise bad(f"{curve} takes plain column names, got {n!r}")
-        columns = [_unquote(n) for n in names]
+        columns = [_column(_unquote(n), table) for n in names]
         if len(columns) < 2:
             raise bad(f"{curve} needs at least two columns (for one column, sort by it: "
                       f"sort_order => '{_quote(columns[0]) if columns and columns[0] else 'col'}')")
@@ -118,10 +119,15 @@ def parse_sort_order(text: str, table: str) -> SortOrder:
             raise bad(f"{part.strip()!r} is not 'column [ASC|DESC] [NULLS FIRST|NULLS LAST]'")
         descending = (m.group(2) or "asc").lower() == "desc"
         nulls = m.group(3)
-        keys.append(SortKey(_unquote(m.group(1)), descending,
+        keys.append(SortKey(_column(_unquote(m.group(1)), table), descending,
                             (nulls.lower() == "first") if nulls else not descending))
     _no_duplicates([k.column for k in keys], bad)
     return SortOrder(tuple(keys))
+
+
+def _column(name: str, table: str) -> str:
+    """A key's column, checked as a column name (runtime/identifiers.py) before the table is read."""
+    return identifiers.check(identifiers.COLUMN, table, name, "sort_order")
 
 
 def _no_duplicates(columns: list[str], bad) -> None:
@@ -147,7 +153,8 @@ def check_columns(order: SortOrder, schema: pa.Schema, table: str) -> None:
             close = [n for n in names if n.lower() == k.column.lower()]
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             raise CompactionError(f"table {table}: sort_order column {k.column!r} does not exist{hint}; "
-                                  f"the table's columns are: {', '.join(names)}")
+                                  f"the table's columns are: "
+                                  f"{', '.join(identifiers.escape(n, identifiers.SHOWN) for n in names)}")
         t = schema.field(k.column).type
         if pa.types.is_fixed_size_list(t):
             raise CompactionError(f"table {table}: sort_order column {k.column!r} is a vector ({t}): "

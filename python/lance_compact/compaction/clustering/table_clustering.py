@@ -17,6 +17,7 @@ from typing import Any
 import pyarrow as pa
 
 from ...errors import CompactionError
+from ...runtime import identifiers
 from .sort_order import SortKey, SortOrder, check_columns, parse_sort_order
 
 CLUSTER_BY_PROPERTY = "lance_compact.cluster_by"
@@ -26,15 +27,29 @@ STATE_PREFIX = "lance_compact.clustering."
 NO_CLUSTERING = "none"
 
 
-def checked_property(table: str, text: str, schema: pa.Schema) -> str:
-    """The normalized sort order for the property, or a clear error naming what is wrong."""
+def checked_property(table: str, text: str, schema: pa.Schema | None) -> str:
+    """The normalized sort order for the property, or a clear error naming what is wrong
+    (``schema`` None: its columns are checked as names only, before the table is opened)."""
     try:
         order = parse_sort_order(str(text), table)
-        check_columns(order, schema, table)
+        if schema is not None:
+            check_columns(order, schema, table)
     except CompactionError as e:
-        raise CompactionError(e.message.replace("sort_order", f"table property {CLUSTER_BY_PROPERTY}", 1)
-                              + "; nothing was changed") from None
+        message = e.message.replace("sort_order", f"table property {CLUSTER_BY_PROPERTY}", 1)
+        raise CompactionError(message if message.endswith("nothing was changed")
+                              else message + "; nothing was changed") from None
     return order.text()
+
+
+def check_names(table: str, set_: dict[str, Any], cluster_by: list[list[str]] | None) -> None:
+    """Before the table is opened: the columns an ALTER TABLE names (``CLUSTER BY (a, b)``, the
+    property's sort order), each checked as a column name (runtime/identifiers.py)."""
+    for key, value in set_.items():
+        if isinstance(key, str) and key.strip().lower() == CLUSTER_BY_PROPERTY:
+            checked_property(table, value, None)
+    for path in cluster_by or []:
+        for part in path:
+            identifiers.check(identifiers.COLUMN, table, part, "CLUSTER BY")
 
 
 def from_columns(table: str, columns: list[list[str]], schema: pa.Schema) -> str | None:
@@ -43,7 +58,7 @@ def from_columns(table: str, columns: list[list[str]], schema: pa.Schema) -> str
         return None
     for path in columns:
         if len(path) != 1:
-            raise CompactionError(f"table {table}: CLUSTER BY column {'.'.join(path)!r} is a nested field; "
+            raise CompactionError(f"table {table}: CLUSTER BY column {identifiers.shown('.'.join(path))} is a nested field; "
                                   "only top-level columns can be clustered by; nothing was changed")
     names = [p[0] for p in columns]
     order = SortOrder(tuple(SortKey(n, False, False) for n in names), zorder=len(names) > 1, curve="hilbert") \
