@@ -175,7 +175,7 @@ class UnmappedSection(ValueError):
 def sql_type(kind: str) -> str:
     """The spec's type as Spark SQL names it."""
     if kind == "long_list":
-        return "bigint list (comma-separated)"
+        return "string of bigints (comma-separated)"
     if kind == "duration":  # runtime/durations.py: text such as '10 minutes' or '10m', or an INTERVAL
         return "string or interval"
     if kind == "map":  # create_index's options

@@ -112,6 +112,17 @@ def test_path_in_the_warehouse_and_the_options_map(spark, fresh_table, tmp_path)
     assert r.table == str(path) and r.new_version == after.version
 
 
+def test_every_python_keyword_is_a_named_call_parameter(spark, fresh_table, tmp_path):
+    """What Python takes as a keyword SQL takes by name (num_threads was refused in SQL)."""
+    _, path = fresh_table
+    before = lance.dataset(str(path))
+    expected_layout = pylance_layout(path, tmp_path, target_rows_per_fragment=250, batch_size=64, num_threads=1)
+    r = spark.sql(f"CALL lance.compact(table => '{path}', target_rows_per_fragment => 250, num_threads => 1, "
+                  "batch_size => 64, carry_over_deletes => true)").collect()[0]
+    after = compacted_like_pylance(path, before, expected_layout)
+    assert r.new_version == after.version
+
+
 def test_pyspark_api_returns_the_metrics_dataframe(spark, fresh_table, tmp_path):
     table, path = fresh_table
     before = lance.dataset(str(path))

@@ -68,7 +68,8 @@ def _reference_parameters(section: str) -> list[tuple[str, str]]:
 _SQL_TYPES = {"string": "STRING", "bigint": "BIGINT", "boolean": "BOOLEAN", "double": "DOUBLE",
               "map&lt;string,string&gt;": "MAP<STRING, STRING>",
               # declared STRING; an INTERVAL or TIMESTAMP argument is bound with its own type
-              "string or interval": "STRING", "string, interval or timestamp": "STRING"}
+              "string or interval": "STRING", "string, interval or timestamp": "STRING",
+              "string of bigints (comma-separated)": "STRING"}
 
 
 @pytest.fixture(scope="module")

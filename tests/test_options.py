@@ -254,3 +254,19 @@ def test_the_python_functions_take_a_former_keyword_once():
                                         "max_bytes, its former name"):
         api.maintain(None, "db.t", max_rewrite_bytes=5, max_bytes=6)
     assert "Formerly ``max_bytes``" in api.maintain_warehouse.__doc__
+
+
+def test_sql_and_python_take_the_same_compaction_options():
+    """Every compaction option, setting and run setting the Python API takes as a keyword is a
+    named CALL parameter too (issue 43: num_threads worked from Python and was refused in SQL)."""
+    import inspect
+    import json
+    from pathlib import Path
+
+    import lance_compact
+    from lance_compact.api import compact
+
+    spec = json.loads((Path(lance_compact.__file__).parent / "parameters.json").read_text())
+    python = set(inspect.signature(compact).parameters) - {"spark", "table", "catalog", "strategy", "options"}
+    sql = {e["name"] for section in ("options", "settings", "run_settings") for e in spec[section] if e.get("sql")}
+    assert python == sql, (python - sql, sql - python)

@@ -40,10 +40,9 @@ final case class GuardPolicy(
 }
 
 object GuardPolicy {
-  val Prefix = "spark.lance.compact.guard."
-  val SourcesKey: String = Prefix + "allowSources"
-  val FunctionsKey: String = Prefix + "allowFunctions"
-  val CommandsKey: String = Prefix + "allowCommands"
+  val SourcesKey = "spark.lance.compact.guard.allowSources"
+  val FunctionsKey = "spark.lance.compact.guard.allowFunctions"
+  val CommandsKey = "spark.lance.compact.guard.allowCommands"
   val SessionCatalog = "spark_catalog"
   /** Spark's own catalog of built-in functions and session variables. */
   val SystemCatalog = "system"
