@@ -200,6 +200,18 @@ def main() -> int:
         assert sorted(got) == sorted(want + list(range(50))), "rows changed by maintain"
         return f"zorder(a, b) and CLUSTER BY (b, a) + maintain on pyarrow {pa.__version__}, rows exact"
 
+    def hints():
+        """The parser's hints for statements typed by habit (a proxy of this version's parser
+        interface: 4.3 added a method), and every other statement parsed as before."""
+        try:
+            spark.sql(f"OPTIMIZE lance.{TABLE} ZORDER BY (id)").collect()
+        except Exception as e:  # noqa: BLE001 - the message is the check
+            assert "CALL lance.compact(" in " ".join(str(e).split()), str(e)[:300]
+        else:
+            raise AssertionError("OPTIMIZE parsed")
+        assert spark.sql("SELECT 1 AS one").collect()[0]["one"] == 1
+        return "OPTIMIZE ... ZORDER BY names CALL lance.compact"
+
     if check("jar loads", jar_loads):
         check("plan_compaction", plan)
         check("CALL via PySpark", call)
@@ -210,6 +222,7 @@ def main() -> int:
         check("SHOW PROCEDURES", procedures)
         check("CREATE/DROP INDEX", indices)
         check("clustering", clustering)
+        check("SQL hints", hints)
     if spark is not None:
         signal.alarm(60)
         try:

@@ -282,3 +282,26 @@ def test_a_table_property_written_around_alter_table_is_checked_before_a_run(spa
                       f"CALL lance.compact(table => '{BOUNDED}', sort_order => 'tenant')"):
         _refused(spark, bounded, statement, "table property lance.compaction.num_threads must be <= 1024",
                  "nothing ran and the table is unchanged")
+
+
+@pytest.mark.parametrize("statement, ours", [
+    (f"OPTIMIZE lance.{T} ZORDER BY (id, v)", f"CALL lance.compact(table => '{T}', sort_order => 'zorder(id, v)')"),
+    (f"OPTIMIZE lance.{T}", f"CALL lance.compact(table => '{T}')"),
+    (f"OPTIMIZE lance.{T} WITH (target_rows_per_fragment = 1000)", f"CALL lance.compact(table => '{T}')"),
+    (f"VACUUM lance.{T} RETAIN 168 HOURS", f"CALL lance.cleanup(table => '{T}', older_than => '168 hours')"),
+    (f"DESCRIBE HISTORY lance.{T}", f"SELECT * FROM lance.{T}.versions"),
+    (f"CALL lance.system.rewrite_data_files(table => '{T}')", "CALL lance.compact("),
+    (f"CALL lance.system.expire_snapshots(table => '{T}')", "CALL lance.cleanup("),
+    (f"CALL lance.system.remove_orphan_files(table => '{T}')", "delete_unverified => true"),
+])
+def test_statements_typed_by_habit_name_ours(spark, victim, statement, ours):
+    """Delta's, Iceberg's and lance-spark's statements fail naming the statement of ours that does
+    the same (issue 43: they failed with bare parse errors), and change nothing."""
+    path = victim[0]
+    before = lance.dataset(str(path)).version
+    with pytest.raises(Exception) as e:
+        spark.sql(statement).collect()
+    assert ours in " ".join(str(e.value).split()), str(e.value)
+    assert lance.dataset(str(path)).version == before
+    # everything else parses as Spark parses it
+    assert spark.sql(f"SELECT count(*) AS n FROM lance.{T}").collect()[0]["n"] > 0

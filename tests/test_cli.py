@@ -106,16 +106,17 @@ def test_sql_examples_parse_and_run(cli_warehouse, tmp_path):
 
 
 def test_arguments_not_ours_pass_to_spark_sql_in_order():
-    """lance-spark-sql takes --warehouse, --jars and --conf spark.jars= / spark.plugins= (merged
-    with its own) in either form; every other argument reaches spark-sql unchanged and in
+    """lance-spark-sql takes --warehouse, --jars and --conf spark.jars= / spark.plugins= /
+    spark.sql.extensions= (merged with its own) in either form; every other argument reaches spark-sql unchanged and in
     order, and a --conf value is never read as an option."""
     from lance_compact.cli import parse_args
 
-    warehouse, jars, plugins, rest = parse_args(
+    warehouse, jars, plugins, extensions, rest = parse_args(
         ["--master", "local[2]", "--warehouse", "/wh", "--conf", "spark.jars=a.jar", "-i", "init.sql",
          "--jars=b.jar", "-c", "spark.plugins=my.Plugin", "--conf=spark.ui.enabled=false",
+         "--conf", "spark.sql.extensions=my.Extensions",
          "--new-spark-option", "v", "--conf", "--jars=not-ours", "-e", "SELECT 1"])
-    assert (warehouse, jars, plugins) == ("/wh", "a.jar,b.jar", "my.Plugin")
+    assert (warehouse, jars, plugins, extensions) == ("/wh", "a.jar,b.jar", "my.Plugin", "my.Extensions")
     assert rest == ["--master", "local[2]", "-i", "init.sql", "--conf=spark.ui.enabled=false",
                     "--new-spark-option", "v", "--conf", "--jars=not-ours", "-e", "SELECT 1"]
     with pytest.raises(SystemExit, match="--warehouse needs a value"):

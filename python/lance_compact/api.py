@@ -29,6 +29,7 @@ PICTURE_DIR = "spark.lance.compact.picture.dir"
 
 CATALOG_CLASS = "io.github.lancecompact.spark.catalog.LanceCatalog"
 PLUGIN_CLASS = "io.github.lancecompact.spark.engine.EnginePlugin"
+SQL_EXTENSIONS_CLASS = "io.github.lancecompact.spark.LanceSqlExtensions"
 JAR_NAME = "lance-spark-compact.jar"
 
 
@@ -56,7 +57,7 @@ def spark_conf(warehouse: str | None = None, catalog: str = DEFAULT_CATALOG,
                storage_options: Mapping[str, str] | None = None, start_engine: bool = True,
                python: str | None = None, jars: str | None = None,
                plugins: str | None = None, picture_dir: str | None = None,
-               strategies: Mapping[str, str] | None = None) -> dict[str, str]:
+               strategies: Mapping[str, str] | None = None, extensions: str | None = None) -> dict[str, str]:
     """The Spark settings compaction needs, key -> value in the order they are applied.
 
     The one place they are made: :func:`configure_spark_with_lance_compact` sets them on a
@@ -82,6 +83,7 @@ def spark_conf(warehouse: str | None = None, catalog: str = DEFAULT_CATALOG,
         conf[f"spark.sql.catalog.{catalog}.strategies.{name}"] = cls
     if picture_dir:
         conf[PICTURE_DIR] = str(Path(picture_dir).resolve())
+    conf["spark.sql.extensions"] = _merged(extensions, SQL_EXTENSIONS_CLASS)
     conf["spark.sql.execution.pyspark.python"] = python or sys.executable
     # The engine and the executors' Python workers start with the session rather than on
     # the first statement that names the catalog.
@@ -125,7 +127,7 @@ def configure_spark_with_lance_compact(builder: Any, warehouse: str | None = Non
     conf = spark_conf(warehouse=warehouse, catalog=catalog, storage_options=storage_options,
                       start_engine=start_engine, jars=options.get("spark.jars"),
                       plugins=options.get("spark.plugins"), picture_dir=picture_dir,
-                      strategies=strategies)
+                      strategies=strategies, extensions=options.get("spark.sql.extensions"))
     public, private = split(conf)
     if private and not _jvm_running():
         _submit_with_properties(private)

@@ -80,28 +80,30 @@ def _ours(argv: list[str], names: tuple[str, ...]):
             i += 1
 
 
-def parse_args(argv: list[str]) -> tuple[str | None, str | None, str | None, list[str]]:
-    """(warehouse, jars, plugins, the arguments for spark-sql). ``--jars``, ``--conf
-    spark.jars=`` and ``--conf spark.plugins=`` given by the user are merged with ours.
+def parse_args(argv: list[str]) -> tuple[str | None, str | None, str | None, str | None, list[str]]:
+    """(warehouse, jars, plugins, SQL extensions, the arguments for spark-sql). ``--jars``,
+    ``--conf spark.jars=``, ``--conf spark.plugins=`` and ``--conf spark.sql.extensions=`` given
+    by the user are merged with ours.
     Secret settings stay in the arguments here; :func:`command` moves them out."""
     warehouse = os.environ.get("LANCE_WAREHOUSE") or None
     jars: list[str] = []
     plugins: list[str] = []
+    extensions: list[str] = []
     rest: list[str] = []
     for name, value, given in _ours(argv, ("--warehouse", "--jars", "--conf", "-c")):
         if name == "--warehouse":
             warehouse = value
         elif name == "--jars":
             jars.append(value)
-        elif name == "--conf" and value.startswith(("spark.jars=", "spark.plugins=")):
+        elif name == "--conf" and value.startswith(("spark.jars=", "spark.plugins=", "spark.sql.extensions=")):
             key, v = value.split("=", 1)
-            (jars if key == "spark.jars" else plugins).append(v)
+            {"spark.jars": jars, "spark.plugins": plugins, "spark.sql.extensions": extensions}[key].append(v)
         else:
             if given[0] in ("-h", "--help"):
                 print(USAGE + "\n  --warehouse DIR_OR_URI  the lance catalog's warehouse "
                       "(default $LANCE_WAREHOUSE)\nspark-sql's own options:", file=sys.stderr)
             rest.extend(given)
-    return warehouse, ",".join(jars) or None, ",".join(plugins) or None, rest
+    return warehouse, ",".join(jars) or None, ",".join(plugins) or None, ",".join(extensions) or None, rest
 
 
 def _take_secrets(rest: list[str]) -> tuple[list[str], dict[str, str], str | None]:
@@ -139,7 +141,7 @@ def command(argv: list[str], environ: dict[str, str] | None = None
     """The spark-sql command line and its environment, the settings that must go into a
     properties file instead (secrets), and the user's own properties file (or None)."""
     env = dict(os.environ if environ is None else environ)
-    warehouse, jars, plugins, rest = parse_args(argv)
+    warehouse, jars, plugins, extensions, rest = parse_args(argv)
     rest, secret, properties = _take_secrets(rest)
     rest, java_options = _take_java_options(rest)
     # $LANCE_STORAGE_<KEY>=value: storage option <key> of the lance catalog, kept off every
@@ -157,7 +159,7 @@ def command(argv: list[str], environ: dict[str, str] | None = None
     env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     start_engine = env.get("LANCE_COMPACT_START_ENGINE", "true").lower() != "false"
     conf = {**spark_conf(warehouse=warehouse, python=python, start_engine=start_engine,
-                         jars=jars, plugins=plugins, picture_dir=os.getcwd()),
+                         jars=jars, plugins=plugins, extensions=extensions, picture_dir=os.getcwd()),
             **METASTORE_CONF}
     spark_sql = os.path.join(home, "bin", "spark-sql")
     args = [spark_sql, "--jars", conf.pop("spark.jars"),

@@ -57,5 +57,7 @@ object Procedures {
    * shows only the name). */
   def load(catalog: LanceCatalog, name: String): UnboundProcedure =
     new EngineProcedure(catalog, byName.getOrElse(name.toLowerCase, throw new LanceCompactException(
-      s"catalog ${catalog.name()} has no procedure $name; procedures are ${names.mkString(", ")}", null)))
+      io.github.lancecompact.spark.sql.HabitHints.hint(s"CALL ${catalog.name()}.system.$name()")
+        .map(h => s"catalog ${catalog.name()} has no procedure $name: $h")
+        .getOrElse(s"catalog ${catalog.name()} has no procedure $name; procedures are ${names.mkString(", ")}"), null)))
 }
