@@ -20,9 +20,16 @@ from .sort_order import SortKey, SortOrder
 MAX_BITS_PER_COLUMN = 16
 
 
+def key_column(table: pa.Table, column: str) -> pa.Array:
+    """A key column as Arrow sorts it: halffloat (which Arrow's sort does not take) as float32,
+    an exact, order-keeping widening."""
+    col = table.column(column).combine_chunks()
+    return col.cast(pa.float32()) if pa.types.is_float16(col.type) else col
+
+
 def key_table(table: pa.Table, keys: tuple[SortKey, ...]) -> pa.Table:
     """The key columns, named k0, k1, ... (so bounds and rows concatenate whatever the names)."""
-    return pa.table({f"k{i}": table.column(k.column).combine_chunks() for i, k in enumerate(keys)})
+    return pa.table({f"k{i}": key_column(table, k.column) for i, k in enumerate(keys)})
 
 
 def sort_indices(k: pa.Table, keys: tuple[SortKey, ...]) -> pa.Array:
@@ -30,7 +37,8 @@ def sort_indices(k: pa.Table, keys: tuple[SortKey, ...]) -> pa.Array:
     its own direction and null placement. pyarrow takes per-key null placement (sort keys as
     triples) only from 25.0; before, pairs and one ``null_placement`` for all keys. So each key
     that holds nulls is preceded by whether it is null, sorted so its nulls come first or last,
-    which every pyarrow from 16 on sorts alike."""
+    which every pyarrow from 16 on sorts alike. NaNs go after the numbers (Arrow's default
+    placement, at the end; naming it warns from pyarrow 25 on)."""
     columns: dict[str, pa.ChunkedArray] = {}
     sort_keys: list[tuple[str, str]] = []
     for i, key in enumerate(keys):
@@ -40,7 +48,7 @@ def sort_indices(k: pa.Table, keys: tuple[SortKey, ...]) -> pa.Array:
             sort_keys.append((f"n{i}", "descending" if key.nulls_first else "ascending"))
         columns[f"k{i}"] = col
         sort_keys.append((f"k{i}", "descending" if key.descending else "ascending"))
-    return pc.sort_indices(pa.table(columns), sort_keys=sort_keys, null_placement="at_end")
+    return pc.sort_indices(pa.table(columns), sort_keys=sort_keys)
 
 
 def order_indices(table: pa.Table, keys: tuple[SortKey, ...]) -> pa.Array:
@@ -120,7 +128,7 @@ def zvalues(rows: pa.Table, order: SortOrder, bounds: list[pa.Table]) -> np.ndar
     ids = []
     for key, b in zip(order.keys, bounds):
         one = (SortKey("k0", False, False),)
-        col = pa.table({"k0": rows.column(key.column).combine_chunks()})
+        col = pa.table({"k0": key_column(rows, key.column)})
         rid = _ranks(col, b, one, ties_after=True).astype(np.uint64)
         # Stretch the ids over the full width: a column with few distinct values (40 tenants)
         # would otherwise use only the low bits and leave the order to the other columns.
