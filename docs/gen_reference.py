@@ -62,7 +62,7 @@ SYSTEM_TABLES = {
 # thresholds (policy.py), under this prefix.
 POLICY_PREFIX = "lance_compact.maintain."
 POLICY_SECTIONS = ("policy_keys",)
-POLICY_FROM_MAINTAIN_EXCLUDED = ("dry_run",)
+POLICY_FROM_MAINTAIN_EXCLUDED = ("dry_run", "fail_on_error")
 
 # Where a section's names are given, for the table of former names.
 FORMER_WHERE = {

@@ -89,6 +89,37 @@ def test_spark_sql_reports_a_bad_option_and_changes_nothing(cli_warehouse):
     assert lance.dataset(str(path)).version == version
 
 
+def test_a_scheduler_sees_a_failed_table_with_fail_on_error(cli_warehouse):
+    """What an Airflow BashOperator runs: `lance-spark-sql -e "CALL lance.maintain_warehouse(...,
+    fail_on_error => true)"` over a namespace with a broken table exits non-zero, naming it and
+    why, after maintaining the other table; without fail_on_error it exits 0 with the failed
+    table's row."""
+    wh = cli_warehouse
+    good = wh / "sched" / "good.lance"
+    degraded_table(str(good))
+    broken = wh / "sched" / "broken.lance" / "_versions"
+    broken.mkdir(parents=True)
+    (broken / "1.manifest").write_bytes(b"not a manifest")
+    version = lance.dataset(str(good)).version
+    call = "CALL lance.maintain_warehouse(namespace => 'sched', target_rows_per_fragment => 300{})"
+    p = spark_sql(wh, "-e", call.format(", fail_on_error => true"))
+    assert p.returncode != 0, p.stdout[-2000:]
+    after = lance.dataset(str(good)).version
+    assert after > version
+    assert ("[LANCE_MAINTENANCE_FAILED] maintain_warehouse of namespace sched (catalog lance): 1 of 2 tables "
+            "failed") in p.stderr, p.stderr[-3000:]
+    assert "sched.broken: the table could not be evaluated" in p.stderr
+    assert f"sched.good: compact (version {after})" in p.stderr and "\tat io.github" not in p.stderr
+    p = spark_sql(wh, "-e", call.format(""))
+    assert p.returncode == 0, p.stderr[-3000:]
+    lines = p.stdout.strip().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("table\tstep\t"))
+    rows = {r["table"]: r for r in (dict(zip(lines[start].split("\t"), line.split("\t")))
+                                    for line in lines[start + 1:])}
+    assert rows["sched.broken"]["error"].startswith("table sched.broken: cannot open")
+    assert rows["sched.good"]["reason"].startswith("skipped: healthy")
+
+
 def test_sql_examples_parse_and_run(cli_warehouse, tmp_path):
     """The sql/ examples as shipped, one after another against a warehouse holding db.events,
     in one spark-sql process (`-f` of the files joined: each process start costs seconds)."""

@@ -76,6 +76,30 @@ def test_a_failure_that_is_no_exception_fails_its_statement_and_the_engine_keeps
     assert _engine_pids(engine_log) == pids  # the same engine, still serving
 
 
+def test_an_unexpected_error_names_the_configured_log_and_leaves_its_traceback_there(spark, table, engine_log):
+    """An exception no rule names, raised while serving: the statement fails as an internal error
+    asking for a report with the engine's log, naming spark.lance.compact.engine.log's file; that
+    file holds the traceback (once), not only a line; the engine keeps serving."""
+    name, path = table
+    version = lance.dataset(str(path)).version
+    with pytest.raises(Exception) as e:
+        spark.sql(f"CALL lance.plan_compaction(table => '{name}', "
+                  "options => map('test_engine_fault', 'unrecognized'))").collect()
+    message = str(e.value)
+    assert e.value.getCondition() == "LANCE_INTERNAL_ERROR", message
+    assert "lance_compact engine: plan failed: ZeroDivisionError: an unexpected error" in message
+    assert f"please report it with the engine's log, {engine_log}, which holds its traceback" in message
+    assert "injected by test_engine_fault: no rule names this error" in message
+    text = engine_log.read_text(errors="replace")
+    at = text.index("engine: plan failed: injected by test_engine_fault")
+    trace = text[at:at + 4000]
+    assert "Traceback (most recent call last)" in trace and "in _injected_bug" in trace, trace
+    assert "ZeroDivisionError: injected by test_engine_fault" in trace
+    assert text.count("in _injected_bug") == 1
+    assert lance.dataset(str(path)).version == version
+    _answers(spark, name)
+
+
 def test_cleanup_far_in_the_past_is_answered(spark, table):
     """The measured hang: cleanup of versions older than 10^8 days (Lance panics on the date
     arithmetic unless the duration is refused first). Answered either way, within the bound."""

@@ -20,9 +20,9 @@ def test_a_request_is_parsed_once_into_its_target_and_checked_arguments():
     t = e.target
     assert (t.table, t.uri, dict(t.storage_options), t.catalog, dict(t.maintain_settings)) == \
         ("db.t", "/wh/db/t.lance", {"k": "v"}, "mine", {"maintain.priority": "3"})
-    # dry_run is maintain's own parameter: its default is filled; the thresholds are policy
+    # dry_run and fail_on_error are maintain's own parameters: their defaults are filled; the thresholds are policy
     # keys, left unset so the table's property, the catalog's setting or the default applies
-    assert dict(e.args) == {"min_small_fragments": 4, "dry_run": False}
+    assert dict(e.args) == {"min_small_fragments": 4, "dry_run": False, "fail_on_error": False}
 
 
 def test_a_warehouse_request_lists_its_tables_in_one_shape():

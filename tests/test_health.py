@@ -230,6 +230,36 @@ def test_history_agrees_with_versions(spark, warehouse, tables):
     assert health(spark)["db.degraded"]["last_compacted_version"] == rewrite.version
 
 
+def test_python_calls_naming_a_missing_table_raise(spark, tables):
+    """table_health, history and LanceTable.for_name name a table: one that does not exist is
+    an error naming it and the catalog (and the near name), not an empty DataFrame an alert on
+    health_score < 50 would read as healthy; a broken table still has its row; SQL filtering
+    the system table on a missing table keeps SQL's answer (no rows)."""
+    from lance_compact import LanceTable, TableNotFoundError, history, table_health
+
+    with pytest.raises(TableNotFoundError) as e:
+        table_health(spark, "db.degarded")
+    assert str(e.value) == ("[LANCE_TABLE_NOT_FOUND] table db.degarded does not exist in catalog lance "
+                            "(did you mean 'db.degraded'?)")
+    assert (e.value.table, e.value.catalog) == ("db.degarded", "lance")
+    with pytest.raises(TableNotFoundError, match=r"table db\.nope does not exist in catalog lance \(namespace db "
+                                                 r"has 3 tables: broken, degraded, healthy\)"):
+        history(spark, "db.nope")
+    with pytest.raises(TableNotFoundError, match=r"table lake\.db\.nope does not exist in catalog lance: its "
+                                                 r"namespace lake\.db does not exist"):
+        LanceTable.for_name(spark, "lake.db.nope")
+    with pytest.raises(TableNotFoundError, match=r"table db\.remot does not exist in catalog lake \(did you mean "
+                                                 r"'db\.remote'\?\)"):
+        LanceTable.for_name(spark, "db.remot", catalog="lake")
+    with pytest.raises(TableNotFoundError, match=r"namespace dbs does not exist \(did you mean 'db'\?\)"):
+        table_health(spark, "lance.dbs.degraded")
+    assert table_health(spark, "db.broken").collect()[0].error  # there, unreadable: its row says why
+    assert [r.health_score for r in LanceTable.for_name(spark, "db.degraded").health().collect()] == \
+        [health(spark)["db.degraded"]["health_score"]]
+    assert history(spark, "lance.ops.indexed").count() > 0
+    assert spark.sql("SELECT * FROM lance.system.table_health WHERE namespace = 'db' AND `table` = 'nope'").count() == 0
+
+
 def test_namespace_named_system_stays_reachable(spark, tables):
     assert spark.sql("SELECT count(*) FROM lance.system.events").collect()[0][0] == 100
     assert "events" in {r.tableName for r in spark.sql("SHOW TABLES IN lance.system").collect()}

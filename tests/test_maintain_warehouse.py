@@ -174,6 +174,69 @@ def test_a_table_that_fails_fails_alone(spark, warehouse):
 
 
 
+def _broken(path):
+    """A table whose only manifest is garbage: it cannot be evaluated."""
+    (path / "_versions").mkdir(parents=True)
+    (path / "_versions" / "1.manifest").write_bytes(b"not a manifest")
+
+
+def _tables_failed(spark) -> int:
+    """The driver's maintenance.tables_failed counter (MaintenanceMetrics)."""
+    return spark._jvm.io.github.lancecompact.spark.engine.MaintenanceMetrics.registry().counter(
+        "tables_failed").getCount()
+
+
+def test_fail_on_error_maintains_the_others_then_fails_naming_the_failed_table(spark, warehouse):
+    """fail_on_error => true: the healthy-but-due table is maintained (its version advances),
+    then the statement fails as LANCE_MAINTENANCE_FAILED naming the broken table and why, and
+    what was committed; its rows still reach the metrics. Without it (the default) the same
+    warehouse gives rows, the broken one's with its error. PySpark takes it too; a dry run
+    fails as the run would, saying nothing was committed."""
+    from lance_compact import maintain_warehouse
+
+    good = warehouse / "wx" / "good.lance"
+    _degraded(good)
+    _broken(warehouse / "wx" / "broken.lance")
+    expected = content(lance.dataset(str(good)))
+    v = lance.dataset(str(good)).version
+    failed_before = _tables_failed(spark)
+    with pytest.raises(Exception, match="a dry run") as e:
+        maintain_warehouse(spark, "wx", target_rows_per_fragment=300, dry_run=True, fail_on_error=True)
+    assert "nothing was committed" in str(e.value) and lance.dataset(str(good)).version == v
+    with pytest.raises(Exception) as e:
+        spark.sql("CALL lance.maintain_warehouse(namespace => 'wx', target_rows_per_fragment => 300, "
+                  "older_than => '7 days', fail_on_error => true)").collect()
+    after = lance.dataset(str(good))
+    assert after.version > v and content(after) == expected  # maintained before the failure
+    message = str(e.value)
+    assert e.value.getCondition() == "LANCE_MAINTENANCE_FAILED" and e.value.getSqlState() == "38000", message
+    assert message.startswith("[LANCE_MAINTENANCE_FAILED] maintain_warehouse of namespace wx (catalog lance): "
+                              "1 of 2 tables failed (fail_on_error => true; every other table was maintained as due): "
+                              "wx.broken: the table could not be evaluated: table wx.broken: cannot open "), message
+    assert "a corrupt or unreadable file" in message
+    assert f"Committed for the tables that succeeded: wx.good: compact (version {after.version})" in message
+    assert _tables_failed(spark) > failed_before  # the run's rows were recorded all the same
+    # the default, as before: rows, the failed table's with its error
+    t = by_table(maintain_warehouse(spark, "wx", target_rows_per_fragment=300).collect())
+    assert t["wx.broken"]["all"].error and "corrupt" in t["wx.broken"]["all"].error
+    assert t["wx.good"]["all"].reason.startswith("skipped: healthy")
+    # once every table is fine, fail_on_error changes nothing
+    shutil.rmtree(warehouse / "wx" / "broken.lance")
+    rows = spark.sql("CALL lance.maintain_warehouse(namespace => 'wx', fail_on_error => true)").collect()
+    assert [r.table for r in rows] == ["wx.good"]
+
+
+def test_fail_on_error_lists_the_first_failed_tables_and_counts_the_rest(spark, warehouse):
+    for i in range(12):
+        _broken(warehouse / "wz" / f"broken{i:02d}.lance")
+    with pytest.raises(Exception) as e:
+        spark.sql("CALL lance.maintain_warehouse(namespace => 'wz', fail_on_error => true)").collect()
+    message = str(e.value)
+    assert "12 of 12 tables failed" in message and "; and 2 more failed tables." in message, message
+    assert sum(f"wz.broken{i:02d}: the table could not be evaluated" in message for i in range(12)) == 10
+    assert "No other table was changed" in message and len(message) < 12000
+
+
 def test_on_s3(spark, s3):
     """A warehouse on the S3-compatible server, as a second catalog of the same session: listed
     through Lance's object store, the degraded table maintained with its content exact, the
@@ -211,8 +274,9 @@ def _service(wh, *args):
 
 def test_the_service_runs_rounds_backs_off_stops_and_reports_metrics(tmp_path):
     """Two bounded rounds: the degraded table is maintained in the first and left alone in the
-    second (minimum interval), the broken one fails and is backed off; the metrics reach a
-    CSV sink. A second service stops cleanly on SIGTERM between rounds."""
+    second (minimum interval), the broken one fails and is backed off; with --param
+    fail_on_error=true the service then exits 1 naming it; the metrics reach a CSV sink. A
+    second service stops cleanly on SIGTERM between rounds (exit 0)."""
     import json
 
     wh = tmp_path / "wh"
@@ -224,6 +288,7 @@ def test_the_service_runs_rounds_backs_off_stops_and_reports_metrics(tmp_path):
     csv.mkdir()
     sink = "spark.metrics.conf.*.sink.csv"
     bounded = _service(wh, "--rounds", "2", "--every", "1s", "--min-interval", "1h", "--backoff", "1h",
+                       "--param", "fail_on_error=true",
                        "--conf", f"{sink}.class=org.apache.spark.metrics.sink.CsvSink",
                        "--conf", f"{sink}.period=1", "--conf", f"{sink}.unit=seconds",
                        "--conf", f"{sink}.directory={csv}")
@@ -232,13 +297,14 @@ def test_the_service_runs_rounds_backs_off_stops_and_reports_metrics(tmp_path):
     endless = _service(other, "--every", "1h")
     try:
         out, err = bounded.communicate(timeout=240)
-        assert bounded.returncode == 0, err[-3000:]
+        # fail_on_error: the rounds go on as always (back-off included), the exit status says a table failed
+        assert bounded.returncode == 1, err[-3000:]
         reports = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
         first, second, stopped = reports
         assert first["maintained"] == ["ws.t"] and first["failed"] == ["ws.broken"], first
         assert second["maintained"] == [] and second["failed"] == []
         assert "maintained" in second["excluded"]["ws.t"] and "backed off" in second["excluded"]["ws.broken"]
-        assert stopped == {"stopped": True, "rounds": 2, "signal": False}
+        assert stopped == {"stopped": True, "rounds": 2, "signal": False, "failed": ["ws.broken"], "failed_rounds": 0}
         assert content(lance.dataset(str(wh / "ws" / "t.lance"))) == expected
 
         def last(metric):
@@ -292,6 +358,9 @@ def test_the_service_takes_a_properties_file_as_its_help_says(tmp_path):
     missing = subprocess.run([sys.executable, "-m", "lance_compact.maintenance_service", "--properties-file",
                               str(tmp_path / "nope.properties")], capture_output=True, text=True, timeout=60)
     assert missing.returncode == 2 and "no such readable file" in missing.stderr
+    bad = subprocess.run([sys.executable, "-m", "lance_compact.maintenance_service", "--warehouse", str(wh),
+                          "--param", "fail_on_error=yes"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--param fail_on_error expects true or false, got 'yes'" in bad.stderr
 
 
 # Durations and times as Spark types, and the version-retention check. This module's session

@@ -190,3 +190,11 @@ def upsert_copies(uri, storage_options):
         new = new.set_column(new.schema.get_field_index("id"), "id", pa.compute.add(new["id"], 950_000))
         rows = pa.concat_tables([matched, new.cast(matched.schema)])
         ds.merge_insert("id").when_matched_update_all().when_not_matched_insert_all().execute(rows)
+
+
+def raise_unrecognized(uri, storage_options):
+    """Not a writer: an error no rule of runtime/failures.py names (test_fail_at), as a bug of
+    ours or Lance's would raise it: the engine asks for a report with its log."""
+    def nested_helper():
+        raise ZeroDivisionError(f"injected into {os.path.basename(uri.rstrip('/'))}: no rule names this error")
+    nested_helper()

@@ -449,9 +449,11 @@ def maintain(spark: Any, table: str, *, catalog: str = DEFAULT_CATALOG,
              min_unindexed_fragments: int | None = None,
              older_than: str | datetime | timedelta | None = None, retain_versions: int | None = None,
              max_rewrite_bytes: int | None = None, dry_run: bool | None = None, sort_order: str | None = None,
-             max_clustering_depth: float | None = None) -> Any:
+             max_clustering_depth: float | None = None, fail_on_error: bool | None = None) -> Any:
     """Everyday maintenance (``CALL lance.maintain``): compaction, index optimization and
     cleanup, each when due; a DataFrame with a row per step (ran or skipped, and why).
+    ``fail_on_error=True`` also fails (``LANCE_MAINTENANCE_FAILED``) when compaction tasks
+    failed all their attempts while the others were committed.
 
     >>> maintain(spark, "db.events", older_than="8d").show()
     """
@@ -467,11 +469,14 @@ def maintain_warehouse(spark: Any, namespace: str | None = None, *, catalog: str
                        min_unindexed_fragments: int | None = None,
                        older_than: str | datetime | timedelta | None = None,
                        retain_versions: int | None = None, sort_order: str | None = None,
-                       max_clustering_depth: float | None = None) -> Any:
+                       max_clustering_depth: float | None = None, fail_on_error: bool | None = None) -> Any:
     """Maintain every table of the warehouse, or of ``namespace``, that needs it
     (``CALL lance.maintain_warehouse``): worst health first, then priority, within
     ``max_tables``, ``max_total_rewrite_bytes`` and ``max_duration``; the maintain thresholds as defaults
     for every table; ``dry_run=True`` writes nothing. A DataFrame with a row per table and step.
+    ``fail_on_error=True``: once every table it can maintain is maintained, raise
+    (``AnalysisException``, condition ``LANCE_MAINTENANCE_FAILED``) naming each failed table and
+    why, and what was committed for the others: a scheduler's task fails.
 
     >>> maintain_warehouse(spark, "db", max_duration="10 minutes").show()
     """
@@ -549,19 +554,67 @@ def compact(spark: Any, table: str, *, catalog: str = DEFAULT_CATALOG, strategy:
 
 # ---- warehouse views -------------------------------------------------------------------
 
-def _system_table(spark: Any, name: str, table: str | None, catalog: str) -> Any:
-    """``<catalog>.system.<name>``, narrowed to one ``namespace.table`` (filters the catalog
-    pushes down: only that table is read)."""
-    from pyspark.sql import functions as F
+def _quoted(parts: Sequence[str]) -> str:
+    return ".".join("`" + p.replace("`", "``") + "`" for p in parts)
 
-    frame = spark.table(".".join(f"`{p}`" for p in [*catalog.split("."), "system", name]))
-    if table is None:
-        return frame
+
+def _table_parts(table: str, catalog: str) -> list[str]:
+    """``namespace.table`` (or ``<catalog>.namespace.table``) as its parts, namespace first."""
     parts = table.split(".")
     if len(parts) > 2 and parts[0] == catalog:
         parts = parts[1:]
-    if len(parts) < 2:
+    if len(parts) < 2 or not all(parts):
         raise ValueError(f"table {table!r} needs a namespace: write <namespace>.<table>, for example db.events")
+    return parts
+
+
+def _require_table(spark: Any, table: str, catalog: str) -> list[str]:
+    """The parts of ``table``, a table of ``catalog`` (``namespace.table``) that exists; else
+    :class:`~lance_compact.errors.TableNotFoundError` naming it, the catalog, and the closest
+    table of its namespace (or the closest namespace, when the namespace does not exist).
+    What exists is asked of the catalog as any statement asks it (one lookup); the listings
+    that find a near name are made only for a missing table."""
+    from .errors import TableNotFoundError
+    from .options import did_you_mean
+
+    parts = _table_parts(table, catalog)
+    prefix = catalog.split(".")
+    try:
+        if spark.catalog.tableExists(_quoted([*prefix, *parts])):
+            return parts
+    except Exception:  # noqa: BLE001 - it is there but cannot be loaded (a corrupt manifest): its row says why
+        return parts
+    namespace, name = parts[:-1], parts[-1]
+    shown = ".".join(parts)
+    try:
+        names = [r[1] for r in spark.sql(f"SHOW TABLES IN {_quoted([*prefix, *namespace])}").collect()]
+    except Exception:  # noqa: BLE001 - the namespace does not exist (or cannot be listed)
+        names = None
+    if names is not None:
+        space = ".".join(namespace)
+        hint = did_you_mean(shown, [f"{space}.{n}" for n in names]) or (
+            f" (namespace {space} has {len(names)} tables"
+            + (": " + ", ".join(sorted(names)[:10]) + (", ..." if len(names) > 10 else "") if names else "") + ")")
+        raise TableNotFoundError(f"table {shown} does not exist in catalog {catalog}{hint}", shown, catalog)
+    try:
+        spaces = [r[0] for r in spark.sql(f"SHOW NAMESPACES IN {_quoted(prefix)}").collect()]
+    except Exception:  # noqa: BLE001 - the catalog itself cannot be listed: say only what is known
+        spaces = []
+    raise TableNotFoundError(f"table {shown} does not exist in catalog {catalog}: its namespace "
+                             f"{'.'.join(namespace)} does not exist{did_you_mean('.'.join(namespace), spaces)}",
+                             shown, catalog)
+
+
+def _system_table(spark: Any, name: str, table: str | None, catalog: str) -> Any:
+    """``<catalog>.system.<name>``, narrowed to one ``namespace.table`` (filters the catalog
+    pushes down: only that table is read). A table that does not exist is refused
+    (:func:`_require_table`): a filter that matches nothing would read as "no problem"."""
+    from pyspark.sql import functions as F
+
+    parts = None if table is None else _require_table(spark, table, catalog)
+    frame = spark.table(_quoted([*catalog.split("."), "system", name]))
+    if parts is None:
+        return frame
     return frame.where((F.col("namespace") == ".".join(parts[:-1])) & (F.col("table") == parts[-1]))
 
 
@@ -569,6 +622,8 @@ def table_health(spark: Any, table: str | None = None, *, catalog: str = DEFAULT
     """Health of every table of the warehouse, or of ``table`` (``namespace.table``), from
     metadata only: a DataFrame of ``lance.system.table_health`` (a row per table: its score,
     the steps due and why, fragments, deletions, unindexed fragments, versions, clustering).
+    A ``table`` that does not exist raises :class:`~lance_compact.errors.TableNotFoundError`
+    (an alert on the score must not read no rows as healthy).
 
     >>> table_health(spark).orderBy("health_score").show()
     """
@@ -578,7 +633,8 @@ def table_health(spark: Any, table: str | None = None, *, catalog: str = DEFAULT
 def history(spark: Any, table: str | None = None, *, catalog: str = DEFAULT_CATALOG) -> Any:
     """The versions of every table of the warehouse, or of ``table``, and which were
     maintenance (compaction, index optimization, cleanup): a DataFrame of
-    ``lance.system.maintenance_history`` (a row per table and version).
+    ``lance.system.maintenance_history`` (a row per table and version). A ``table`` that does
+    not exist raises :class:`~lance_compact.errors.TableNotFoundError`.
 
     >>> history(spark, "db.events").where("maintenance").show()
     """
@@ -602,7 +658,12 @@ class LanceTable:
 
     @classmethod
     def for_name(cls, spark: Any, name: str, catalog: str = DEFAULT_CATALOG) -> "LanceTable":
-        """The table ``name`` (``namespace.table`` of ``catalog``, or a dataset path in its warehouse)."""
+        """The table ``name`` (``namespace.table`` of ``catalog``, or a dataset path in its
+        warehouse). A ``namespace.table`` that does not exist raises
+        :class:`~lance_compact.errors.TableNotFoundError` here (a path is checked by its first
+        call)."""
+        if "/" not in name and "\\" not in name:
+            _require_table(spark, name, catalog)
         return cls(spark, name, catalog)
 
     def optimize(self) -> "LanceCompaction":

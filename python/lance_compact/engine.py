@@ -11,7 +11,8 @@ server's concurrent statements run side by side), under its caller's job group a
 Each request is parsed once into a typed ``Envelope`` (runtime/envelope.py); each handler
 answers a ``Result`` that owns its columns, made into rows only in :func:`handle`.
 Responses are JSON: ``{"ok": true, "schema": DDL, "rows": [[...]]}`` or ``{"ok": false,
-"error": message, "kind": what kind of failure}`` (:func:`failure_kind`). Nothing here logs a request: it holds storage credentials.
+"error": message, "kind": what kind of failure}`` (:func:`failure_kind`; a maintenance that
+failed with ``fail_on_error`` also carries its ``schema`` and ``rows``). Nothing here logs a request: it holds storage credentials.
 """
 from __future__ import annotations
 
@@ -107,7 +108,7 @@ def handle(handlers: dict[str, Handler], action: str, request: str) -> dict[str,
     ...}``: a Lance panic (pyo3's ``PanicException``, a ``BaseException``) and a ``SystemExit``
     or ``KeyboardInterrupt`` raised by a handler included, so no statement is left unanswered
     and the engine keeps serving."""
-    from .errors import CompactionError
+    from .errors import CompactionError, MaintenanceFailed
     from .runtime.secrets import redact, request_secrets
 
     try:
@@ -130,11 +131,15 @@ def handle(handlers: dict[str, Handler], action: str, request: str) -> dict[str,
             result = handlers[action](envelope)
             return {"ok": True, "schema": result.schema, "rows": result.json_rows()}
         except CompactionError as e:
-            return {"ok": False, "error": _one_line(redact(scrub(e.message), storage)), "kind": failure_kind(e)}
+            answer = {"ok": False, "error": _one_line(redact(scrub(e.message), storage)), "kind": failure_kind(e)}
+            if isinstance(e, MaintenanceFailed):  # the run's rows too: the JVM records them, then fails
+                result = Result.of(e.section, e.rows)
+                answer.update(schema=result.schema, rows=result.json_rows())
+            return answer
         except Exception as e:  # a bug or an unexpected Lance error: say what, keep serving
-            from .runtime.failures import classify, describe
+            from .runtime.failures import classify, describe, keep_traceback
 
-            log.error("engine: %s failed: %s", action, redact(traceback.format_exc(), storage))
+            keep_traceback(e, f"engine: {action} failed", storage)  # once: describe names the log
             return {"ok": False, "error": _one_line(redact(
                 scrub(f"lance_compact engine: {action} failed: {type(e).__name__}: {describe(e)}"), storage)),
                     "kind": classify(e).kind}
@@ -159,7 +164,9 @@ _KIND_WORDS = (("conflict", ("concurrent",)),
                ("storage", ("object store", "storage failure", "storage full", "no space left")),
                ("corrupt", ("corrupt or unreadable file", "a data file the table references is missing")),
                ("missing", ("does not exist (no lance dataset", "is not a lance dataset",
-                            "no such table", "version of the table does not exist")))
+                            "no such table", "version of the table does not exist")),
+               # failures.bug_phrase: an error no rule names (LANCE_INTERNAL_ERROR, not bad input)
+               ("bug", ("please report it with the engine's log",)))
 
 
 # A Rust source location in Lance's words (", /home/runner/work/lance/.../planner.rs:951:33"):
@@ -201,7 +208,8 @@ def _base_exception_message(action: str, e: BaseException) -> str:
 
 
 # Test-only (LANCE_COMPACT_TEST_HOOKS=1): options-map key test_engine_fault of a CALL
-# (panic | system_exit | keyboard_interrupt | lose_response) makes its request fail so.
+# (panic | system_exit | keyboard_interrupt | lose_response | unrecognized: an exception no rule
+# of runtime/failures.py names) makes its request fail so.
 TEST_FAULT = "test_engine_fault"
 
 
@@ -224,7 +232,14 @@ def _test_fault(raw: dict[str, Any]) -> dict[str, Any]:
         raise KeyboardInterrupt("injected")
     if fault == "lose_response":
         raise _LoseResponse()
+    if fault == "unrecognized":
+        _injected_bug()
     return raw
+
+
+def _injected_bug() -> None:
+    """Test-only: fails as a bug of ours would (the traceback must reach the engine's log)."""
+    raise ZeroDivisionError("injected by test_engine_fault: no rule names this error")
 
 
 class _LoseResponse(BaseException):

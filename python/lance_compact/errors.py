@@ -8,8 +8,9 @@ MARKER = "[LANCE_COMPACT]"
 
 # What kind of failure an error is; the JVM names each with an error condition and SQLSTATE
 # (LanceCompactException.Kind, docs/failures-and-cancellation.md). The Lance failure kinds of
-# runtime/failures.py (conflict, storage, missing, corrupt, config, bug) plus these two:
-INVALID, CANCELLED = "invalid", "cancelled"
+# runtime/failures.py (conflict, storage, missing, corrupt, config, bug) plus these three
+# (MAINTENANCE_FAILED: maintain or maintain_warehouse with fail_on_error => true, some table failed):
+INVALID, CANCELLED, MAINTENANCE_FAILED = "invalid", "cancelled", "maintenance_failed"
 
 
 class CompactionError(Exception):
@@ -22,3 +23,28 @@ class CompactionError(Exception):
         super().__init__(f"{MARKER} {message}")
         self.message = message
         self.kind = kind
+
+
+class MaintenanceFailed(CompactionError):
+    """``maintain`` / ``maintain_warehouse`` with ``fail_on_error => true``: the run did all it
+    could and some table failed. The message names each failed table and why, and what was
+    committed; ``rows`` (in parameters.json's ``section`` columns) are the run's result rows,
+    which the JVM still records (metrics) before it fails the statement."""
+
+    def __init__(self, message: str, section: str, rows: list) -> None:
+        super().__init__(message, MAINTENANCE_FAILED)
+        self.section = section
+        self.rows = rows
+
+
+class TableNotFoundError(LookupError):
+    """The PySpark API's error for a table it was named that does not exist in the catalog
+    (``table_health``, ``history``, ``LanceTable.for_name``): it names the table and the
+    catalog, and the closest existing name when one is near. The condition is the one the
+    catalog's statements use for a missing table (``LANCE_TABLE_NOT_FOUND``)."""
+
+    condition = "LANCE_TABLE_NOT_FOUND"
+
+    def __init__(self, message: str, table: str, catalog: str) -> None:
+        super().__init__(f"[{self.condition}] {message}")
+        self.message, self.table, self.catalog = message, table, catalog

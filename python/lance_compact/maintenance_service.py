@@ -19,7 +19,10 @@ call, with ``--param key=value`` as its arguments). Between rounds it remembers,
   first failure, doubling after each further one, at most ``--max-backoff``.
 
 Each round prints one JSON line (tables maintained, failed, backed off, skipped; seconds).
-``--rounds N`` stops after N rounds. SIGTERM or SIGINT stops it cleanly: during a round the
+``--rounds N`` stops after N rounds. ``--param fail_on_error=true`` does not fail a round (the
+service needs every table's row for its back-off): it makes the process exit with status 1 when
+it stops, if a table failed in any of its rounds or a round failed (the last JSON line lists
+them), so a scheduler running ``--rounds 1`` sees the failure. SIGTERM or SIGINT stops it cleanly: during a round the
 round finishes (each table's commits are atomic: a table is either maintained or not), then it
 exits; a second signal cancels the round (``cancelAllJobs``, which reaches the statement
 whether or not a Spark job of it runs at that moment: nothing starts or commits after it,
@@ -91,7 +94,7 @@ class Service:
     def __init__(self, spark: Any, namespace: str | None, params: dict[str, Any], every: float,
                  min_interval: float, backoff: float, max_backoff: float, catalog: str = DEFAULT_CATALOG,
                  stop_timeout: float = 30.0) -> None:
-        self.spark, self.namespace, self.params, self.catalog = spark, namespace, params, catalog
+        self.spark, self.namespace, self.params, self.catalog = spark, namespace, dict(params), catalog
         self.every, self.min_interval = every, min_interval
         self.backoff, self.max_backoff = backoff, max_backoff
         self.tables: dict[str, TableState] = {}
@@ -99,6 +102,11 @@ class Service:
         self.signals = 0
         self.stop_timeout = stop_timeout
         self.stopped = threading.Event()  # run() returned
+        # --param fail_on_error=true: the service's exit status says whether anything failed
+        # (the CALL itself never gets it: its rows drive the back-off)
+        self.fail_on_error = bool(self.params.pop("fail_on_error", False))
+        self.failed: set[str] = set()  # tables that failed in any round
+        self.round_errors = 0
 
     def on_signal(self, signum: int, frame: Any) -> None:
         self.signals += 1
@@ -166,15 +174,25 @@ class Service:
             number += 1
             try:
                 report = self.round(number)
+                self.failed.update(report["failed"])
             except Exception as e:  # the warehouse could not be listed, say: try again next round
                 report = {"round": number, "error": str(e).splitlines()[0] if str(e) else type(e).__name__}
+                self.round_errors += 1
             print(json.dumps(report), flush=True)
             if rounds is not None and number >= rounds:
                 break
             self.stop.wait(self.every)
-        print(json.dumps({"stopped": True, "rounds": number, "signal": self.signals > 0}), flush=True)
+        stopped: dict[str, Any] = {"stopped": True, "rounds": number, "signal": self.signals > 0}
+        if self.fail_on_error:
+            stopped.update(failed=sorted(self.failed), failed_rounds=self.round_errors)
+        print(json.dumps(stopped), flush=True)
         self.stopped.set()
         return number
+
+    @property
+    def exit_status(self) -> int:
+        """1 with fail_on_error when a table or a round failed, else 0."""
+        return int(self.fail_on_error and bool(self.failed or self.round_errors))
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -213,6 +231,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         for kv in getattr(a, opt):
             if "=" not in kv:
                 p.error(f"--{opt} expects KEY=VALUE, got {kv!r}")
+    for kv in a.param:
+        key, _, value = kv.partition("=")
+        if key.strip() == "fail_on_error" and not isinstance(_value(value), bool):
+            p.error(f"--param fail_on_error expects true or false, got {value!r}")
     return a
 
 
@@ -247,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
         service.run(a.rounds)
     finally:
         spark.stop()
-    return 0
+    return service.exit_status
 
 
 if __name__ == "__main__":

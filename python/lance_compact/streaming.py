@@ -14,7 +14,8 @@ written, with a byte budget so the stream is held up only briefly::
                                             max_rewrite_bytes=256 << 20, older_than="8d"))
              .start())
 
-Maintenance failures are logged and do not stop the stream (the next round tries again);
+Maintenance failures are logged and do not stop the stream (the next round tries again; with
+``fail_on_error=True`` a round with a failed table is such a failure, its warning naming them);
 ``on_result`` receives each round's rows (for metrics). ``with_warehouse_maintenance`` does
 the same for every table of the warehouse (or of a namespace) with ``maintain_warehouse``.
 """

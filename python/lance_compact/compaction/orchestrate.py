@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import time
-import traceback
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -30,8 +29,8 @@ from ..options import effective
 from ..runtime import hooks
 from .fragments import fragments_matching
 from .commit import CommitOutcome, commit_results, remove_new_files
-from ..errors import CompactionError
-from ..runtime.failures import committed_phrase, describe
+from ..errors import MARKER, CompactionError
+from ..runtime.failures import committed_phrase, describe, keep_traceback
 from ..runtime.secrets import redact
 from .execute import TaskOutcome
 from ..options import result_columns
@@ -194,6 +193,7 @@ class Run:
                        "tasks_failed": 0}
         self.totals: dict[str, Any] = {}
         self.refusals: list[str] = []  # why conflicted tasks were not carried over
+        self.task_errors: list[str] = []  # why tasks failed all their attempts (partial progress)
         self.committed_versions: list[int] = []  # in the order they were committed
         self.coverage: Any = None  # index_restore.IndexCoverage: indices found covering less than the table
 
@@ -214,8 +214,7 @@ class Run:
                       f"{', '.join(map(str, earlier))} committed" if earlier else "")
             raise CompactionError(f"{e.message}{before}; nothing after", e.kind) from None
         except Exception as e:  # Lance's or ours: name it, and say what was committed
-            log.error("table %s: run failed: %s", self.request.table,
-                      redact(traceback.format_exc(), self.request.storage_options))
+            keep_traceback(e, f"table {self.request.table}: run failed", self.request.storage_options)
             raise CompactionError(f"table {self.request.table}: the compaction failed: "
                                   f"{type(e).__name__}: {describe(e)}; "
                                   f"{committed_phrase(self.versions)}") from None
@@ -319,6 +318,7 @@ class Run:
         # Tasks that raised on their last attempt, the one Spark gave up on, and (when that
         # one is not known) every unfinished one count as failed.
         self.counts["tasks_failed"] += len(batch.ids) - len(finished) - len(redo)
+        self._task_failed(failure.message)
         again = batch.subset(redo, batch.carried + finished)
         if redo:
             self.pending.insert(0, again)
@@ -338,6 +338,9 @@ class Run:
         done = sorted([o for o in outcomes if o.error is None] + batch.carried, key=lambda o: o.task_id)
         results = [RewriteResult.from_json(o.result_json) for o in done]
         self.counts["tasks_failed"] += sum(1 for o in outcomes if o.error is not None)
+        for o in outcomes:
+            if o.error is not None:
+                self._task_failed(o.error)
         outcome = CommitOutcome()
         try:
             if results:
@@ -360,6 +363,14 @@ class Run:
                 self.counts["retries"] += 1
                 self.pending[:0] = _batches(replanned, 1, self.next_id)
                 self.next_id += len(replanned.tasks)
+
+    def _task_failed(self, message: str) -> None:
+        """A task failed all its attempts and the run goes on (partial progress): said in the
+        engine's log, and kept for maintain's fail_on_error."""
+        message = message.replace("CompactionError: ", "", 1).replace(f"{MARKER} ", "")
+        log.warning("table %s: a task failed all its attempts; the run goes on without it: %s",
+                    self.request.table, redact(message, self.request.storage_options))
+        self.task_errors.append(redact(message, self.request.storage_options))
 
     def _conflicts(self) -> str | None:
         c = self.counts
@@ -407,8 +418,10 @@ def _replan(request: CompactionRequest, conflicted: list[RewriteResult]) -> Plan
     return shape(as_plan(Compaction.plan(dataset, options), dataset, request.options), request.run)
 
 
-def compact(request: CompactionRequest, runner: BatchRunner) -> tuple:
-    """``compact``: plan, run every batch, commit; the result row (``result_columns``)."""
+def compact(request: CompactionRequest, runner: BatchRunner, task_errors: list[str] | None = None) -> tuple:
+    """``compact``: plan, run every batch, commit; the result row (``result_columns``).
+    ``task_errors``: receives why each task that failed all its attempts failed (partial
+    progress; the row counts them in ``tasks_failed``)."""
     started = time.time()
     # One open for the clustering's record and the plan (each open reads the manifest: round
     # trips on an object store).
@@ -425,7 +438,11 @@ def compact(request: CompactionRequest, runner: BatchRunner) -> tuple:
     run = Run(request, *make_plan(request, dataset), started)
     log.info("table %s: planned %d tasks in %d ms", request.table,
              sum(len(b.ids) for b in run.pending), (time.time() - started) * 1000)
-    run.execute(runner)
+    try:
+        run.execute(runner)
+    finally:
+        if task_errors is not None:
+            task_errors.extend(run.task_errors)
     progress.report(f"{request.table}: checking index coverage")
     run.restore_indices()
     return run.result_row()

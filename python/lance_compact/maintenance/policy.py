@@ -1,7 +1,7 @@
 """A table's maintenance policy: whether and how it is maintained, from where users keep it.
 
-Keys (parameters.json ``policy_keys`` plus the thresholds of ``maintain_parameters`` except
-``dry_run``): ``enabled``, ``priority``, ``target_rows_per_fragment``,
+Keys (parameters.json ``policy_keys`` plus the thresholds of ``maintain_parameters``, not the
+call's own :data:`CALL_ONLY`): ``enabled``, ``priority``, ``target_rows_per_fragment``,
 ``min_small_fragments``, ``min_unindexed_fragments``, ``older_than``, ``retain_versions``,
 ``max_rewrite_bytes`` (formerly ``max_bytes``: a key's former names, parameters.json's
 ``aliases``, are still read for one release, in every place below).
@@ -34,13 +34,14 @@ from ..runtime.envelope import DEFAULT_CATALOG
 PROPERTY_PREFIX = "lance_compact.maintain."
 LANCE_COMPACTION_PREFIX = "lance.compaction."
 SOURCES = ("call", "table", "catalog", "default")
+# maintain's parameters that belong to one call, never to a table's policy.
+CALL_ONLY = ("dry_run", "sort_order", "fail_on_error")
 
 
 @lru_cache(maxsize=None)
 def policy_specs() -> dict[str, OptionSpec]:
     """Every policy key with its type and range (name -> spec)."""
-    rows = list(spec()["policy_keys"]) + [o for o in spec()["maintain_parameters"]
-                                           if o["name"] not in ("dry_run", "sort_order")]
+    rows = list(spec()["policy_keys"]) + [o for o in spec()["maintain_parameters"] if o["name"] not in CALL_ONLY]
     return {o["name"]: make_spec(o) for o in rows}
 
 

@@ -28,7 +28,7 @@ from ..compaction.request import CompactionRequest
 from ..compaction import rules
 from ..compaction.bounds import BoundExceeded
 from .version_cleanup import cleanup, parse_older_than
-from ..errors import CompactionError
+from ..errors import CompactionError, MaintenanceFailed
 from ..compaction.fragments import index_state
 from ..compaction.clustering.state import measure_table
 from ..compaction.clustering.table_clustering import clustering_step
@@ -45,6 +45,7 @@ def _args(call: dict[str, Any], t: Target, ds: lance.LanceDataset) -> dict[str, 
     then the catalog's maintain.* settings, then defaults (policy.py); and dry_run."""
     policy = resolve_policy(call, ds.config() or {}, t.maintain_settings, t.table, t.catalog)
     return {**policy.maintain_args(), "dry_run": bool(call.get("dry_run", False)),
+            "fail_on_error": bool(call.get("fail_on_error", False)),
             "sort_order": call.get("sort_order"), "target_origin": policy.origin("target_rows_per_fragment")}
 
 
@@ -89,8 +90,9 @@ def compact_step(t: Target, args: dict[str, Any], runner: Any, dry: bool,
             params.update(partial_progress=True, max_commits=4)
         request = CompactionRequest.of(Envelope(action="compact", target=t, params=params, options=options,
                                                 strategy=strategy, catalog=t.catalog))
+        task_errors: list[str] = []
         try:
-            r = dict(zip([c for c, _ in result_columns()], orchestrate.compact(request, runner)))
+            r = dict(zip([c for c, _ in result_columns()], orchestrate.compact(request, runner, task_errors)))
         except BoundExceeded as e:  # say where the policy's target came from
             raise BoundExceeded(_with_origin(e.message, given, args.get("target_origin")), e.bound) from None
         row.update(ran=True, version=r["new_version"], bytes_rewritten=r["bytes_read"] or 0,
@@ -100,8 +102,40 @@ def compact_step(t: Target, args: dict[str, Any], runner: Any, dry: bool,
                            + (f", {r['fragments_left']} fragments left for later" if r.get("sort_order")
                               and r.get("fragments_left") else "")
                            + (f", {r['tasks_failed']} tasks failed" if r.get("tasks_failed") else "")
-                           + (f"; {r['conflicts']}" if r.get("conflicts") else ""))
+                           + (f"; {r['conflicts']}" if r.get("conflicts") else ""),
+                   # not columns: for fail_on_error (failed_tasks)
+                   tasks_failed=r.get("tasks_failed") or 0, task_errors=task_errors, commits=r.get("commits") or 0)
     return row
+
+
+# How many failures a fail_on_error message lists (the rest are counted), and how long each may be.
+SHOWN_FAILURES = 10
+SHOWN_ERROR_CHARS = 400
+
+
+def shorten(text: str, limit: int = SHOWN_ERROR_CHARS) -> str:
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def failed_tasks(rows: list[dict[str, Any]]) -> str | None:
+    """The compaction tasks of ``rows`` (a table's step rows) that failed all their attempts
+    while the run went on (partial progress), and why; None when none did."""
+    count = sum(r.get("tasks_failed") or 0 for r in rows)
+    if not count:
+        return None
+    errors = [e for r in rows for e in r.get("task_errors") or ()]
+    shown = [shorten(e) for e in errors[:3]]
+    why = (": " + "; ".join(shown) + (f"; and {len(errors) - 3} more" if len(errors) > 3 else "")) if shown else ""
+    return (f"{count} compaction task{'s' if count > 1 else ''} failed all {'their' if count > 1 else 'its'} "
+            f"attempts{why} (the run's other tasks were committed; the failed tasks' fragments are as they were)")
+
+
+def committed_steps(rows: list[dict[str, Any]]) -> str:
+    """The steps of ``rows`` that committed, with the version each left ('compact (version 7),
+    ...'): a compaction whose every task failed committed nothing; cleanup removes versions
+    and commits none, but is listed (what it did is done)."""
+    return ", ".join(f"{r['step']} (version {r['version']})" for r in rows
+                     if r.get("ran") and r.get("commits", 1))
 
 
 def _with_origin(message: str, given: dict[str, Any], origin: str | None) -> str:
@@ -208,7 +242,14 @@ def maintain(request: Envelope, runner: Any) -> list[dict[str, Any]]:
             raise kind(f"{e.message}; maintain: the {step} step "
                        f"{'was cancelled' if kind is cancellation.Cancelled else 'failed'}; "
                        f"{_progress(rows, step)}") from None
-    return [{**r, "table": t.table} for r in rows]
+    failed = failed_tasks(rows) if args.get("fail_on_error") else None
+    result = [{**r, "table": t.table} for r in rows]
+    if failed:
+        done = committed_steps(rows)
+        raise MaintenanceFailed(f"table {t.table}: maintain failed (fail_on_error => true): its compact step: "
+                                f"{failed}; {'committed: ' + done if done else 'nothing was committed'}",
+                                "maintain_columns", result)
+    return result
 
 
 def _progress(rows: list[dict[str, Any]], stopped: str) -> str:

@@ -14,6 +14,9 @@ first (then priority), within budgets; one row per table and step.
    atomic and in order, its conflict re-plans its own), while this (the request's) thread
    packs the rewrite tasks of every table then compacting into shared Spark jobs
    (``shared_jobs.py``). A table that fails gets its error in its row; the others go on.
+   With ``fail_on_error`` the statement then fails (:class:`MaintenanceFailed`, the rows
+   attached for the JVM's metrics), naming each failed table and why and what the others
+   committed (:func:`failure_message`).
 
 ``max_duration`` is counted from the call's start (the engine's receipt of the request, or
 the JVM's ``started_at_ms`` when it sends one) and covers the evaluation too: no table is
@@ -35,12 +38,13 @@ from datetime import timedelta
 from typing import Any, Callable, Mapping
 
 from ..runtime import cancellation, durations, progress
-from ..errors import CompactionError
+from ..errors import CompactionError, MaintenanceFailed
+from ..runtime.failures import describe
 from . import retention
 from ..compaction import rules
 from ..compaction.fragments import data_bytes
 from .health import METADATA_THREADS, STEPS as HEALTH_STEPS, table_health
-from .table_maintenance import STEPS, Target, run_step
+from .table_maintenance import SHOWN_FAILURES, STEPS, Target, committed_steps, failed_tasks, run_step, shorten
 from ..options import result_columns
 from .policy import resolve_policy
 from ..runtime.envelope import Envelope
@@ -51,7 +55,7 @@ log = logging.getLogger(__name__)
 
 # Parameters of the run itself; the others are policy keys (maintain's thresholds).
 RUN_KEYS = ("dry_run", "max_tables", "max_total_rewrite_bytes", "max_duration", "parallelism", "exclude",
-            "sort_order")
+            "sort_order", "fail_on_error")
 def parse_duration(text: str, what: str = "max_duration") -> timedelta:
     """'10 minutes', '90 seconds', '10m', an INTERVAL's text (runtime/durations.py)."""
     return durations.duration(text, f"maintain_warehouse: {what}")
@@ -97,7 +101,9 @@ class Table:
 
 
 def _error_text(e: Exception, storage: dict[str, str]) -> str:
-    text = e.message if isinstance(e, CompactionError) else f"{type(e).__name__}: {e}"
+    # what Lance raised named as failures.py names it (an unexpected one: its traceback to the
+    # engine's log, which the words name)
+    text = e.message if isinstance(e, CompactionError) else f"{type(e).__name__}: {describe(e)}"
     return redact(text.splitlines()[0] if text else type(e).__name__, storage)
 
 
@@ -440,9 +446,56 @@ def maintain_warehouse(request: Envelope, run_packed: Callable,
     return tables
 
 
+def table_failure(t: Table) -> str | None:
+    """Why table ``t`` failed in this run, in words (None: it did not): it could not be
+    evaluated, a step failed (and what its earlier steps committed), or compaction tasks failed
+    all their attempts while the others were committed."""
+    parts = []
+    for r in t.rows:
+        if not r.get("error"):
+            continue
+        if r["step"] == "all":
+            what = r["reason"].removeprefix("failed").lstrip(": ")
+            parts.append(f"{what}: {shorten(r['error'])}" if what else shorten(r["error"]))
+        else:
+            done = committed_steps(t.rows)
+            parts.append(f"{r['step']} failed: {shorten(r['error'])}"
+                         + (f" (committed before it: {done})" if done else ""))
+    tasks = failed_tasks(t.rows)
+    if tasks:
+        parts.append(tasks)
+    return "; ".join(parts) or None
+
+
+def failure_message(tables: list[Table], where: str, catalog: str, dry: bool) -> str | None:
+    """``fail_on_error``'s message: each failed table and why (the first
+    :data:`SHOWN_FAILURES`, then how many more), and what was committed for the others; None
+    when no table failed."""
+    failed = [(t.target.table, why) for t in tables for why in [table_failure(t)] if why]
+    if not failed:
+        return None
+    shown = "; ".join(f"{name}: {why}" for name, why in failed[:SHOWN_FAILURES])
+    more = f"; and {len(failed) - SHOWN_FAILURES} more failed tables" if len(failed) > SHOWN_FAILURES else ""
+    names = {name for name, _ in failed}
+    done = [f"{t.target.table}: {committed_steps(t.rows)}" for t in tables
+            if t.target.table not in names and committed_steps(t.rows)]
+    if dry:
+        committed = "A dry run: nothing was committed"
+    elif done:
+        committed = ("Committed for the tables that succeeded: " + "; ".join(done[:SHOWN_FAILURES])
+                     + (f"; and {len(done) - SHOWN_FAILURES} more tables" if len(done) > SHOWN_FAILURES else ""))
+    else:
+        committed = "No other table was changed"
+    how = "a dry run" if dry else "every other table was maintained as due"
+    return (f"maintain_warehouse of {where} (catalog {catalog}): {len(failed)} of {len(tables)} tables failed "
+            f"(fail_on_error => true; {how}): {shown}{more}. {committed}. "
+            "Without fail_on_error the statement returns these as rows (error)")
+
+
 def maintain_warehouse_rows(request: Envelope, run_packed: Callable,
                             in_engine: tuple[int, int] | None = None) -> list[tuple]:
-    """The result rows (parameters.json's ``maintain_warehouse_columns``), in the run's order."""
+    """The result rows (parameters.json's ``maintain_warehouse_columns``), in the run's order.
+    With ``fail_on_error`` and a failed table: :class:`MaintenanceFailed`, holding the rows."""
     tables = maintain_warehouse(request, run_packed, in_engine)
     ordered = sorted(tables, key=lambda t: (t.rank is None, t.rank or 0, t.target.table))
     out = []
@@ -451,6 +504,11 @@ def maintain_warehouse_rows(request: Envelope, run_packed: Callable,
             row = {**r, "table": t.target.table, "health_before": t.score,
                    "health_after": t.health_after, "priority": t.priority, "rank": t.rank}
             out.append(tuple(row.get(c) for c, _ in result_columns("maintain_warehouse_columns")))
+    if request.args.get("fail_on_error"):
+        message = failure_message(ordered, request.where, request.catalog_name, bool(request.args["dry_run"]))
+        if message:
+            log.warning("%s", message)
+            raise MaintenanceFailed(message, "maintain_warehouse_columns", out)
     return out
 
 

@@ -177,7 +177,7 @@ def checked_args(procedure: str, params: Mapping[str, Any] | None, where: str) -
     section = PARAMETER_SECTIONS[procedure]
     args = procedure_args(procedure, section, dict(params or {}), where)
     policy = {o["name"] for o in spec()["policy_keys"]} | {
-        o["name"] for o in spec()["maintain_parameters"] if o["name"] != "dry_run"}
+        o["name"] for o in spec()["maintain_parameters"] if o["name"] not in ("dry_run", "fail_on_error")}
     for o in spec()[section]:
         if o.get("default") is not None and o["name"] not in policy:
             args.setdefault(o["name"], o["default"])

@@ -17,7 +17,10 @@ into one of:
   "invalid user input");
 - ``config``: the table's config holds a ``lance.compaction.*`` value Lance cannot use
   (written by another tool): every compaction fails until it is fixed or removed;
-- ``bug``: anything else (not recognized: possibly a bug, ours or Lance's).
+- ``bug``: anything else (not recognized: possibly a bug, ours or Lance's). Its phrase asks
+  for a report with the engine's log and names that log's file (``$LANCE_COMPACT_ENGINE_LOG``,
+  which the JVM gives the engine: ``spark.lance.compact.engine.log`` or its temporary file);
+  classifying one writes its traceback there once (:func:`keep_traceback`).
 
 Messages built from a :class:`Failure` always contain, for other code and tests to rely on:
 "object store" for storage faults ("storage failure" and "full" for a full disk or
@@ -26,8 +29,21 @@ exist" for a missing table.
 """
 from __future__ import annotations
 
+import logging
+import os
 import re
+import sys
+import threading
+import traceback
+from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Mapping
+
+log = logging.getLogger(__name__)
+
+# The engine's log file, as the JVM started the engine (EngineProcess.scala): the engine's
+# stdout and stderr, where its log records go.
+ENGINE_LOG_ENV = "LANCE_COMPACT_ENGINE_LOG"
 
 CONFLICT, STORAGE, MISSING, CORRUPT, BUG = "conflict", "storage", "missing", "corrupt", "bug"
 CONFIG = "config"
@@ -145,8 +161,10 @@ def _full(low: str) -> str:
     return f"storage full: no space left on the device (ENOSPC); {what}"
 
 
-def classify(error: BaseException | str) -> Failure:
-    """Name what ``error`` (an exception from Lance, or its text) is."""
+def classify(error: BaseException | str, keep: bool = True) -> Failure:
+    """Name what ``error`` (an exception from Lance, or its text) is. An unexpected one (BUG)
+    has its traceback written to the engine's log (:func:`keep_traceback`) unless ``keep`` is
+    false (the caller keeps the error it came from)."""
     text = str(error)
     low = text.lower()
     detail = first_part(text)
@@ -196,13 +214,79 @@ def classify(error: BaseException | str) -> Failure:
         return Failure(CORRUPT, "a corrupt or unreadable file", None, detail)
     if "no such file" in low or "not found" in low:
         return Failure(MISSING, "a file or table does not exist", None, detail)
-    return Failure(BUG, "an unexpected error (none lance_compact recognizes: Lance's words follow; "
-                        "if the input was valid, please report it with the engine's log)", None, detail)
+    if keep:
+        keep_traceback(error)
+    return Failure(BUG, bug_phrase(), None, detail)
+
+
+def engine_log() -> str | None:
+    """The engine's log file, when this process is the engine the JVM started (else None: an
+    executor's Python worker, a test calling the engine's code)."""
+    return os.environ.get(ENGINE_LOG_ENV) or None
+
+
+def bug_phrase() -> str:
+    """What an unexpected error is, for the user: a request to report it with the engine's log,
+    naming the file when this process knows it."""
+    where = engine_log()
+    named = f"the engine's log, {where}, which holds its traceback" if where else "the engine's log"
+    return ("an unexpected error (none lance_compact recognizes: Lance's words follow; if the input was "
+            f"valid, please report it with {named})")
+
+
+# What keep_traceback logged lately (an exception that does not take an attribute, a text):
+# each is logged once however many times it is classified.
+_LOGGED: OrderedDict[object, None] = OrderedDict()
+_LOGGED_LOCK = threading.Lock()
+_MARK = "_lance_compact_traceback_logged"
+
+
+def _first_time(key: object, error: BaseException | None) -> bool:
+    if error is not None:
+        if getattr(error, _MARK, False):
+            return False
+        try:
+            setattr(error, _MARK, True)
+            return True
+        except (AttributeError, TypeError):  # no __dict__: remembered by identity below
+            key = id(error)
+    with _LOGGED_LOCK:
+        if key in _LOGGED:
+            return False
+        _LOGGED[key] = None
+        while len(_LOGGED) > 256:
+            _LOGGED.popitem(last=False)
+    return True
+
+
+def keep_traceback(error: BaseException | str, what: str = "an unexpected error",
+                   storage_options: Mapping[str, str] | None = None) -> None:
+    """Write ``error``'s traceback to this process's log (the engine's: its file is
+    :func:`engine_log`), once per error, at ERROR: the user's message names the log, and the log
+    must say where it came from. ``error`` as text (a task's failure read from a Spark job's
+    error) is logged with the exception being handled, whose text holds the task's own
+    traceback, else with the stack that classified it. Secret storage values are redacted (the
+    log's own filter also redacts the operator's and the request's)."""
+    active = error if isinstance(error, BaseException) else sys.exc_info()[1]
+    if not _first_time(str(error) if active is None else None, active):
+        return
+    from .secrets import redact
+
+    if active is not None and active.__traceback__ is not None:
+        trace = "".join(traceback.format_exception(type(active), active, active.__traceback__))
+    else:
+        trace = (f"{type(active).__name__}: {active}\n" if active is not None else "") + \
+            "raised without a traceback; classified at:\n" + "".join(traceback.format_stack(limit=12)[:-1])
+    text = first_part(str(error))
+    log.error("%s: %s\n%s", what, redact(text, storage_options), redact(trace.rstrip(), storage_options))
 
 
 def describe(error: BaseException | str) -> str:
     """``phrase (original text)``: what the failure is, then what Lance said."""
-    f = classify(error)
+    return _described(classify(error))
+
+
+def _described(f: Failure) -> str:
     return f"{f.phrase} ({f.detail})" if f.detail else f.phrase
 
 
@@ -225,9 +309,13 @@ def job_failure(error: BaseException | str) -> str:
     ``Type: message`` line of the Python traceback Spark wraps in a Py4JJavaError, whose
     first line only says which JVM call failed), named by :func:`describe`."""
     text = str(error)
+    said = text
     if "Traceback (most recent call last)" in text:
         lines = [m for m in _TASK_ERROR.finditer(text.split("Traceback (most recent call last)", 1)[1])
                  if not m.group(1).startswith(("org.", "java.", "py4j."))]
         if lines:
-            return describe(f"{lines[-1].group(1)}: {lines[-1].group(2)}")
-    return describe(text)
+            said = f"{lines[-1].group(1)}: {lines[-1].group(2)}"
+    f = classify(said, keep=False)
+    if f.kind == BUG:  # the whole error into the engine's log: its text holds the task's traceback
+        keep_traceback(error)
+    return _described(f)

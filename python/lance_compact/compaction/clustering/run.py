@@ -34,7 +34,7 @@ from typing import Any
 import lance
 
 from ...runtime import cancellation, progress
-from ...runtime.failures import CORRUPT, classify, committed_phrase, describe, job_failure
+from ...runtime.failures import CORRUPT, classify, committed_phrase, describe, job_failure, keep_traceback
 
 from ...runtime import hooks
 from ...errors import CompactionError
@@ -491,7 +491,7 @@ def cluster(request: CompactionRequest, sc: Any) -> tuple:
             raise CompactionError(f"{e.message}; {committed_phrase(totals.versions)}", e.kind) from None
         raise
     except Exception as e:  # noqa: B902 - Lance's or ours: name it, and say what was committed
-        log.exception("table %s: the clustering failed", request.table)
+        keep_traceback(e, f"table {request.table}: the clustering failed", request.storage_options)
         raise CompactionError(f"table {request.table}: the clustering failed: {type(e).__name__}: {describe(e)}; "
                               f"{committed_phrase(totals.versions)}", classify(e).kind) from None
     # Every index covering less than the table, whoever left it so (raises naming what was committed).

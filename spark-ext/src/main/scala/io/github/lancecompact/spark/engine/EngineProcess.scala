@@ -67,6 +67,8 @@ final class EngineProcess private (val sc: SparkContext, python: String, logPath
     env.put("PYSPARK_PIN_THREAD", "true")
     // Executors run the same Python as the engine: task JSON is not stable across pylance versions.
     env.put("PYSPARK_PYTHON", python)
+    // Its errors that ask for a report name this file, where their tracebacks are (runtime/failures.py).
+    env.put("LANCE_COMPACT_ENGINE_LOG", logFile.getAbsolutePath)
     pb.redirectErrorStream(true).redirectOutput(ProcessBuilder.Redirect.appendTo(logFile))
     val started = System.nanoTime()
     process = pb.start()

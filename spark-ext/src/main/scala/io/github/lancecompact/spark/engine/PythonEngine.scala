@@ -18,7 +18,10 @@ import org.apache.spark.sql.types.StructType
  * the kind. The message starts with `[CONDITION]`, as Spark's own errors do.
  */
 final class LanceCompactException(message: String, cause: Throwable,
-                                  val kind: LanceCompactException.Kind = LanceCompactException.InvalidArgument)
+                                  val kind: LanceCompactException.Kind = LanceCompactException.InvalidArgument,
+                                  /** The rows of a run that did what it could before it failed
+                                   * (maintain_warehouse with fail_on_error): recorded, not returned. */
+                                  val partial: Option[ResultScan] = None)
   extends AnalysisException(s"[${kind.condition}] $message", None, None, Option(cause), Some(kind.condition),
     Map("message" -> message), Array.empty[QueryContext]) {
   override def getSqlState: String = kind.sqlState
@@ -35,6 +38,9 @@ object LanceCompactException {
   val CorruptFile: Kind = Kind("LANCE_CORRUPT_FILE", "XX001")
   val Cancelled: Kind = Kind("LANCE_CANCELLED", "HY008")
   val InternalError: Kind = Kind("LANCE_INTERNAL_ERROR", "XX000")
+  /** maintain / maintain_warehouse with fail_on_error => true: everything it could do was done,
+   * and some table failed (38000: a routine's failure). */
+  val MaintenanceFailed: Kind = Kind("LANCE_MAINTENANCE_FAILED", "38000")
 
   /** The engine's failure kinds (runtime/failures.py, errors.py) as conditions. */
   def ofEngine(kind: String): Kind = kind match {
@@ -44,6 +50,7 @@ object LanceCompactException {
     case "storage" => StorageError
     case "corrupt" => CorruptFile
     case "cancelled" => Cancelled
+    case "maintenance_failed" => MaintenanceFailed
     case _ => InternalError
   }
 
@@ -93,8 +100,13 @@ object PythonEngine {
     }
     if (!response.path("ok").asBoolean(false)) {
       val message = response.path("error").asText("the lance_compact engine failed")
-      throw new LanceCompactException(message, null, LanceCompactException.ofEngine(response.path("kind").asText("bug")))
+      throw new LanceCompactException(message, null, LanceCompactException.ofEngine(response.path("kind").asText("bug")),
+        Option(response.get("rows")).map(_ => scan(response)))
     }
+    scan(response)
+  }
+
+  private def scan(response: com.fasterxml.jackson.databind.JsonNode): ResultScan = {
     val schema = schemaOf(response.get("schema").asText())
     val rows = response.get("rows").elements().asScala.map(r => JsonRows.row(r, schema)).toArray
     new ResultScan(schema, rows)

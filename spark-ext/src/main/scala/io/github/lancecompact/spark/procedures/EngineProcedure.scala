@@ -45,7 +45,11 @@ final class EngineProcedure(catalog: LanceCatalog, spec: ProcedureSpec) extends 
       val started = System.nanoTime()
       var failed = true
       try {
-        val scan = PythonEngine.query(spec.action, spec.binder(catalog, params, input).request)
+        val scan = try PythonEngine.query(spec.action, spec.binder(catalog, params, input).request) catch {
+          case e: LanceCompactException if e.partial.isDefined =>
+            spec.afterwards(e.partial.get)  // what the run did before it failed (fail_on_error) still counts
+            throw e
+        }
         spec.afterwards(scan)
         failed = false
         util.List.of[Scan](scan).iterator()
