@@ -37,7 +37,9 @@ def spark(warehouse):
     # The JVM may serve later test modules: Spark's shared function registry as Spark made it,
     # and no guard in the system properties the next SparkContext reads.
     jvm.io.github.lancecompact.spark.SharedServerGuard.restoreFunctions()
-    for key in ("spark.sql.extensions", ALLOW_SOURCES, ALLOW_FUNCTIONS, ALLOW_COMMANDS):
+    for key in ("spark.sql.extensions", ALLOW_SOURCES, ALLOW_FUNCTIONS, ALLOW_COMMANDS,
+                # the guard turns Hive's substitution of a Thrift connection's settings off
+                "hive.variable.substitute", "hive.conf.restricted.list"):
         jvm.java.lang.System.clearProperty(key)
 
 
@@ -297,7 +299,12 @@ def test_the_operators_catalogs_and_the_products_statements_work_under_the_guard
         "CALL lance.plan_compaction(table => 'db.t')",
         "ALTER TABLE lance.db.t SET TBLPROPERTIES ('lance_compact.maintain.priority' = '3')",
         "CREATE INDEX id_idx ON lance.db.t USING BTREE (id)", "DROP INDEX id_idx ON lance.db.t",
-        "SHOW FUNCTIONS", "DESCRIBE FUNCTION upper", "USE lance.db", "SHOW TABLES"]
+        "SHOW FUNCTIONS", "DESCRIBE FUNCTION upper",
+        # SQL scripting: a script's variables live in Spark's own `local` catalog
+        "BEGIN DECLARE n BIGINT DEFAULT 0; SET n = (SELECT count(*) FROM lance.db.t); SELECT n; END",
+        # substitution of the session's own settings and variables
+        "SET hivevar:lo=0", "SELECT count(*) FROM lance.db.t WHERE id >= ${hivevar:lo}",
+        "USE lance.db", "SHOW TABLES"]
     for statement in statements:
         assert _error(lambda: spark.sql(statement).collect()) is None, statement
     assert spark.sql("SELECT count(*) AS n FROM lance.db.t").collect()[0]["n"] == rows
@@ -306,3 +313,85 @@ def test_the_operators_catalogs_and_the_products_statements_work_under_the_guard
     compact(spark, "db.t")
     assert lance.dataset(path).count_rows() == rows and len(lance.dataset(path).get_fragments()) == 1
     assert os.path.isdir(path)
+
+
+SECRET_PROPERTY = "lance.test.operator.k"  # a name Spark's redaction does not match
+SECRET_VALUE = "op-s3cr3t-8f2e1d"
+
+
+def test_substitution_reaches_neither_the_environment_nor_system_properties(spark):
+    """Spark substitutes ``${env:X}`` and ``${system:X}`` in a statement's text (its variable
+    substitution, on by default) with the server's environment variable or JVM system property,
+    and spark-submit makes the driver's configuration system properties: ``SELECT
+    '${system:spark.sql.catalog.lake.storage.aws_secret_access_key}'`` answered the operator's
+    key to a beeline user, ``${env:AWS_SECRET_ACCESS_KEY}`` the environment's (attack pass, issue
+    41). Refused before Spark parses, in every form found: in a view, EXECUTE IMMEDIATE or a
+    script building the reference, a reference that substitution itself makes (``$${b}``), and a
+    setting a program set to one; the session's own settings and variables still substitute."""
+    jvm = spark._jvm
+    jvm.java.lang.System.setProperty(SECRET_PROPERTY, SECRET_VALUE)  # as spark-submit makes a key one
+    home = jvm.java.lang.System.getenv("HOME")
+    try:
+        outcomes = {}
+        for q in (f"SELECT '${{system:{SECRET_PROPERTY}}}' AS v",
+                  "SELECT '${env:HOME}' AS v",
+                  f"SELECT * FROM lance.db.t WHERE payload = '${{system:{SECRET_PROPERTY}}}'",
+                  f"CREATE OR REPLACE TEMPORARY VIEW leak AS SELECT '${{system:{SECRET_PROPERTY}}}' AS v",
+                  f"EXECUTE IMMEDIATE 'SELECT ''$' || '{{system:{SECRET_PROPERTY}}}'' AS v'",
+                  "BEGIN DECLARE s STRING DEFAULT 'SELECT ''$' || '{env:HOME}'' AS v'; EXECUTE IMMEDIATE s; END",
+                  f"SET spark.lance.test.b={{system:{SECRET_PROPERTY}}}",  # no reference yet: it sets
+                  "SELECT '$${spark.lance.test.b}' AS v",  # substituted: '${system:...}'
+                  "SET spark.lance.test.a=$${spark.lance.test.b}"):
+            try:
+                outcomes[q] = ("ran", str(spark.sql(q).collect()))
+            except Exception as e:  # noqa: BLE001 - the error's text is checked
+                outcomes[q] = ("error", str(e).splitlines()[0])
+        assert all(SECRET_VALUE not in text and f"'{home}'" not in text for _, text in outcomes.values()), outcomes
+        ran = [q for q, (how, _) in outcomes.items() if how == "ran"]
+        assert ran == [f"SET spark.lance.test.b={{system:{SECRET_PROPERTY}}}"], outcomes
+        assert all(_refused(text) and "${system:" in text for how, text in outcomes.values() if how == "error"), outcomes
+        # a setting a program (or a JDBC connection string) holds a reference in: every statement is
+        # refused (SQLConf substitutes a setting's value when Spark reads it) until RESET
+        spark.conf.set("spark.lance.test.zz", f"${{system:{SECRET_PROPERTY}}}")
+        error = _error(lambda: spark.sql("SELECT 1").collect())
+        assert _refused(error) and "spark.lance.test.zz" in error and "RESET" in error, error
+        spark.sql("RESET spark.lance.test.zz")
+        # the session's own settings and variables substitute as before
+        spark.sql("SET spark.lance.test.mine=abc")
+        assert spark.sql("SELECT '${spark.lance.test.mine}' AS v").collect()[0]["v"] == "abc"
+        assert spark.sql("SELECT '${spark.lance.test.undefined}' AS v").collect()[0]["v"] == ""
+        assert spark.sql("SELECT '${ENV:HOME}' AS v").collect()[0]["v"] == "${ENV:HOME}"  # not a prefix Spark knows
+    finally:
+        jvm.java.lang.System.clearProperty(SECRET_PROPERTY)
+        for key in ("spark.lance.test.zz", "spark.lance.test.b", "spark.lance.test.mine"):
+            spark.conf.unset(key)
+
+
+def test_settings_a_session_may_not_set_are_refused_however_they_came(spark, tmp_path):
+    """SET of a catalog's key or of redaction is refused, but settings also arrive without SET: a
+    Thrift client's connection string (``jdbc:hive2://...;?spark.sql.catalog.lake=<Spark's JDBC
+    catalog>;spark.sql.catalog.lake.url=jdbc:derby:<path>``) re-registered the operator's catalog
+    as a Derby connection (a database made at the user's path, a SQL function bound to
+    System.getProperty by its sessionInitStatement: the operator's key); ``;?spark.sql.legacy.
+    setCommandRejectsSparkCoreConfs=false;spark.redaction.regex=x`` made ``SET <the key>`` answer
+    it in clear (attack pass, issue 41; tests/test_untrusted_sql.py does it over JDBC). Here the
+    same settings by ``spark.conf.set``: every statement is refused before anything resolves a
+    catalog, naming the setting, until it is RESET; no Derby database is made."""
+    derby = tmp_path / "derby"
+    for attack in ({"spark.sql.catalog.lance": "org.apache.spark.sql.execution.datasources.v2.jdbc.JDBCTableCatalog",
+                    "spark.sql.catalog.lance.url": f"jdbc:derby:{derby}", "spark.sql.catalog.lance.create": "true"},
+                   {"spark.sql.catalog.lance.warehouse": str(tmp_path)},
+                   {"spark.sql.legacy.setCommandRejectsSparkCoreConfs": "false", "spark.redaction.regex": "nothing"}):
+        for key, value in attack.items():
+            spark.conf.set(key, value)
+        try:
+            for q in ("SHOW NAMESPACES IN lance", "SELECT count(*) FROM lance.db.t",
+                      "SET spark.sql.catalog.lance.storage.aws_secret_access_key", "SELECT 1"):
+                error = _error(lambda: spark.sql(q).collect())
+                assert _refused(error) and "set in this session" in error and "RESET" in error, (attack, q, error)
+        finally:
+            for key in reversed(attack):  # redaction before the setting that lets a session change it
+                spark.sql(f"RESET {key}")
+    assert not derby.exists()
+    assert spark.sql("SELECT count(*) AS n FROM lance.db.t").collect()[0]["n"] > 0
+    assert spark.sql("SET spark.sql.catalog.lance.storage.aws_secret_access_key").collect()[0]["value"] != "nothing"

@@ -1,8 +1,9 @@
 package io.github.lancecompact.spark
 
+import org.apache.spark.SparkContext
 import org.apache.spark.sql.SparkSessionExtensions
 
-import io.github.lancecompact.spark.guard.{GuardCheck, GuardPolicy, RefusedFunctions}
+import io.github.lancecompact.spark.guard.{GuardCheck, GuardParser, GuardPolicy, HiveSessions, RefusedFunctions}
 
 /** For a Thrift or Connect server shared by SQL users who must not reach the driver itself:
  * `spark.sql.extensions=io.github.lancecompact.spark.SharedServerGuard` (the operator's static
@@ -13,6 +14,12 @@ import io.github.lancecompact.spark.guard.{GuardCheck, GuardPolicy, RefusedFunct
  * functions, the commands that read, describe and write tables). Anything else is refused by
  * name before it runs, with the setting that would allow it:
  *
+ *  - before Spark parses a statement (guard/GuardParser.scala): `${env:...}` and `${system:...}`
+ *    references (Spark's variable substitution reads the server's environment and system
+ *    properties), and every statement while the session's settings hold a catalog's key or a
+ *    redaction setting that is not the operator's (a JDBC connection string sets them without SET);
+ *  - a Thrift server's sessions opened without Hive's `${env:...}`/`${system:...}` substitution
+ *    of the connection string's settings (guard/HiveSessions.scala);
  *  - built-in functions not allowed (reflection, class loading, a later Spark's new ones) at name
  *    resolution (guard/RefusedFunctions.scala);
  *  - in the analyzed plan (guard/GuardCheck.scala): commands and code-running operations not
@@ -27,6 +34,10 @@ import io.github.lancecompact.spark.guard.{GuardCheck, GuardPolicy, RefusedFunct
 final class SharedServerGuard extends (SparkSessionExtensions => Unit) {
   override def apply(extensions: SparkSessionExtensions): Unit = {
     RefusedFunctions.install(GuardPolicy.ofDriver())
+    // now, while the first session is made: a Thrift server makes its Hive configuration next
+    if (org.apache.spark.SparkEnv.get != null) HiveSessions.harden(SparkContext.getOrCreate().hadoopConfiguration)
+    extensions.injectParser((session, delegate) =>
+      GuardParser(session, GuardPolicy.from(session.sparkContext.getConf), delegate))
     extensions.injectCheckRule(session => new GuardCheck(GuardPolicy.from(session.sparkContext.getConf)))
   }
 }

@@ -63,7 +63,7 @@ final class GuardCheck(policy: GuardPolicy) extends (LogicalPlan => Unit) {
       case _ =>
     }
     catalogsOf(node).foreach { c =>
-      if (!policy.isOperatorCatalog(c.name())) throw Refusal(s"the catalog ${c.name()}",
+      if (!policy.isOperatorCatalog(c.name()) && !SparksOwnCatalogs(c.getClass.getName)) throw Refusal(s"the catalog ${c.name()}",
         "it is not one of the operator's catalogs (a catalog is defined in the server's static configuration, " +
           s"spark.sql.catalog.${Refusal.shown(c.name())}=...; a session defines none)")
     }
@@ -153,7 +153,11 @@ final class GuardCheck(policy: GuardPolicy) extends (LogicalPlan => Unit) {
 
 object GuardCheck {
   /** Session settings whose change lifts redaction (key in lower case). */
-  private val RejectsCoreConfs = "spark.sql.legacy.setcommandrejectssparkcoreconfs"
+  private[guard] val RejectsCoreConfs = "spark.sql.legacy.setcommandrejectssparkcoreconfs"
+  /** Spark's own stand-ins for catalogs: a SQL script's local variables (`local`) and the
+   * session's variables and built-in functions (`system`), not configurable. */
+  private val SparksOwnCatalogs: Set[String] = Set(
+    "org.apache.spark.sql.catalyst.analysis.FakeLocalCatalog$", "org.apache.spark.sql.catalyst.analysis.FakeSystemCatalog$")
   /** Plan operations (not commands) that run code a statement or its program brings. */
   val CodeOperations: Set[String] = Set(
     "ScriptTransformation", "HiveScriptTransformation",
