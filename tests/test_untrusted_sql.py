@@ -329,6 +329,76 @@ def script_sql(shared, statements: list[str], name: str, *options: str) -> str:
     return p.stdout + p.stderr
 
 
+def connection_sql(shared, statements: list[str], name: str, conf: dict[str, str] | None = None,
+                   hivevars: dict[str, str] | None = None) -> str:
+    """script_sql in a session whose JDBC connection string carries settings
+    (``jdbc:hive2://host:port/;?k=v;...#var=v``), percent-encoded as a URL needs them."""
+    from urllib.parse import quote
+
+    def part(d):
+        return ";".join(f"{k}={quote(v, safe='/:.')}" for k, v in d.items())
+    url = f"jdbc:hive2://127.0.0.1:{shared['server'].port}/"
+    url += (f";?{part(conf)}" if conf else "") + (f"#{part(hivevars)}" if hivevars else "")
+    script = shared["workdir"] / name
+    script.write_text("".join(f"{s};\n" for s in statements))
+    p = subprocess.run([os.path.join(cs.spark_home(), "bin", "beeline"), "-u", url, "--outputformat=tsv2",
+                        "--force=true", "-f", str(script)], cwd=shared["workdir"],
+                       env=cs.spark_env(SPARK_BEELINE_OPTS=f"-Duser.home={shared['workdir']}"),
+                       capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    return p.stdout + p.stderr
+
+
+def test_substitution_and_a_connection_strings_settings_reach_no_secret_or_catalog(shared):
+    """Fourth attack pass (issue 41), as a beeline user of the guarded server: Spark's variable
+    substitution answered ``SELECT '${system:spark.sql.catalog.lake.storage.aws_access_key_id}'``
+    with the operator's key (spark-submit makes the properties file's settings system
+    properties), ``${env:...}`` the server's environment. A connection string's settings are
+    applied without SET: ``;?spark.sql.catalog.lake=<Spark's JDBC catalog>;...url=jdbc:derby:<path>``
+    re-registered the operator's catalog as a Derby database made at the user's path (whose
+    sessionInitStatement can bind a SQL function to System.getProperty), ``;?spark.sql.legacy.
+    setCommandRejectsSparkCoreConfs=false;spark.redaction.regex=...`` made ``SET <key>`` answer it
+    in clear, and Hive substituted ``;?x=${system:<key>}`` when it opened the session (``SET x``:
+    the key), also after ``hive.variable.substitute=true`` in the same string. ``parquet.`<path>` ``
+    opened any path while Spark resolved the name (its error told whether the path exists).
+    Each is refused now (the session, or every statement of it); the key is in no output."""
+    derby = shared["workdir"] / "derby_by_url"
+    key_id = "${system:spark.sql.catalog.lake.storage.aws_access_key_id}"
+    secret = "${system:spark.sql.catalog.lake.storage.aws_secret_access_key}"
+    outs = {
+        "substitution": script_sql(shared, [f"SELECT '{key_id}' AS v", f"SELECT '{secret}' AS v",
+                                            "SELECT '${env:PYSPARK_PYTHON}' AS v",
+                                            f"CREATE TEMPORARY VIEW leak AS SELECT '{key_id}' AS v",
+                                            f"SELECT * FROM parquet.`{shared['workdir'] / 'operator.properties'}`",
+                                            "SELECT * FROM orc.`/nonexistent/x`"], "substitution.sql"),
+        "catalog": connection_sql(shared, ["SHOW NAMESPACES IN lake", "SELECT count(*) FROM lake.db.t"],
+                                  "by_url_catalog.sql", {
+                                      "spark.sql.catalog.lake": "org.apache.spark.sql.execution.datasources.v2.jdbc."
+                                                                "JDBCTableCatalog",
+                                      "spark.sql.catalog.lake.url": f"jdbc:derby:{derby}",
+                                      "spark.sql.catalog.lake.create": "true"}),
+        "redaction": connection_sql(shared, ["SET spark.sql.catalog.lake.storage.aws_access_key_id",
+                                             "SET spark.sql.catalog.lake.storage.aws_secret_access_key"],
+                                    "by_url_redaction.sql", {
+                                        "spark.sql.legacy.setCommandRejectsSparkCoreConfs": "false",
+                                        "spark.redaction.regex": "nothing-matches-this"}),
+        "hive": connection_sql(shared, ["SET x", "SELECT '${x}' AS v", "SELECT '${hivevar:y}' AS v"],
+                               "by_url_hive.sql", {"x": key_id}, {"y": key_id}),
+        "hive_on": connection_sql(shared, ["SET x"], "by_url_hive_on.sql",
+                                  {"hive.variable.substitute": "true", "x": key_id}),
+    }
+    for name, out in outs.items():
+        assert KEY_ID not in out and SECRET not in out and sys.executable not in out, (name, out[-3000:])
+    substitution = [line for line in outs["substitution"].splitlines() if line.startswith("Error:")]
+    assert len(substitution) == 6 and all("SharedServerGuard" in e for e in substitution[:4]), substitution
+    assert all("TABLE_OR_VIEW_NOT_FOUND" in e for e in substitution[4:]), substitution  # no file was opened
+    for name in ("catalog", "redaction", "hive"):
+        assert "Failed to open new session" in outs[name] and "SharedServerGuard" in outs[name], (name, outs[name][-3000:])
+    assert "Cannot modify hive.variable.substitute" in outs["hive_on"], outs["hive_on"][-3000:]
+    assert not derby.exists()
+    code, out = sql(shared, "SELECT count(*) AS n FROM lake.db.t;")
+    assert code == 0 and out.startswith("n\n"), out
+
+
 def test_percent_escaped_dot_segments_do_not_leave_the_operators_s3_warehouse(shared, s3):
     """``%2e%2e`` is '..' to Lance's URL parsing: the operator's catalog on S3 (with its keys)
     read, described and cleaned up a table beside its warehouse. Now each is refused naming
