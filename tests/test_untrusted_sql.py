@@ -578,46 +578,90 @@ def _content(path: Path) -> dict:
     return dict(zip(t.column("id").to_pylist(), t.column("k").to_pylist()))
 
 
+USERS = ("alice", "bob")
+
+
+def _thrift_user_script(me: str, other: str, columns: tuple[str, str], priority: str) -> list[str]:
+    """One user's JDBC session in the two-user test: keeps a temporary view, a session setting and
+    a variable; looks for, changes and drops the other's (in this session: a session has its own);
+    reads the other's persisted views (one a trap made with substitution off); puts guessed tags
+    on her own queries and has them cancelled by her query timeout; runs two clustering
+    compactions and changes a property of the table between them; then reads her own state."""
+    return [
+        f"CREATE TEMPORARY VIEW {me}_view AS SELECT '{me}-private-view' AS s",
+        f"SET {me}.private={me}-private-value",
+        f"DECLARE VARIABLE {me}_var STRING DEFAULT '{me}-private-variable'",
+        # the other's session state: not found here, and changing or dropping it changes only mine
+        f"SELECT * FROM {other}_view", f"SET {other}.private", f"SELECT {other}_var", "SHOW VIEWS",
+        f"SET {other}.private=changed-by-{me}",
+        f"CREATE OR REPLACE TEMPORARY VIEW {other}_view AS SELECT 'changed-by-{me}' AS s",
+        f"DROP VIEW IF EXISTS {other}_view", "SET spark.sql.shuffle.partitions=3",
+        # the other's persisted views (Spark's session catalog, shared): read as the reader's statements
+        f"SELECT n AS {other}_count FROM default.{other}_count", f"SELECT * FROM default.{other}_trap",
+        # tags naming the other's work, cancelled by the query timeout on slow queries of mine
+        f"SET spark.job.tags=lance-compact,{other},spark-session,SparkConnect_OperationTag",
+        "SET spark.sql.thriftServer.queryTimeout=2",
+        "SELECT count(*) FROM range(0, 6000000000, 1, 2)",
+        "SET spark.sql.thriftServer.queryTimeout=0",
+        f"CALL lance.compact(table => 'db.race', sort_order => '{columns[0]}')",
+        f"ALTER TABLE lance.db.race SET TBLPROPERTIES ('lance_compact.maintain.priority' = '{priority}')",
+        f"CALL lance.compact(table => 'db.race', sort_order => '{columns[1]}')",
+        f"SELECT s AS {me}_own FROM {me}_view", f"SET {me}.private", f"SELECT {me}_var AS {me}_own_var"]
+
+
 def test_two_thrift_users_cannot_see_change_or_cancel_each_others_work(shared):
-    """Two users of one Thrift server at once (issue 33 item 8, attack pass): victim keeps a temp
-    view and session settings and runs clustering compactions; mallory, in sessions of her own,
-    looks for victim's view and settings, races compactions of the same table, tries to lower the
-    table's retention by a property, puts guessed tags on her own queries and has them cancelled
-    (her query timeout), and holds the engine with a second session's CALLs. Victim sees every
-    CALL answered, nothing of victim's shows in mallory's output, and no row is lost."""
+    """Two users of one Thrift server at once, each the attacker of the other (issue 41; issue 33
+    item 8 had one attacker): alice and bob each keep a temporary view, a session setting and a
+    variable, and run clustering compactions of one table while the other looks for, changes and
+    drops them, puts guessed tags on her own queries and has them cancelled (her query timeout),
+    and changes the table's properties between her compactions. Each also made persisted views
+    in Spark's session catalog beforehand: a count the other reads, and a trap, made with
+    substitution off, whose text is ``SELECT '${system:<the operator's key id>}'``. Each sees
+    every CALL of hers answered, her own state intact, nothing of the other's, and the trap's text
+    as text (Spark parses a view with the settings it keeps from its creator's session, and the
+    guard substitutes as Spark does; a reader whose own session substitutes is not its creator);
+    no row is lost; the operator's key is in no output. (Persisted views are shared by Spark's
+    session catalog: either user may replace or drop the other's; Spark has no authorization.)"""
     path = shared["wh"] / "db" / "race.lance"
     before = _clustered_table(path, rows=20_000)
-    victim_sql = ["CREATE TEMPORARY VIEW victim_view AS SELECT 'victim-private-view' AS s",
-                  "SET victim.private=victim-private-value"] + [
-        f"CALL lance.compact(table => 'db.race', sort_order => '{c}')" for c in ("k", "id")]
-    mallory_sql = (["SELECT * FROM victim_view", "SHOW VIEWS", "SET victim.private",
-                    "SET spark.job.tags=lance-compact,victim,spark-session,SparkConnect_OperationTag",
-                    "SET spark.sql.thriftServer.queryTimeout=2"]
-                   + ["SELECT count(*) FROM range(0, 6000000000, 1, 2)"] * 2
-                   + ["SET spark.sql.thriftServer.queryTimeout=0"]
-                   # a policy change committed while victim's compactions run
-                   + ["ALTER TABLE lance.db.race SET TBLPROPERTIES ('lance_compact.maintain.priority' = '7')"]
-                   + ["CALL lance.compact(table => 'db.race', sort_order => 'id')"])
+    key_id = "${system:spark.sql.catalog.lake.storage.aws_access_key_id}"
+    for me in USERS:
+        setup = script_sql(shared, [f"CREATE OR REPLACE VIEW default.{me}_count AS SELECT count(*) AS n FROM lance.db.race",
+                                    "SET spark.sql.variable.substitute=false",
+                                    f"CREATE OR REPLACE VIEW default.{me}_trap AS SELECT '{key_id}' AS v"],
+                           f"{me}_setup.sql", "-n", me)
+        assert "Error" not in setup, setup[-3000:]
     outs: dict[str, str] = {}
 
-    def run(user: str, statements: list[str]) -> None:
-        outs[user] = script_sql(shared, statements, f"{user}.sql", "-n", user)
+    def run(me: str, statements: list[str]) -> None:
+        outs[me] = script_sql(shared, statements, f"{me}.sql", "-n", me)
 
-    threads = [threading.Thread(target=run, args=("victim", victim_sql))]
-    threads[0].start()
-    time.sleep(2)
-    threads += [threading.Thread(target=run, args=(u, s)) for u, s in (
-        ("mallory", mallory_sql), ("mallory2", ["CALL lance.compact(table => 'db.race', sort_order => 'k')"]))]
-    for t in threads[1:]:
+    threads = [threading.Thread(target=run, args=("alice", _thrift_user_script("alice", "bob", ("k", "id"), "3"))),
+               threading.Thread(target=run, args=("bob", _thrift_user_script("bob", "alice", ("id", "k"), "7")))]
+    started = time.monotonic()
+    for t in threads:
         t.start()
     for t in threads:
-        t.join(timeout=900)
-    victim, mallory = outs["victim"], outs["mallory"]
-    assert "CANCELLED" not in victim.upper(), [line[:300] for line in victim.splitlines() if "ANCEL" in line.upper()]
-    assert sum("db.race\tclustering\t" in line for line in victim.splitlines()) == 2, victim[-3000:]
-    assert "victim-private" not in mallory, mallory[-3000:]
-    assert "victim.private\t<undefined>" in mallory and "TABLE_OR_VIEW_NOT_FOUND" in mallory, mallory[-3000:]
-    assert lance.dataset(str(path)).config().get("lance_compact.maintain.priority") == "7", mallory[-3000:]
+        t.join(timeout=600)
+    print(f"two Thrift users: {time.monotonic() - started:.1f} s")
+    for me, other in (USERS, USERS[::-1]):
+        out = outs[me]
+        lines = out.splitlines()
+        assert KEY_ID not in out and SECRET not in out, me
+        assert "CANCELLED" not in out.upper(), [line[:300] for line in lines if "ANCEL" in line.upper()]
+        assert sum("db.race\tclustering\t" in line for line in lines) == 2, (me, out[-3000:])
+        assert f"{other}-private" not in out, (me, out[-3000:])
+        assert f"{other}.private\t<undefined>" in out and f"The table or view `{other}_view` cannot be found" in out, (
+            me, out[-3000:])
+        assert f"name `{other}_var` cannot be resolved" in out, (me, out[-3000:])
+        # her own state, after the other's attempts: intact
+        assert f"{me}_own\n{me}-private-view" in out and f"{me}.private\t{me}-private-value" in out, (me, out[-3000:])
+        assert f"{me}_own_var\n{me}-private-variable" in out, (me, out[-3000:])
+        # the other's persisted views: the count is read; the trap is parsed with the settings it
+        # keeps from its creator's session (substitution off), so its text stays text
+        assert f"{other}_count\n20000" in out, (me, out[-3000:])
+        assert f"v\n{key_id}\n" in out, (me, out[-3000:])
+    assert lance.dataset(str(path)).config().get("lance_compact.maintain.priority") in ("3", "7")
     assert _content(path) == before
 
 
@@ -664,56 +708,93 @@ def operator_connect(shared):
 
 
 def test_two_connect_users_cannot_see_or_cancel_each_others_work(shared, operator_connect):
-    """Two Spark Connect users at once (issue 33 item 8; the last pass did not conclude): both tag
-    their work 'nightly'. While victim runs clustering compactions, mallory runs slow queries and
-    calls interruptTag('nightly'), interruptAll() and interruptOperation(<a guessed id>) again
-    and again, and looks for victim's temp view and session setting. Her interrupts end only her
-    own queries; every CALL of victim's answers, and no row is lost."""
+    """Two Spark Connect users at once, each the attacker of the other (issue 41; issue 33 item 8
+    had one attacker): alice and bob each keep a temporary view and settings (one by
+    ``spark.conf.set``) in a working session that tags its work 'nightly' and runs a clustering
+    compaction, while an attacking session of each user runs slow queries and calls
+    interruptTag('nightly'), interruptAll() and interruptOperation(<a guessed id>) again and
+    again. Interrupts end only the attacking session's own queries; each CALL answers; neither
+    sees the other's view or settings, and a setting one sets (a catalog of her own, by
+    ``spark.conf.set``: every statement of hers refused) does not reach the other. A Connect
+    user's SQL is guarded as a Thrift user's: SET of a catalog, USING jdbc, reflect and
+    ``${system:...}`` refused. No row is lost."""
     import uuid
 
     path = shared["wh"] / "db" / "race_connect.lance"
     before = _clustered_table(path, rows=20_000)
-    victim, mallory = operator_connect("victim"), operator_connect("mallory")
-    victim.addTag("nightly")
-    mallory.addTag("nightly")
-    victim.sql("CREATE TEMPORARY VIEW victim_view AS SELECT 'victim-private-view' AS s").collect()
-    victim.conf.set("victim.private", "victim-private-value")
-    answers: list = []
+    work = {me: operator_connect(me) for me in USERS}
+    attack = {me: operator_connect(me) for me in USERS}
+    for me, s in work.items():
+        s.addTag("nightly")
+        attack[me].addTag("nightly")
+        s.sql(f"CREATE TEMPORARY VIEW {me}_view AS SELECT '{me}-private-view' AS s").collect()
+        s.conf.set(f"{me}.private", f"{me}-private-value")
+        s.conf.set("spark.sql.shuffle.partitions", "3" if me == "alice" else "5")
+    # the guard on a Connect user's SQL
+    key = "spark.sql.catalog.lake.storage.aws_access_key_id"
+    for q in ("SET spark.sql.catalog.evil=org.apache.spark.sql.execution.datasources.v2.jdbc.JDBCTableCatalog",
+              f"CREATE TEMPORARY VIEW j USING jdbc OPTIONS (url 'jdbc:derby:{shared['workdir'] / 'derby_connect'};"
+              "create=true', dbtable 'SYS.SYSTABLES')",
+              f"SELECT reflect('java.lang.System', 'getProperty', '{key}') AS v",
+              f"SELECT '${{system:{key}}}' AS v"):
+        with pytest.raises(Exception, match="SharedServerGuard") as refused:
+            work["alice"].sql(q).collect()
+        assert KEY_ID not in str(refused.value)
+    assert not (shared["workdir"] / "derby_connect").exists()
+    answers: dict[str, list] = {me: [] for me in USERS}
+    mine: dict[str, list] = {me: [] for me in USERS}
 
-    def victims_calls() -> None:
-        for c in ("k", "id"):
-            try:
-                answers.append(victim.sql(f"CALL lance.compact(table => 'db.race_connect', sort_order => '{c}')")
-                               .collect()[0]["strategy"])
-            except Exception as e:  # noqa: BLE001 - what victim saw is the assertion's subject
-                answers.append(f"failed: {e}"[:400])
-
-    thread = threading.Thread(target=victims_calls)
-    thread.start()
-    mine: list = []
-
-    def slow() -> None:
+    def calls(me: str, column: str) -> None:
         try:
-            # short: a stage Spark submits just after the interrupt runs to its end (docs/shared-servers.md)
-            mallory.sql("SELECT count(*) FROM range(0, 600000000, 1, 2)").collect()
-            mine.append("finished")
-        except Exception as e:  # noqa: BLE001
-            mine.append(str(e)[:200])
+            answers[me].append(work[me].sql(f"CALL lance.compact(table => 'db.race_connect', sort_order => '{column}')")
+                               .collect()[0]["strategy"])
+        except Exception as e:  # noqa: BLE001 - what the user saw is the assertion's subject
+            answers[me].append(f"failed: {e}"[:400])
 
-    while thread.is_alive() and len(mine) < 4:
-        own = threading.Thread(target=slow)
-        own.start()
-        time.sleep(0.5)
-        mallory.interruptTag("nightly")
-        mallory.interruptAll()
-        mallory.interruptOperation(str(uuid.uuid4()))
-        own.join(60)
-    thread.join(600)
-    assert answers == ["clustering"] * 2, answers
-    assert any("OPERATION_CANCELED" in m for m in mine), mine  # one finished before its interrupt: no matter
-    assert mallory.conf.get("victim.private", "<unset>") == "<unset>"
-    with pytest.raises(Exception, match="TABLE_OR_VIEW_NOT_FOUND"):
-        mallory.sql("SELECT * FROM victim_view").collect()
+    def attacks(me: str) -> None:
+        def slow() -> None:
+            try:
+                # short: a stage Spark submits just after the interrupt runs to its end (docs/shared-servers.md)
+                attack[me].sql("SELECT count(*) FROM range(0, 600000000, 1, 2)").collect()
+                mine[me].append("finished")
+            except Exception as e:  # noqa: BLE001
+                mine[me].append(str(e)[:200])
+        while any(t.is_alive() for t in workers) and len(mine[me]) < 4:
+            own = threading.Thread(target=slow)
+            own.start()
+            time.sleep(0.5)
+            attack[me].interruptTag("nightly")
+            attack[me].interruptAll()
+            attack[me].interruptOperation(str(uuid.uuid4()))
+            own.join(60)
+
+    started = time.monotonic()
+    workers = [threading.Thread(target=calls, args=("alice", "k")), threading.Thread(target=calls, args=("bob", "id"))]
+    attackers = [threading.Thread(target=attacks, args=(me,)) for me in USERS]
+    for t in workers + attackers:
+        t.start()
+    for t in workers + attackers:
+        t.join(600)
+    print(f"two Connect users: {time.monotonic() - started:.1f} s")
+    assert answers == {"alice": ["clustering"], "bob": ["clustering"]}, answers
+    for me, other in (USERS, USERS[::-1]):
+        assert any("OPERATION_CANCELED" in m for m in mine[me]), mine  # one finished before its interrupt: no matter
+        s = work[me]
+        assert s.conf.get(f"{other}.private", "<unset>") == "<unset>"
+        assert s.conf.get(f"{me}.private") == f"{me}-private-value"
+        assert s.conf.get("spark.sql.shuffle.partitions") == ("3" if me == "alice" else "5")
+        with pytest.raises(Exception, match="TABLE_OR_VIEW_NOT_FOUND"):
+            s.sql(f"SELECT * FROM {other}_view").collect()
+        assert s.sql(f"SELECT s FROM {me}_view").collect()[0]["s"] == f"{me}-private-view"
     with pytest.raises(Exception, match="SharedServerGuard"):
-        mallory.sql("SELECT 'mallory' AS s").createOrReplaceGlobalTempView("shared_view")
+        work["bob"].sql("SELECT 'bob' AS s").createOrReplaceGlobalTempView("shared_view")
+    # a program's spark.conf.set of a catalog: every statement of that session refused, not the other's
+    work["alice"].conf.set("spark.sql.catalog.lake", "org.apache.spark.sql.execution.datasources.v2.jdbc.JDBCTableCatalog")
+    try:
+        with pytest.raises(Exception, match="SharedServerGuard"):
+            work["alice"].sql("SELECT count(*) FROM lake.db.t").collect()
+        assert work["bob"].sql("SELECT count(*) AS n FROM lake.db.t").collect()[0]["n"] > 0
+    finally:
+        work["alice"].sql("RESET spark.sql.catalog.lake").collect()
+    assert work["alice"].sql("SELECT count(*) AS n FROM lake.db.t").collect()[0]["n"] > 0
     assert _content(path) == before

@@ -7,6 +7,7 @@ import scala.util.matching.Regex
 
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.parser.ParserInterface
+import org.apache.spark.sql.internal.SQLConf
 
 /** The guard's first look at a statement, before Spark parses it (so before anything resolves a
  * catalog, reads a setting or runs): Spark's parser behind a proxy of its interface (every method
@@ -67,7 +68,9 @@ object GuardParser {
 
   /** `sql` as Spark's substitution makes it, or a refusal. */
   private[guard] def check(session: SparkSession, policy: GuardPolicy, sql: String): String = {
-    val conf = session.sessionState.conf
+    // the settings Spark's own substitution reads (SQLConf.get): the session's, or while a
+    // persisted view's text is parsed, the settings the view keeps from its creator's session
+    val conf = SQLConf.get
     val substituted =
       if (conf.getConfString("spark.sql.variable.substitute", "true").trim.equalsIgnoreCase("true")) {
         // Spark's own lookup (VariableSubstitution): the session's value, redacted as SET shows it
@@ -82,12 +85,13 @@ object GuardParser {
         text
       } else sql
     if (!IsReset.matches(sql)) checkSettings(session, policy)
+    val sessionConf = session.sessionState.conf
     // `SELECT * FROM parquet.`<path>`` (also through IDENTIFIER(<a variable>)): Spark opens the path
     // to infer a schema while it resolves the name, before any check sees a plan (an error told
     // whether any path exists and quoted a file's last bytes). With no data source allowed, none
     // may be named so: the session's setting is held off.
-    if (policy.sources.isEmpty && !conf.getConfString(RunSqlOnFiles, "true").trim.equalsIgnoreCase("false")) {
-      conf.setConfString(RunSqlOnFiles, "false")
+    if (policy.sources.isEmpty && !sessionConf.getConfString(RunSqlOnFiles, "true").trim.equalsIgnoreCase("false")) {
+      sessionConf.setConfString(RunSqlOnFiles, "false")
     }
     substituted
   }
