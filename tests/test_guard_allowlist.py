@@ -395,3 +395,28 @@ def test_settings_a_session_may_not_set_are_refused_however_they_came(spark, tmp
     assert not derby.exists()
     assert spark.sql("SELECT count(*) AS n FROM lance.db.t").collect()[0]["n"] > 0
     assert spark.sql("SET spark.sql.catalog.lance.storage.aws_secret_access_key").collect()[0]["value"] != "nothing"
+
+
+def test_a_partition_cannot_be_placed_where_a_statement_says(spark, tmp_path):
+    """``ALTER TABLE t ADD PARTITION (k=2) LOCATION '<folder>'`` was let through (the location rule
+    looked at CREATE statements only): a table of the session catalog then read any folder as
+    its partition, ``INSERT OVERWRITE`` of the partition emptied and wrote it, and ``DROP
+    PARTITION ... PURGE`` removed it (attack pass, issue 41; any operator table of the session
+    catalog would do, whatever its format). Refused now in every form; partitions in the table's
+    own location still work."""
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep.csv").write_text("victim,data\n")
+    spark.sql("CREATE TABLE spark_catalog.default.parted (a STRING, k INT) USING csv PARTITIONED BY (k)")
+    try:
+        for q in (f"ALTER TABLE spark_catalog.default.parted ADD PARTITION (k=2) LOCATION '{victim}'",
+                  f"ALTER TABLE spark_catalog.default.parted ADD IF NOT EXISTS PARTITION (k=3) PARTITION (k=4) LOCATION 'file://{victim}'"):
+            error = _error(lambda: spark.sql(q).collect())
+            assert _refused(error) and "partition LOCATION" in error, (q, error)
+        assert spark.sql("SHOW PARTITIONS spark_catalog.default.parted").count() == 0
+        spark.sql("ALTER TABLE spark_catalog.default.parted ADD PARTITION (k=5)")
+        spark.sql("INSERT INTO spark_catalog.default.parted PARTITION (k=6) VALUES ('mine')")
+        assert [tuple(r) for r in spark.sql("SELECT * FROM spark_catalog.default.parted").collect()] == [("mine", 6)]
+        assert os.listdir(victim) == ["keep.csv"]
+    finally:
+        spark.sql("DROP TABLE IF EXISTS spark_catalog.default.parted")

@@ -94,6 +94,12 @@ final class GuardCheck(policy: GuardPolicy) extends (LogicalPlan => Unit) {
     if ((name.startsWith("Create") || name.startsWith("Replace")) && name != "CreateTempViewUsing") locationOf(node).foreach { l =>
       throw Refusal(s"a LOCATION or path of a statement's choosing ($l)", "it would write or read files there")
     }
+    // `ALTER TABLE t ADD PARTITION (k=1) LOCATION '<folder>'` pointed a table of the session catalog
+    // at any folder: its reads read it, INSERT OVERWRITE of the partition emptied and wrote it,
+    // DROP PARTITION ... PURGE removed it
+    if (AddsPartitions(name)) partitionLocations(node).headOption.foreach { l =>
+      throw Refusal(s"a partition LOCATION of a statement's choosing ($l)", "it would read, write or remove files there")
+    }
     node.expressions.foreach(checkExpression)
   }
 
@@ -154,6 +160,22 @@ final class GuardCheck(policy: GuardPolicy) extends (LogicalPlan => Unit) {
 object GuardCheck {
   /** Session settings whose change lifts redaction (key in lower case). */
   private[guard] val RejectsCoreConfs = "spark.sql.legacy.setcommandrejectssparkcoreconfs"
+  /** The commands that add partitions, each perhaps at a location of its own. */
+  private val AddsPartitions: Set[String] = Set("AddPartitions", "AlterTableAddPartitionCommand")
+
+  /** The locations an ADD PARTITION names: the v1 command's (spec, location) pairs, a v2 partition
+   * spec's `location`. */
+  private def partitionLocations(node: LogicalPlan): Seq[String] = {
+    def in(v: Any): Seq[String] = v match {
+      case (_, Some(l: String)) => Seq(l)
+      case s: Iterable[_] => s.toSeq.flatMap(in)
+      case p: Product if simple(p.asInstanceOf[AnyRef]).contains("PartitionSpec") =>
+        field(p, "location").toSeq.flatMap { case Some(l: String) => Seq(l); case _ => Nil }
+      case _ => Nil
+    }
+    node.productIterator.toSeq.flatMap(in)
+  }
+
   /** Spark's own stand-ins for catalogs: a SQL script's local variables (`local`) and the
    * session's variables and built-in functions (`system`), not configurable. */
   private val SparksOwnCatalogs: Set[String] = Set(
