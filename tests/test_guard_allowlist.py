@@ -410,7 +410,8 @@ def test_a_partition_cannot_be_placed_where_a_statement_says(spark, tmp_path):
     spark.sql("CREATE TABLE spark_catalog.default.parted (a STRING, k INT) USING csv PARTITIONED BY (k)")
     try:
         for q in (f"ALTER TABLE spark_catalog.default.parted ADD PARTITION (k=2) LOCATION '{victim}'",
-                  f"ALTER TABLE spark_catalog.default.parted ADD IF NOT EXISTS PARTITION (k=3) PARTITION (k=4) LOCATION 'file://{victim}'"):
+                  "ALTER TABLE spark_catalog.default.parted ADD IF NOT EXISTS PARTITION (k=3) "
+                  f"PARTITION (k=4) LOCATION 'file://{victim}'"):
             error = _error(lambda: spark.sql(q).collect())
             assert _refused(error) and "partition LOCATION" in error, (q, error)
         assert spark.sql("SHOW PARTITIONS spark_catalog.default.parted").count() == 0
