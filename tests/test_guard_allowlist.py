@@ -421,3 +421,53 @@ def test_a_partition_cannot_be_placed_where_a_statement_says(spark, tmp_path):
         assert os.listdir(victim) == ["keep.csv"]
     finally:
         spark.sql("DROP TABLE IF EXISTS spark_catalog.default.parted")
+
+
+def test_an_xml_schema_cannot_be_fetched_or_read_by_a_function(spark, tmp_path):
+    """``from_xml`` and ``schema_of_xml`` (allowed built-ins) take ``rowValidationXSDPath``: the
+    driver fetched the schema from any URL or path, without a time-out (a listener that never
+    answers held the statement), and parsed it with its external entities: a schema whose DTD
+    names a file and an error path answered the file's text in the error (the operator's
+    properties file, with its secret key: attack pass, issue 41). Options naming a path, URL or
+    file are refused in every function, before anything is fetched; the others work."""
+    import http.server
+    import threading
+
+    secret_file = tmp_path / "operator.properties"
+    secret_file.write_text(f"spark.sql.catalog.lake.storage.aws_secret_access_key={SECRET_VALUE}\n")
+    (tmp_path / "y.xsd").write_text(
+        '<?xml version="1.0"?>\n<!DOCTYPE xs:schema [<!ENTITY % d SYSTEM "evil.dtd"> %d; %eval; %error;]>\n'
+        '<xs:schema xmlns:xs="http://www.w3.org/2001/XMLSchema"><xs:element name="a" type="xs:int"/></xs:schema>\n')
+    (tmp_path / "evil.dtd").write_text(
+        f'<!ENTITY % file SYSTEM "file://{secret_file}">\n'
+        "<!ENTITY % eval \"<!ENTITY &#x25; error SYSTEM 'file:///nonexistent/%file;'>\">\n")
+    requests = []
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, directory=str(tmp_path), **kwargs)
+
+        def log_message(self, fmt, *args):
+            requests.append(self.path)
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/y.xsd"
+    try:
+        for q in (f"SELECT from_xml('<a>1</a>', 'a INT', map('rowValidationXSDPath', '{url}'))",
+                  f"SELECT from_xml(s, 'a INT', map('ROWVALIDATIONXSDPATH', '{url}')) FROM (SELECT '<a>1</a>' AS s)",
+                  f"SELECT schema_of_xml('<a>1</a>', map('rowValidationXSDPath', '{tmp_path / 'y.xsd'}'))",
+                  f"CREATE OR REPLACE TEMPORARY VIEW xsd AS SELECT from_xml('<a>1</a>', 'a INT', "
+                  f"map('rowValidationXSDPath', '{url}')) AS x"):
+            try:
+                spark.sql(q).collect()
+                error = None
+            except Exception as e:  # noqa: BLE001 - every line of the error is checked
+                error = str(e)
+            assert error is not None and SECRET_VALUE not in error, (q, error)
+            assert _refused(error.splitlines()[0]) and "rowValidationXSDPath" in error.splitlines()[0], (q, error)
+        assert requests == []
+        assert spark.sql("SELECT from_json('{\"a\":1}', 'a INT', map('mode', 'FAILFAST')) AS v").collect()[0]["v"]["a"] == 1
+        assert spark.sql("SELECT to_xml(named_struct('a', 1), map('rowTag', 'r')) AS v").collect()[0]["v"].startswith("<r>")
+    finally:
+        server.shutdown()

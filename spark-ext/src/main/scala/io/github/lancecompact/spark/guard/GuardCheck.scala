@@ -114,6 +114,11 @@ final class GuardCheck(policy: GuardPolicy) extends (LogicalPlan => Unit) {
         case u: UserDefinedExpression if !policy.allowsFunction(u.name) =>
           throw Refusal(s"the user-defined function ${u.name}", "it runs code on the server (a Python, Scala, " +
             "Java or Hive function)", Some(GuardPolicy.FunctionsKey -> u.name))
+        case _ if placeOptions(e).nonEmpty =>
+          val key = placeOptions(e).head
+          throw Refusal(s"the option $key of ${Option(e.prettyName).getOrElse(simple(e))}",
+            "it names a file or URL the server would open (from_xml's rowValidationXSDPath fetched an XML schema " +
+              "from any host and parsed it with its external entities: any file of the server in an error)")
         case _ if isHiveFunction(simple(e)) && !policy.allowsFunction(nameOf(e).getOrElse(simple(e))) =>
           val n = nameOf(e).getOrElse(simple(e))
           throw Refusal(s"the Hive function $n", "a Hive function's class runs on the driver",
@@ -202,6 +207,15 @@ object GuardCheck {
   private def field(o: Any, name: String): Option[Any] = o match {
     case p: Product => p.productElementNames.zip(p.productIterator).collectFirst { case (`name`, v) => v }
     case _ => None
+  }
+
+  /** The options of a function (from_xml, from_json, schema_of_xml...) whose names say they name a
+   * place: a path, a URL or a file. */
+  private def placeOptions(e: Expression): Seq[String] = field(e, "options").toSeq.flatMap {
+    case m: scala.collection.Map[_, _] => m.keys.collect {
+      case k: String if Seq("path", "url", "file").exists(k.toLowerCase(Locale.ROOT).contains) => k
+    }
+    case _ => Nil
   }
 
   /** A function expression's own name (Hive's `name`), if it has one. */

@@ -72,7 +72,7 @@ object GuardParser {
     // persisted view's text is parsed, the settings the view keeps from its creator's session
     val conf = SQLConf.get
     val substituted =
-      if (conf.getConfString("spark.sql.variable.substitute", "true").trim.equalsIgnoreCase("true")) {
+      if (conf.variableSubstituteEnabled) {
         // Spark's own lookup (VariableSubstitution): the session's value, redacted as SET shows it
         val setting = (key: String) => conf.redactOptions(Seq(key -> conf.getConfString(key, ""))).headOption.map(_._2)
         val text = substitute(sql, prefix => if (prefix == null || SettingPrefixes.contains(prefix)) Some(setting) else None)
