@@ -7,6 +7,7 @@ import scala.util.matching.Regex
 
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.parser.ParserInterface
+import org.apache.spark.sql.execution.command.ResetCommand
 import org.apache.spark.sql.internal.SQLConf
 
 /** The guard's first look at a statement, before Spark parses it (so before anything resolves a
@@ -52,8 +53,13 @@ object GuardParser {
               supplied.updated(0, checked)
             case _ => supplied
           }
-          try method.invoke(delegate, passed: _*)
-          catch { case e: InvocationTargetException => throw passable(method, e.getCause) }
+          val result = try method.invoke(delegate, passed: _*)
+            catch { case e: InvocationTargetException => throw passable(method, e.getCause) }
+          // a text that began with RESET passed unchecked: it must be one
+          if (method.getName.startsWith("parse") &&
+            passed.headOption.exists { case sql: String => IsReset.matches(sql); case _ => false } &&
+            !result.isInstanceOf[ResetCommand]) checkSettings(session, policy)
+          result
         }
       }).asInstanceOf[ParserInterface]
 
