@@ -1,12 +1,13 @@
 package io.github.lancecompact.spark.guard
 
-import java.lang.reflect.{InvocationHandler, InvocationTargetException, Method, Proxy}
 import java.util.Locale
 
 import scala.util.matching.Regex
 
 import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.parser.ParserInterface
+
+import io.github.lancecompact.spark.sql.ParserProxy
 import org.apache.spark.sql.execution.command.ResetCommand
 import org.apache.spark.sql.internal.SQLConf
 
@@ -43,34 +44,20 @@ object GuardParser {
   private val ProcessPrefixes = Set("env", "system")
 
   def apply(session: SparkSession, policy: GuardPolicy, delegate: ParserInterface): ParserInterface =
-    Proxy.newProxyInstance(classOf[ParserInterface].getClassLoader, Array(classOf[ParserInterface]),
-      new InvocationHandler {
-        override def invoke(proxy: AnyRef, method: Method, args: Array[AnyRef]): AnyRef = {
-          val supplied = Option(args).getOrElse(Array.empty[AnyRef])
-          val passed = supplied.headOption match {
-            case Some(sql: String) if method.getName.startsWith("parse") =>
-              val checked = check(session, policy, sql)
-              supplied.updated(0, checked)
-            case _ => supplied
-          }
-          val result = try method.invoke(delegate, passed: _*)
-            catch { case e: InvocationTargetException => throw passable(method, e.getCause) }
-          // a text that began with RESET passed unchecked: it must be one
-          if (method.getName.startsWith("parse") &&
-            passed.headOption.exists { case sql: String => IsReset.matches(sql); case _ => false } &&
-            !result.isInstanceOf[ResetCommand]) checkSettings(session, policy)
-          result
-        }
-      }).asInstanceOf[ParserInterface]
-
-  /** What the parser threw, as a proxy may throw it: a checked exception the method does not
-   * declare (SQL scripting's SqlScriptingException) would reach the caller as an
-   * UndeclaredThrowableException without its message. */
-  private def passable(method: Method, t: Throwable): Throwable = t match {
-    case _: RuntimeException | _: Error => t
-    case _ if method.getExceptionTypes.exists(_.isInstance(t)) => t
-    case _ => new RuntimeException(t.getMessage, t)
-  }
+    ParserProxy { (method, supplied) =>
+      val passed = supplied.headOption match {
+        case Some(sql: String) if method.getName.startsWith("parse") =>
+          val checked = check(session, policy, sql)
+          supplied.updated(0, checked)
+        case _ => supplied
+      }
+      val result = ParserProxy.call(delegate, method, passed)
+      // a text that began with RESET passed unchecked: it must be one
+      if (method.getName.startsWith("parse") &&
+        passed.headOption.exists { case sql: String => IsReset.matches(sql); case _ => false } &&
+        !result.isInstanceOf[ResetCommand]) checkSettings(session, policy)
+      result
+    }
 
   /** `sql` as Spark's substitution makes it, or a refusal. */
   private[guard] def check(session: SparkSession, policy: GuardPolicy, sql: String): String = {

@@ -1,6 +1,6 @@
 package io.github.lancecompact.spark.sql
 
-import java.lang.reflect.{InvocationHandler, InvocationTargetException, Method, Proxy}
+import java.lang.reflect.Method
 
 import scala.jdk.CollectionConverters._
 
@@ -11,36 +11,26 @@ import org.apache.spark.sql.catalyst.trees.Origin
  * lance-spark (`OPTIMIZE`, `VACUUM`, `DESCRIBE HISTORY`): where Spark fails to parse one (or, for
  * `DESCRIBE HISTORY t`, reads it as a column of a table named HISTORY), the syntax error names
  * our statement ([[HabitHints]]): `[PARSE_SYNTAX_ERROR] Syntax error at or near 'OPTIMIZE':
- * OPTIMIZE is Delta's ...; ... CALL lance.compact(...)`. A dynamic proxy of Spark's own parser
- * interface, so that every method of the running Spark's parser is passed on, those a later Spark
- * adds included (4.3 added `splitStatements`, which a class compiled against 4.2 could not pass
- * on); the error stays a ParseException, the one exception the parser declares. */
+ * OPTIMIZE is Delta's ...; ... CALL lance.compact(...)`. A [[ParserProxy]]; the error stays a
+ * ParseException, the one exception the parser declares. */
 object HintingParser {
-  def apply(delegate: ParserInterface): ParserInterface =
-    Proxy.newProxyInstance(classOf[ParserInterface].getClassLoader, Array(classOf[ParserInterface]),
-      new InvocationHandler {
-        override def invoke(proxy: AnyRef, method: Method, args: Array[AnyRef]): AnyRef = {
-          val result = try method.invoke(delegate, Option(args).getOrElse(Array.empty[AnyRef]): _*)
-          catch {
-            case e: InvocationTargetException =>
-              (e.getCause, text(args)) match {
-                case (p: ParseException, Some(sql)) if statementParse(method) =>
-                  throw HabitHints.hint(sql).flatMap(hinted(p, _)).getOrElse(p)
-                case (cause, _) => throw cause
-              }
-          }
-          if (statementParse(method)) text(args).filter(describesHistory(_, result)).flatMap(HabitHints.hint)
-            .foreach { h =>
-              val sample = try { delegate.parsePlan("HISTORY"); None } catch { case p: ParseException => Some(p) }
-              sample.flatMap(hinted(_, h, Some("'HISTORY'"))).foreach(throw _)
-            }
-          result
-        }
-      }).asInstanceOf[ParserInterface]
+  def apply(delegate: ParserInterface): ParserInterface = ParserProxy { (method, args) =>
+    val result = try ParserProxy.call(delegate, method, args)
+    catch {
+      case p: ParseException if statementParse(method) =>
+        throw text(args).flatMap(HabitHints.hint).flatMap(hinted(p, _)).getOrElse(p)
+    }
+    if (statementParse(method)) text(args).filter(describesHistory(_, result)).flatMap(HabitHints.hint)
+      .foreach { h =>
+        val sample = try { delegate.parsePlan("HISTORY"); None } catch { case p: ParseException => Some(p) }
+        sample.flatMap(hinted(_, h, Some("'HISTORY'"))).foreach(throw _)
+      }
+    result
+  }
 
   private def statementParse(m: Method): Boolean = m.getName.startsWith("parsePlan") || m.getName == "parseQuery"
 
-  private def text(args: Array[AnyRef]): Option[String] = Option(args).flatMap(_.headOption).collect { case s: String => s }
+  private def text(args: Array[AnyRef]): Option[String] = args.headOption.collect { case s: String => s }
 
   private val History = """(?is)^\s*DESC(?:RIBE)?\s+HISTORY\s+\S.*""".r
 
