@@ -4,15 +4,10 @@ package io.github.lancecompact.spark.guard
 object Refusal {
   val Guard = "io.github.lancecompact.spark.SharedServerGuard"
 
-  /** A name as a message shows it: control characters escaped, at most 200 characters. */
+  /** A name as a message shows it: unprintable characters escaped as every name is (Names.show),
+   * at most 200 characters. */
   def shown(name: String): String = {
-    val escaped = name.flatMap {
-      case '\n' => "\\n"
-      case '\r' => "\\r"
-      case '\t' => "\\t"
-      case c if Character.isISOControl(c) || Character.getType(c) == Character.FORMAT => f"\\u${c.toInt}%04x"
-      case c => c.toString
-    }
+    val escaped = io.github.lancecompact.spark.catalog.Names.show(name)
     if (escaped.length > 200) escaped.take(200) + "..." else escaped
   }
 
