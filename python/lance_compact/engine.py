@@ -274,7 +274,10 @@ def _preload() -> None:
 
 
 def _start_workers(sc: Any) -> None:
-    # While this process finishes starting and plans, the executors start their Python workers.
+    # While this process finishes starting and plans, the executors start their Python workers
+    # (once per pool: its first worker).
+    if os.environ.get("LANCE_COMPACT_ENGINE_WORKER", "1") != "1":
+        return
     try:
         from .compaction.spark_job import start_workers
         clock = time.monotonic()
@@ -400,10 +403,25 @@ def _memory_figures() -> str:
     return figures + (f"; {ages.COMMIT_TIMES.figures()}" if ages is not None else "")
 
 
+def _detach_from_terminal() -> None:
+    """A terminal's Ctrl-C goes to its whole foreground process group, which this process
+    would be in: spark-sql's statement is cancelled by its JVM (which tells us), and the worker
+    must not die of the same signal (it answers "cancelled" instead). Its own session, and
+    SIGINT ignored should it be sent to us alone."""
+    import signal
+    try:
+        os.setsid()
+    except OSError:  # already a group leader
+        pass
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def main() -> None:
     from .runtime.memory import ARENAS, limit_arenas
     capped = limit_arenas()  # before any thread is made (runtime/memory.py)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    _detach_from_terminal()
+    logging.basicConfig(level=logging.INFO,
+                        format="%(asctime)s %(levelname)s [%(process)d] %(name)s: %(message)s")
     if capped:
         log.info("memory: at most %d malloc arenas", ARENAS)
     threading.Thread(target=_exit_with_parent, daemon=True).start()
@@ -437,13 +455,13 @@ def main() -> None:
 
     def serve(request_id: str, action: str, request: str) -> None:
         from .runtime import progress
-        from .runtime.cancellation import serving as checking_cancellation
+        from .runtime.cancellation import Gate, serving as checking_cancellation
 
         started = time.monotonic()
         text = None
         try:
             bridge.adopt(request_id)
-            with checking_cancellation(lambda: bridge.cancelled(request_id)), \
+            with checking_cancellation(lambda: bridge.cancelled(request_id), Gate(bridge, request_id)), \
                     progress.serving(progress.Reporter(lambda said, ui: bridge.progress(request_id, said, ui))):
                 text = json.dumps(handle(handlers, action, request))
         except _LoseResponse:

@@ -33,16 +33,48 @@ class Cancelled(CompactionError):
         super().__init__(message, kind=CANCELLED)
 
 
+class Gate:
+    """The JVM's side of a request's commits (``EngineBridge.beginCommit``/``endCommit``/``staged``):
+    a commit begins only if no cancel was recorded, atomically with the cancel, so nothing
+    commits after a cancel, and the worker is not killed for a cancel while a commit begun
+    before it is under way."""
+
+    def __init__(self, bridge: object, request_id: str) -> None:
+        self._bridge = bridge
+        self._id = request_id
+
+    def begin(self, what: str) -> str | None:
+        """None: the commit may go ahead; else why it may not (the statement's cancel)."""
+        try:
+            return self._bridge.beginCommit(self._id, what) or None
+        except Exception as e:  # the JVM is gone or unreachable: commit nothing for nobody
+            return f"the driver could not be asked whether the statement was cancelled ({type(e).__name__})"
+
+    def end(self, landed: str) -> None:
+        try:
+            self._bridge.endCommit(self._id, landed)
+        except Exception:  # the JVM is going away: nothing waits for this answer
+            pass
+
+    def staged(self, uri: str, paths_json: str) -> None:
+        try:
+            self._bridge.staged(self._id, uri, paths_json)
+        except Exception:
+            pass
+
+
 class Statement:
     """One request's cancel state, shared by every thread that works for it: the JVM's answer
     (``probe``: an interrupt of the statement's thread, a job of it cancelled in any form, or a
     cancel of its group, tags or all jobs, ``CancelWatch.scala``) or a cancel this process saw first
-    (:func:`cancel`, where one of its jobs failed as cancelled). Once cancelled, it stays so."""
+    (:func:`cancel`, where one of its jobs failed as cancelled). Once cancelled, it stays so.
+    ``gate`` (in the engine) orders its commits with its cancel (:func:`committing`)."""
 
-    def __init__(self, probe: Callable[[], str | None] | None) -> None:
+    def __init__(self, probe: Callable[[], str | None] | None, gate: Gate | None = None) -> None:
         self._probe = probe
         self._why: str | None = None
         self._from_jvm = False
+        self.gate = gate
 
     def cancel(self, why: str) -> None:
         if self._why is None:
@@ -71,11 +103,12 @@ def _phrase(text: str) -> str:
 
 
 @contextmanager
-def serving(probe: Callable[[], str | None] | None) -> Iterator[None]:
+def serving(probe: Callable[[], str | None] | None, gate: Gate | None = None) -> Iterator[None]:
     """Within the block, :func:`reason` asks ``probe`` (None or a reason) on this thread; a
-    :class:`Statement` (:func:`current_probe` of another thread) is shared as it is."""
+    :class:`Statement` (:func:`current_probe` of another thread) is shared as it is. ``gate``:
+    the JVM's commit gate of the request (the engine's requests have one)."""
     previous = getattr(_local, "probe", None)
-    _local.probe = probe if isinstance(probe, Statement) or probe is None else Statement(probe)
+    _local.probe = probe if isinstance(probe, Statement) or probe is None else Statement(probe, gate)
     try:
         yield
     finally:
@@ -91,6 +124,43 @@ def reason() -> str | None:
     """Why the current request was cancelled, or None while it was not."""
     probe = getattr(_local, "probe", None)
     return None if probe is None else probe()
+
+
+@contextmanager
+def committing(what: str, cancelled: Callable[[str], BaseException]) -> Iterator[Callable[[str], None]]:
+    """The block commits (or deletes files) for the current request: it runs only if the
+    statement was not cancelled, decided with the JVM atomically with a cancel (``Gate``); a
+    cancel recorded first raises ``cancelled(why)`` and the block does not run. Inside, call the
+    yielded ``landed(text)`` with what the commit landed ("version 12"): a caller that cancels
+    or loses the worker afterwards is told so. Outside the engine (no gate) only
+    :func:`reason` is asked."""
+    probe = getattr(_local, "probe", None)
+    gate = probe.gate if isinstance(probe, Statement) else None
+    why = reason()
+    if why is None and gate is not None:
+        why = gate.begin(what)
+        if why is not None and isinstance(probe, Statement):
+            probe.cancel(why)
+    if why is not None:
+        raise cancelled(why)
+    said: list[str] = []
+    try:
+        yield said.append
+    finally:
+        if gate is not None:
+            gate.end("; ".join(said))
+
+
+def staged(uri: str, paths: list[str]) -> None:
+    """The current request wrote ``paths`` (relative to table location ``uri``) and has not
+    committed them (an empty list: none any more): if its worker dies or is killed, the pool
+    removes them (``discard_staged``)."""
+    import json
+
+    probe = getattr(_local, "probe", None)
+    gate = probe.gate if isinstance(probe, Statement) else None
+    if gate is not None:
+        gate.staged(uri, json.dumps(sorted(paths)))
 
 
 def cancel(why: str) -> None:

@@ -15,7 +15,7 @@ import org.apache.spark.sql.connector.expressions.Transform
 import org.apache.spark.sql.types.StructType
 import org.apache.spark.sql.util.CaseInsensitiveStringMap
 
-import io.github.lancecompact.spark.engine.{EnginePlugin, EngineProcess, LanceCompactException, PythonEngine}
+import io.github.lancecompact.spark.engine.{EnginePlugin, EnginePool, LanceCompactException, PythonEngine}
 import io.github.lancecompact.spark.procedures.Procedures
 
 /** The `lance` catalog: a warehouse of Lance datasets with maintenance procedures.
@@ -103,7 +103,7 @@ class LanceCatalog extends TableCatalog with SupportsNamespaces with ProcedureCa
     }
     // The catalog is initialized when a statement first names it: start the engine now,
     // in the background, so the statement's procedure call finds it (nearly) ready.
-    SparkSession.getActiveSession.foreach(EngineProcess.warmUp)
+    SparkSession.getActiveSession.foreach(EnginePool.warmUp)
   }
 
   override def name(): String = catalogName

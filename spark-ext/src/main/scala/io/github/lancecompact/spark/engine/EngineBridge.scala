@@ -23,7 +23,7 @@ final class EngineBridge(sc: SparkContext) {
   import EngineBridge._
 
   private final class Request(val id: String, val action: String, val json: String,
-                              val properties: Map[String, String]) {
+                              val properties: Map[String, String], val request: String) {
     /** Its place among the requests the engine took (0: still queued). */
     @volatile var taken: Long = 0L
     /** Whether its cancels are watched for while no job of it runs (CancelWatch.scala). */
@@ -35,6 +35,21 @@ final class EngineBridge(sc: SparkContext) {
      * cancel those: a numbered tag let one user cancel another's statement. */
     val tag: String = s"lance-compact-$instance-request-${java.util.UUID.randomUUID()}"
     @volatile var cancelReason: String = _
+    /** When it was cancelled (System.nanoTime; 0 while it was not): a worker that has not
+     * answered within the pool's grace period after it is killed (EngineProcess.call). */
+    @volatile var cancelledAt: Long = 0L
+    /** What the engine is committing now (the commit gate: [[beginCommit]]), null outside a commit. */
+    @volatile var committing: String = _
+    /** What its commits landed, in order ([[endCommit]]): what a caller hears after a cancel or a death. */
+    val landed = new java.util.concurrent.CopyOnWriteArrayList[String]()
+    /** Files it wrote and has not committed, by table location (JSON lists; [[staged]]): removed
+     * by the pool if the worker dies or is killed (EnginePool.discardStaged). */
+    val staged = new ConcurrentHashMap[String, String]()
+
+    /** Record the cancel (the first reason wins). */
+    def markCancelled(why: String): Unit = synchronized {
+      if (cancelReason == null) { cancelReason = why; cancelledAt = System.nanoTime() }
+    }
   }
 
   /** Tells this bridge's tags from those of an earlier engine's bridge in this JVM. */
@@ -75,7 +90,7 @@ final class EngineBridge(sc: SparkContext) {
     if (parts.lift(2).contains("1")) replaceRequested = true
     pending.values().forEach { r =>
       if (r.taken > 0 && r.taken <= count && !listed.contains(r.id) && pending.remove(r.id, r)) {
-        r.cancelReason = "the engine stopped serving it"
+        r.markCancelled("the engine stopped serving it")
         Progress.ended(r.tag)
         watch.unwatch(r.id)
         cancelJobs(r)
@@ -101,6 +116,45 @@ final class EngineBridge(sc: SparkContext) {
   /** Why request `id`'s statement was cancelled, or null while it was not: the engine asks
    * before each batch, each commit and each maintenance step. */
   def cancelled(id: String): String = Option(pending.get(id)).map(_.cancelReason).orNull
+
+  /** The commit gate: the engine asks before each commit (and each step that deletes files).
+   * Atomically with a cancel: null, and the request is marked committing (a cancel from now on
+   * waits for the commit and is told what landed), or the cancel's reason (the engine commits
+   * nothing and answers "cancelled"). A request this bridge no longer holds (its caller is
+   * gone, the engine was replaced) gets a reason too: nothing commits for a statement nobody
+   * waits for. */
+  def beginCommit(id: String, what: String): String = Option(pending.get(id)) match {
+    case None => "the statement is no longer waiting for its answer"
+    case Some(r) => r.synchronized {
+      if (r.cancelReason != null) r.cancelReason
+      else { r.committing = what; null }
+    }
+  }
+
+  /** The commit begun by [[beginCommit]] ended; `landed` says what it committed ("" if nothing). */
+  def endCommit(id: String, landed: String): Unit = Option(pending.get(id)).foreach { r =>
+    r.synchronized {
+      r.committing = null
+      if (landed != null && landed.nonEmpty) r.landed.add(landed)
+    }
+  }
+
+  /** Files request `id` wrote under table location `uri` and has not committed (a JSON list of
+   * paths relative to it; an empty list: none any more). */
+  def staged(id: String, uri: String, pathsJson: String): Unit = Option(pending.get(id)).foreach { r =>
+    if (pathsJson == null || pathsJson == "[]") r.staged.remove(uri) else r.staged.put(uri, pathsJson)
+  }
+
+  /** Request `id`'s state for its waiting caller (EngineProcess.call): when it was cancelled
+   * (0: not), and whether a commit of it is under way. */
+  private[engine] def cancelledAt(id: String): Long = Option(pending.get(id)).map(_.cancelledAt).getOrElse(0L)
+  private[engine] def committing(id: String): String = Option(pending.get(id)).map(_.committing).orNull
+  private[engine] def landed(id: String): Seq[String] =
+    Option(pending.get(id)).map(r => scala.jdk.CollectionConverters.ListHasAsScala(r.landed).asScala.toSeq).getOrElse(Nil)
+  /** Request `id`'s uncommitted files and its request JSON (for the pool's removal of them). */
+  private[engine] def stagedOf(id: String): Map[String, String] =
+    Option(pending.get(id)).map(r => scala.jdk.CollectionConverters.MapHasAsScala(r.staged).asScala.toMap).getOrElse(Map.empty)
+  private[engine] def requestJson(id: String): Option[String] = Option(pending.get(id)).map(_.request)
 
   def awaitReady(millis: Long): Boolean = readyLatch.await(millis, TimeUnit.MILLISECONDS)
 
@@ -144,7 +198,7 @@ final class EngineBridge(sc: SparkContext) {
    * running Spark jobs. */
   private[engine] def cancel(id: String, reason: String): Unit =
     Option(pending.get(id)).foreach { r =>
-      r.cancelReason = reason
+      r.markCancelled(reason)
       watch.cancelled(id)
       cancelJobs(r)
     }
@@ -153,7 +207,7 @@ final class EngineBridge(sc: SparkContext) {
    * jobs, or of one of its jobs: CancelWatch): the whole statement is, with Spark's reason. */
   private def cancelledBySpark(id: String, why: String): Unit =
     Option(pending.get(id)).foreach { r =>
-      if (r.cancelReason == null) r.cancelReason = why
+      r.markCancelled(why)
       cancelJobs(r)
     }
 
@@ -170,7 +224,7 @@ final class EngineBridge(sc: SparkContext) {
     val tags = (own.get("spark.job.tags").toSeq.flatMap(_.split(",")) ++ CancelWatch.sessionTags())
       .filter(_.nonEmpty).distinct
     val props = if (tags.isEmpty) own else own + ("spark.job.tags" -> tags.mkString(","))
-    val r = new Request(id, action, body, props)
+    val r = new Request(id, action, body, props, requestJson)
     pending.put(id, r)
     // watched from now: a cancel sent while it waits for the engine is kept too
     if (r.watched && cancelWatch) watch.watch(r.id, r.tag, r.properties)
@@ -179,14 +233,18 @@ final class EngineBridge(sc: SparkContext) {
     (id, r.response)
   }
 
-  /** Fail every request in flight (the engine process ended) and cancel the Spark jobs it
-   * had started for them, which would otherwise run to their end. */
-  private[engine] def failAll(error: Throwable): Unit = {
+  /** Fail every request in flight (the engine process ended) with the error `error` makes
+   * of it (what it was doing when the process ended: [[Ended]]) and cancel the Spark jobs it had
+   * started for them, which would otherwise run to their end. */
+  private[engine] def failAll(error: Ended => Throwable): Unit = {
     pending.values().forEach { r =>
-      r.cancelReason = "the engine process ended"
+      r.markCancelled("the engine process ended")
       Progress.ended(r.tag)
       cancelJobs(r)
-      r.response.completeExceptionally(error)
+      val ended = Ended(r.id, r.action, r.request, Option(r.committing),
+        scala.jdk.CollectionConverters.ListHasAsScala(r.landed).asScala.toSeq,
+        scala.jdk.CollectionConverters.MapHasAsScala(r.staged).asScala.toMap)
+      r.response.completeExceptionally(error(ended))
     }
     pending.values().forEach(r => watch.unwatch(r.id))
     pending.clear()
@@ -197,6 +255,12 @@ final class EngineBridge(sc: SparkContext) {
 }
 
 object EngineBridge {
+  /** A request whose engine process ended before answering: its action and request JSON, the
+   * commit under way then (if any), what its commits landed, and the files it wrote and had not
+   * committed (JSON lists by table location). */
+  final case class Ended(id: String, action: String, request: String, committing: Option[String],
+                         landed: Seq[String], staged: Map[String, String])
+
   /** Local properties that tie a job to its statement: cancellation and scheduling. */
   val Inherited: Seq[String] = Seq("spark.jobGroup.id", "spark.job.interruptOnCancel",
     "spark.job.tags", "spark.scheduler.pool")

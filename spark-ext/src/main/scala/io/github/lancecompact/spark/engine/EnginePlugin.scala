@@ -34,7 +34,7 @@ class EnginePlugin extends SparkPlugin {
           Thread.sleep(50)
           session = SparkSession.getDefaultSession
         }
-        session.filter(_.sparkContext eq sc).foreach(EngineProcess.warmUp)
+        session.filter(_.sparkContext eq sc).foreach(EnginePool.warmUp)
       }, "lance-compact-engine-plugin")
       t.setDaemon(true)
       t.start()

@@ -11,33 +11,42 @@ import scala.jdk.CollectionConverters._
 
 import org.apache.spark.SparkContext
 import org.apache.spark.internal.Logging
-import org.apache.spark.scheduler.{SparkListener, SparkListenerApplicationEnd}
 import org.apache.spark.sql.SparkSession
 
-/** The one long-lived Python engine process of this driver (`python -m lance_compact.engine`).
+/** A failure of the engine itself (not of the statement's work), with the kind the caller is
+ * told: a worker that died or hung ([[LanceCompactException.WorkerLost]]), a cancel that ended
+ * in killing the worker ([[LanceCompactException.Cancelled]]). */
+final class EngineFailure(message: String, val kind: LanceCompactException.Kind,
+                          /** The request its worker ended before answering, if that is what failed it. */
+                          val ended: Option[EngineBridge.Ended] = None) extends IllegalStateException(message)
+
+/** One engine worker: a Python process (`python -m lance_compact.engine`) of this driver's pool
+ * ([[EnginePool]]), which serves one statement at a time.
  *
- * It is started on first use, connects back over Py4J (a ClientServer on the loopback
- * address with a random secret), wraps this driver's SparkContext in a PySpark one and from
- * then on serves every procedure call: planning, the Spark jobs that rewrite on executors,
- * commits and reports happen there, with pylance imported once. It ends with the
+ * It is started by the pool, connects back over Py4J (a ClientServer on the loopback address
+ * with a random secret), wraps this driver's SparkContext in a PySpark one and from then on
+ * serves the requests the pool hands it: planning, the Spark jobs that rewrite on executors,
+ * commits and reports, with pylance imported once. It ends when the pool stops it, with the
  * SparkContext or the JVM (it also exits when its stdin, held by this JVM, closes).
  *
- * A caller waits for its answer as long as the engine is alive: it sends a heartbeat every
- * few seconds, and one silent for `spark.lance.compact.engine.heartbeatTimeout` (default
- * 60 s) is killed, failing the call; the next call starts a new engine. A caller interrupted
- * while waiting (Thrift's cancel, Spark Connect's interrupt) marks its request cancelled,
- * cancels the request's Spark jobs and waits a bounded time for the engine to stop.
- *
- * An engine whose memory stays over its ceiling (`spark.lance.compact.engine.memoryCeiling`,
- * runtime/memory.py) asks to be replaced: it is stopped once no call holds it and no request
- * waits for it, and a new one is started at once in the background ([[EngineProcess.call]]).
+ * A caller waits for its answer as long as the worker is alive: it sends a heartbeat every few
+ * seconds, and one silent for `spark.lance.compact.engine.heartbeatTimeout` (default 60 s) is
+ * killed, failing the call. A cancelled statement (its thread interrupted: Thrift's cancel,
+ * Connect's interrupt; or its job group, tags or all jobs cancelled: CancelWatch) is marked
+ * cancelled; the worker stops at its next check and says so. One that has not answered within
+ * the grace period (`spark.lance.compact.engine.cancelGrace`) is killed, which commits nothing:
+ * every commit goes through the bridge's gate ([[EngineBridge.beginCommit]]), refused once a
+ * cancel is recorded, and a worker is never killed for a cancel while a commit begun before it
+ * is under way.
  */
-final class EngineProcess private (val sc: SparkContext, python: String, logPath: Option[String])
-  extends Logging {
+final class EngineProcess private[engine] (val sc: SparkContext, python: String, val logFile: File,
+                                           val number: Int) extends Logging {
   val bridge = new EngineBridge(sc)
   /** A silent engine (no heartbeat) is taken as hung after this long. */
   val heartbeatTimeoutMs: Long =
     math.max(1000L, sc.getConf.getTimeAsMs(EngineProcess.HeartbeatTimeoutConf, "60s"))
+  /** How long a cancelled statement's worker has to answer before it is killed. */
+  val cancelGraceMs: Long = math.max(100L, sc.getConf.getTimeAsMs(EngineProcess.CancelGraceConf, "10s"))
   bridge.heartbeatIntervalMs = math.max(200L, math.min(5000L, heartbeatTimeoutMs / 5))
   private val secret = {
     val bytes = new Array[Byte](32)
@@ -47,18 +56,18 @@ final class EngineProcess private (val sc: SparkContext, python: String, logPath
   private val server = new py4j.ClientServer.ClientServerBuilder()
     .javaPort(0).javaAddress(InetAddress.getLoopbackAddress)
     .authToken(secret).entryPoint(bridge).autoStartJavaServer(false).build()
-  /** The engine's own log: `spark.lance.compact.engine.log` if set (kept, appended to), else a
-   * temporary file removed when the JVM exits. */
-  val logFile: File = logPath.map(new File(_)).getOrElse {
-    val f = Files.createTempFile("lance-compact-engine-", ".log").toFile
-    f.deleteOnExit()
-    f
-  }
-  private var process: Process = _
-  /** Calls holding this engine now ([[EngineProcess.call]]; guarded by the object's lock). */
-  private var leases = 0
+  @volatile private var process: Process = _
+  /** Statements this worker served (the pool replaces it after `maxStatements`). */
+  @volatile var served = 0
+  /** The table location its last statement named ("" if none): a statement on that table
+   * prefers this worker, whose Lance caches hold it. */
+  @volatile var lastTable = ""
+  /** The request this worker was killed for after a cancel (its caller hears "cancelled"). */
+  @volatile private var killedForCancel: String = _
+  /** Set when the pool stops it on purpose: its exit fails nothing anyone waits for. */
+  @volatile private var stopping = false
 
-  private def start(): Unit = {
+  private[engine] def start(): Unit = {
     server.startServer(true)
     val pb = new ProcessBuilder(python, "-u", "-m", "lance_compact.engine")
     val env = pb.environment()
@@ -69,31 +78,59 @@ final class EngineProcess private (val sc: SparkContext, python: String, logPath
     env.put("PYSPARK_PYTHON", python)
     // Its errors that ask for a report name this file, where their tracebacks are (runtime/failures.py).
     env.put("LANCE_COMPACT_ENGINE_LOG", logFile.getAbsolutePath)
+    // Only the pool's first worker starts the executors' Python workers ahead of time.
+    env.put("LANCE_COMPACT_ENGINE_WORKER", number.toString)
     pb.redirectErrorStream(true).redirectOutput(ProcessBuilder.Redirect.appendTo(logFile))
     val started = System.nanoTime()
     process = pb.start()
     val p = process
-    p.onExit().thenRun(() => {
-      bridge.failAll(new IllegalStateException(
-        s"the lance_compact engine process (pid ${p.pid()}, $python) exited with code ${p.exitValue()}; " +
-          s"its Spark jobs were cancelled and the next call starts a new engine. Its log: $logFile${logTail()}"))
-    })
+    p.onExit().thenRun(() => bridge.failAll(ended => endedError(p, ended)))
     val deadline = started + EngineProcess.StartTimeoutMs * 1000000L
     while (!bridge.awaitReady(50)) {
       if (!process.isAlive || System.nanoTime() > deadline) {
         stop()
-        throw new IllegalStateException(
+        throw new EngineFailure(
           s"the lance_compact engine process ($python) did not start" +
             (if (process.isAlive) s" within ${EngineProcess.StartTimeoutMs / 1000} s" else
-              s": it exited with code ${process.exitValue()}") + logTail())
+              s": it exited with code ${process.exitValue()}") + logTail(), LanceCompactException.WorkerLost)
       }
     }
-    logInfo(s"lance_compact engine started in ${(System.nanoTime() - started) / 1000000} ms (log: $logFile)")
+    logInfo(s"lance_compact engine worker $number started in ${(System.nanoTime() - started) / 1000000} ms " +
+      s"(pid ${p.pid()}, log: $logFile)")
+  }
+
+  /** What the caller of a request this worker did not answer hears: a cancel that killed it, or
+   * its death, with what was and was not committed. */
+  private def endedError(p: Process, r: EngineBridge.Ended): Throwable = {
+    val code = p.exitValue()
+    val how = if (code > 128) s"killed by signal ${code - 128}" + (if (code == 137) " (SIGKILL: e.g. the system's out-of-memory killer, or a kill)" else "")
+      else s"exited with code $code"
+    val before = if (r.landed.isEmpty) "" else s"; before that it committed ${r.landed.mkString(", ")}"
+    val files = if (r.staged.isEmpty) "" else
+      s"; the files it wrote and had not committed (under ${r.staged.keys.map(io.github.lancecompact.spark.catalog.Names.show).mkString(", ")}) are being removed"
+    if (killedForCancel == r.id) new EngineFailure(
+      s"${r.action} was cancelled; its engine worker (pid ${p.pid()}) did not stop within ${cancelGraceMs / 1000.0} s " +
+        s"(${EngineProcess.CancelGraceConf}) and was killed: nothing was committed after the cancel$before$files",
+      LanceCompactException.Cancelled, Some(r))
+    else if (stopping) new EngineFailure(s"${r.action} was not answered: its engine worker (pid ${p.pid()}) was stopped " +
+      s"(the session or the JVM is ending); nothing was committed after that$before$files", LanceCompactException.WorkerLost, Some(r))
+    else {
+      val commit = r.committing match {
+        case Some(what) => s"it died while committing ($what): that commit may or may not have landed, see the table's " +
+          "versions (a Lance commit lands whole or not at all)"
+        case None => "it was not committing: nothing was committed by it after its last commit"
+      }
+      new EngineFailure(
+        s"the lance_compact engine worker running ${r.action} (pid ${p.pid()}, $python) died ($how); $commit$before$files. " +
+          s"Its log: $logFile${logTail()}", LanceCompactException.WorkerLost, Some(r))
+    }
   }
 
   def alive: Boolean = process != null && process.isAlive && !sc.isStopped
 
+  /** Stop the process (its requests fail as stopped) and its Py4J server. */
   def stop(): Unit = {
+    stopping = true
     if (process != null) {
       process.destroy()
       if (!process.waitFor(5, java.util.concurrent.TimeUnit.SECONDS)) process.destroyForcibly()
@@ -101,32 +138,32 @@ final class EngineProcess private (val sc: SparkContext, python: String, logPath
     server.shutdown()
   }
 
-  /** It asked to be replaced and nothing uses it (called under the object's lock). */
-  private def replaceable: Boolean = bridge.replaceRequested && leases == 0 && bridge.idle
+  /** It asked to be replaced (its memory over its ceiling, runtime/memory.py). */
+  def overCeiling: Boolean = bridge.replaceRequested
 
   /** The engine's process id (-1 before it started). */
   def pid: Long = if (process == null) -1L else process.pid()
 
-  /** Run one request in the engine and return its response JSON. Throws an
-   * IllegalStateException when the engine dies, hangs, or does not stop after a cancel. */
+  /** Run one request in this worker and return its response JSON. Throws an [[EngineFailure]]
+   * when the worker dies, hangs, or is killed after a cancel it did not honour in time. */
   def call(action: String, requestJson: String): String = {
     val (id, response) = bridge.submit(action, requestJson)
-    var cancelledAt = 0L
+    var interrupted = false
     try {
       while (true) {
-        try return response.get(500, TimeUnit.MILLISECONDS)
+        try return response.get(200, TimeUnit.MILLISECONDS)
         catch {
           case _: TimeoutException =>
             if (bridge.silentMs > heartbeatTimeoutMs) hung(action)
-            if (cancelledAt != 0L && System.nanoTime() - cancelledAt > EngineProcess.CancelWaitMs * 1000000L)
-              throw new IllegalStateException(
-                s"$action was cancelled; the lance_compact engine (pid $pid) did not stop within " +
-                  s"${EngineProcess.CancelWaitMs / 1000} s and stops at its next batch or commit (its log: $logFile)")
+            val at = bridge.cancelledAt(id)
+            // Never during a commit begun before the cancel: that commit's outcome is the answer.
+            if (at != 0L && System.nanoTime() - at > cancelGraceMs * 1000000L && bridge.committing(id) == null)
+              killForCancel(id)
           case _: InterruptedException =>
             // The statement was cancelled (Thrift's cancel, Connect's interrupt): the engine
-            // stops at its next check and answers saying so; wait for that answer.
-            if (cancelledAt == 0L) {
-              cancelledAt = System.nanoTime()
+            // stops at its next check and answers saying so; wait for that answer (or the kill).
+            if (!interrupted) {
+              interrupted = true
               bridge.cancel(id, "the statement was interrupted")
             }
         }
@@ -135,8 +172,15 @@ final class EngineProcess private (val sc: SparkContext, python: String, logPath
     } catch {
       case e: ExecutionException => throw e.getCause
     } finally {
-      if (cancelledAt != 0L) Thread.currentThread().interrupt()
+      if (interrupted) Thread.currentThread().interrupt()
     }
+  }
+
+  private def killForCancel(id: String): Unit = {
+    if (killedForCancel == id) return
+    killedForCancel = id
+    logWarning(s"lance_compact engine worker (pid $pid) did not stop within $cancelGraceMs ms of a cancel: killing it")
+    if (process != null) process.destroyForcibly()
   }
 
   /** The engine sent no heartbeat for too long: kill it (its requests fail and their Spark
@@ -145,15 +189,16 @@ final class EngineProcess private (val sc: SparkContext, python: String, logPath
     val silent = bridge.silentMs
     val id = pid
     logWarning(s"lance_compact engine (pid $id) sent no heartbeat for $silent ms: killing it")
+    stopping = true
     if (process != null) {
       process.destroyForcibly()
       process.waitFor(10, TimeUnit.SECONDS)
     }
-    throw new IllegalStateException(
+    throw new EngineFailure(
       s"the lance_compact engine process (pid $id, $python) did not answer $action: it sent no " +
         s"heartbeat for ${silent / 1000} s (${EngineProcess.HeartbeatTimeoutConf} = " +
         s"${heartbeatTimeoutMs / 1000} s), so it was taken as hung and killed; the next call starts a " +
-        s"new engine. Its log: $logFile${logTail()}")
+        s"new engine. Its log: $logFile${logTail()}", LanceCompactException.WorkerLost)
   }
 
   private def logTail(): String = {
@@ -163,74 +208,18 @@ final class EngineProcess private (val sc: SparkContext, python: String, logPath
   }
 }
 
-object EngineProcess extends Logging {
+object EngineProcess {
   val StartTimeoutMs = 120000L
   val LogConf = "spark.lance.compact.engine.log"
   val HeartbeatTimeoutConf = "spark.lance.compact.engine.heartbeatTimeout"
   val CeilingConf = "spark.lance.compact.engine.memoryCeiling"
-  /** How long an interrupted caller waits for the engine to stop and say what it committed. */
-  val CancelWaitMs = 30000L
-  private var current: Option[EngineProcess] = None
+  val CancelGraceConf = "spark.lance.compact.engine.cancelGrace"
 
-  /** The engine of the active session's SparkContext, started on first use. */
-  def get(spark: SparkSession): EngineProcess = synchronized {
-    val sc = spark.sparkContext
-    // A thread may still hold a session of a stopped SparkContext as its active one (a warm-up
-    // started by a catalog built there): it must never stop the live context's engine.
-    if (sc.isStopped) throw new IllegalStateException("the session's SparkContext is stopped")
-    current match {
-      case Some(e) if (e.sc eq sc) && e.alive && !e.replaceable => e
-      case previous =>
-        previous.foreach(_.stop())
-        val e = new EngineProcess(sc, pythonExec(spark), sc.getConf.getOption(LogConf).filter(_.nonEmpty))
-        e.start()
-        sc.addSparkListener(new SparkListener {
-          override def onApplicationEnd(end: SparkListenerApplicationEnd): Unit = e.stop()
-        })
-        current = Some(e)
-        e
-    }
-  }
+  /** The worker that served the last statement of `spark`'s pool (for tests and diagnostics). */
+  def get(spark: SparkSession): EngineProcess = EnginePool.of(spark).any()
 
-  /** Run `action` on the engine of `spark`'s SparkContext (started on first use), holding it
-   * for the call: an engine that asked to be replaced is stopped only when no call holds it,
-   * and then a new one is started in the background for the next call. */
-  def call(spark: SparkSession, action: String, requestJson: String): String = {
-    val engine = synchronized {
-      val e = get(spark)
-      e.leases += 1
-      e
-    }
-    try engine.call(action, requestJson)
-    finally release(engine, spark)
-  }
-
-  private def release(engine: EngineProcess, spark: SparkSession): Unit = {
-    val retire = synchronized {
-      engine.leases -= 1
-      val r = engine.replaceable && current.exists(_ eq engine)
-      if (r) current = None
-      r
-    }
-    if (retire) {
-      logInfo(s"lance_compact engine (pid ${engine.pid}) is over its memory ceiling ($CeilingConf) and idle: " +
-        "replacing it with a new one")
-      // off the caller's thread: its statement has its answer and need not wait for the exit
-      val stopping = new Thread(() => engine.stop(), "lance-compact-engine-stop")
-      stopping.setDaemon(true)
-      stopping.start()
-      if (!engine.sc.isStopped) warmUp(spark)
-    }
-  }
-
-  /** Start the engine ahead of the first call (in the background), so that call finds it
-   * ready. Errors surface on the first call. */
-  def warmUp(spark: SparkSession): Unit = {
-    val t = new Thread(() => try get(spark) catch { case e: Exception => logDebug("engine warm-up", e) },
-      "lance-compact-engine-start")
-    t.setDaemon(true)
-    t.start()
-  }
+  /** Start the pool's workers ahead of the first call (in the background). */
+  def warmUp(spark: SparkSession): Unit = EnginePool.warmUp(spark)
 
   /** The Python of the engine and of the executors' workers: the driver's (static)
    * spark.sql.execution.pyspark.python, spark.pyspark.python, $PYSPARK_PYTHON, else python3.
@@ -242,6 +231,4 @@ object EngineProcess extends Logging {
       .orElse(sys.env.get("PYSPARK_PYTHON"))
       .getOrElse("python3")
   }
-
-  sys.addShutdownHook(synchronized(current.foreach(_.stop())))
 }

@@ -38,6 +38,9 @@ object LanceCompactException {
   val CorruptFile: Kind = Kind("LANCE_CORRUPT_FILE", "XX001")
   val Cancelled: Kind = Kind("LANCE_CANCELLED", "HY008")
   val InternalError: Kind = Kind("LANCE_INTERNAL_ERROR", "XX000")
+  /** A process doing the statement's work died or was lost: an engine worker, an executor's
+   * Python worker, an executor (58000: a system error; the message says what was committed). */
+  val WorkerLost: Kind = Kind("LANCE_WORKER_LOST", "58000")
   /** maintain / maintain_warehouse with fail_on_error => true: everything it could do was done,
    * and some table failed (38000: a routine's failure). */
   val MaintenanceFailed: Kind = Kind("LANCE_MAINTENANCE_FAILED", "38000")
@@ -51,6 +54,7 @@ object LanceCompactException {
     case "corrupt" => CorruptFile
     case "cancelled" => Cancelled
     case "maintenance_failed" => MaintenanceFailed
+    case "worker_lost" => WorkerLost
     case _ => InternalError
   }
 
@@ -70,7 +74,7 @@ final class ResultScan(schema: StructType, result: Array[InternalRow]) extends L
   override def description(): String = s"lance_compact result (${result.length} rows)"
 }
 
-/** Hands each procedure call to the driver's Python engine ([[EngineProcess]]) and turns its
+/** Hands each procedure call to the driver's Python engine ([[EnginePool]]: a worker process of its own) and turns its
  * answer into the procedure's result. The engine holds the orchestration
  * (python/lance_compact/orchestrate.py) and names each Spark job it runs (table, phase,
  * task count); this side only binds and forwards.
@@ -95,7 +99,8 @@ object PythonEngine {
   }
 
   private def run(action: String, request: String): ResultScan = {
-    val response = try mapper.readTree(EngineProcess.call(SparkSession.active, action, request)) catch {
+    val response = try mapper.readTree(EnginePool.call(SparkSession.active, action, request)) catch {
+      case e: EngineFailure => throw new LanceCompactException(e.getMessage, e, e.kind)
       case e: IllegalStateException => throw new LanceCompactException(e.getMessage, e, LanceCompactException.InternalError)
     }
     if (!response.path("ok").asBoolean(false)) {
