@@ -19,6 +19,7 @@ import pytest
 
 from conftest import ROOT, compact_call, degraded_table_for, wait_for
 from oracle import content
+from engine_pool import wait_for_leased, workers
 
 os.environ["LANCE_COMPACT_TEST_HOOKS"] = "1"  # test hooks exist only in processes started so
 HEARTBEAT_TIMEOUT_S = 6
@@ -46,6 +47,7 @@ def spark(warehouse):
 @pytest.fixture
 def table(warehouse, request):
     return degraded_table_for(warehouse, request, fragments=60)
+
 
 
 def engine(spark):
@@ -321,13 +323,14 @@ def test_maintain_warehouse_stops_every_table_when_cancelled(tmp_path):
 def test_a_hung_engine_fails_the_call_and_is_replaced(spark, table):
     t, path = table
     before = lance.dataset(str(path))
-    e = engine(spark)
-    pid, log = e.pid(), e.logFile().getPath()
+    log = engine(spark).logFile().getPath()
+    s = Statement(spark, slow_call(t, "all"), group="engine-hung")
+    wait_for(lambda: running_jobs(spark, "engine-hung") == (1, 1))
+    [pid] = wait_for_leased(spark)  # the statement's worker: it hangs from now on
     os.kill(pid, signal.SIGSTOP)
+    started = time.monotonic()
     try:
-        started = time.monotonic()
-        with pytest.raises(Exception) as err:
-            compact_call(spark, t)
+        s.join(HEARTBEAT_TIMEOUT_S + 30)
         seconds = time.monotonic() - started
     finally:
         try:
@@ -335,15 +338,16 @@ def test_a_hung_engine_fails_the_call_and_is_replaced(spark, table):
         except ProcessLookupError:
             pass
     print(f"\nhung engine -> statement failed after {seconds:.1f} s (bound {HEARTBEAT_TIMEOUT_S} s)")
-    message = str(err.value)
-    assert f"the lance_compact engine process (pid {pid}" in message and "no heartbeat" in message, message
+    message = str(s.error)
+    assert f"the lance_compact engine process (pid {pid}" in message, message
+    assert "no heartbeat" in message and "LANCE_WORKER_LOST" in message, message
     assert log in message
-    assert HEARTBEAT_TIMEOUT_S - 2 <= seconds < HEARTBEAT_TIMEOUT_S + 10  # from its last heartbeat
+    assert HEARTBEAT_TIMEOUT_S - 3 <= seconds < HEARTBEAT_TIMEOUT_S + 10  # from its last heartbeat
     wait_for(lambda: not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z",
              timeout=15)
     assert lance.dataset(str(path)).version == before.version
-    r = compact_call(spark, t)  # a new engine
-    assert engine(spark).pid() != pid and r.commits == 1
+    r = compact_call(spark, t)  # another worker
+    assert pid not in [w["pid"] for w in workers(spark)] and r.commits == 1
     assert content(lance.dataset(str(path))) == content(before)
 
 
@@ -352,10 +356,13 @@ def test_a_killed_engine_has_its_spark_job_cancelled(spark, table):
     before = lance.dataset(str(path))
     s = Statement(spark, slow_call(t, "all"), group="engine-killed")
     wait_for(lambda: running_jobs(spark, "engine-killed") == (1, 1))
-    pid = engine(spark).pid()
+    [pid] = wait_for_leased(spark)
     os.kill(pid, signal.SIGKILL)
     s.join(60)
-    assert "exited with code 137" in str(s.error) and "Spark jobs were cancelled" in str(s.error), str(s.error)
+    message = str(s.error)
+    assert "LANCE_WORKER_LOST" in message and f"engine worker running compact (pid {pid}" in message, message
+    assert "killed by signal 9" in message and "it was not committing: nothing was committed by it" in message
+    assert "its Spark jobs were cancelled" in message
     tracker = spark.sparkContext.statusTracker()
     job = tracker.getJobIdsForGroup("engine-killed")[0]
     wait_for(lambda: tracker.getJobInfo(job).status == "FAILED", timeout=15)

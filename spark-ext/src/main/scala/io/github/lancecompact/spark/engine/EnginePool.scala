@@ -197,6 +197,15 @@ final class EnginePool private (val sc: SparkContext, python: String, val logFil
     idle.map(w => (w.pid, false, w.served, w.lastTable)).toSeq ++ leased.map(w => (w.pid, true, w.served, w.lastTable))
   }
 
+  /** [[workers]] as JSON (`[{"pid", "leased", "served", "table"}]`), for Python callers. */
+  def workersJson(): String = {
+    val list = Mapper.createArrayNode()
+    workers().foreach { case (pid, isLeased, served, table) =>
+      list.addObject().put("pid", pid).put("leased", isLeased).put("served", served).put("table", table)
+    }
+    Mapper.writeValueAsString(list)
+  }
+
   /** Statements waiting for a worker now. */
   def queued: Int = synchronized(waiting.size)
 

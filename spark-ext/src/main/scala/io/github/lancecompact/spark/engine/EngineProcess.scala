@@ -118,10 +118,11 @@ final class EngineProcess private[engine] (val sc: SparkContext, python: String,
       val commit = r.committing match {
         case Some(what) => s"it died while committing ($what): that commit may or may not have landed, see the table's " +
           "versions (a Lance commit lands whole or not at all)"
-        case None => "it was not committing: nothing was committed by it after its last commit"
+        case None => "it was not committing: nothing was committed by it" + (if (r.landed.isEmpty) "" else " after its last commit")
       }
       new EngineFailure(
-        s"the lance_compact engine worker running ${r.action} (pid ${p.pid()}, $python) died ($how); $commit$before$files. " +
+        s"the lance_compact engine worker running ${r.action} (pid ${p.pid()}, $python) died ($how); $commit$before$files; " +
+          "its Spark jobs were cancelled and the statement's next run gets another worker. " +
           s"Its log: $logFile${logTail()}", LanceCompactException.WorkerLost, Some(r))
     }
   }
