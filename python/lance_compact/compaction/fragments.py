@@ -4,8 +4,10 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 import lance
+import numpy as np
 
 from ..errors import CompactionError
+from .fragment_facts import FragmentFacts
 
 
 def data_bytes(fragments: Iterable[Any]) -> int | None:
@@ -57,27 +59,36 @@ def system_index(ix: dict[str, Any]) -> bool:
     return name.startswith("__lance_") or (name.startswith("__") and not ix.get("fields"))
 
 
-def index_state(ds) -> dict[str, dict[str, Any]]:
+def index_state(ds, facts: FragmentFacts | None = None) -> dict[str, dict[str, Any]]:
     """Per user index (Lance's own system indices left out: :func:`system_index`), by name: its ``type``, its
     columns (``fields``), its segments (deltas, ``segments``), the live fragments it covers
     (``covered``, a set) and those it does not (``unindexed_ids``, sorted; ``unindexed``, their
     count; ``unindexed_rows``, their live rows, from the manifest). The one place index coverage
     is computed: describe_layout, the ``fragments`` and ``indices`` metadata tables, table
-    health, maintain and optimize_indices read it here."""
-    live = {f.fragment_id: live_and_deleted(f.metadata)[0] for f in ds.get_fragments()}
-    fragments = set(live)
+    health, maintain and optimize_indices read it here. ``facts``: the table's fragments as
+    the caller read them already (fragment_facts.py)."""
+    indices = [ix for ix in ds.list_indices() if not system_index(ix)]  # Lance's own left out
+    if not indices:
+        return {}
+    if facts is None:
+        facts = FragmentFacts.of(ds)
+    live = facts.live
     state: dict[str, dict[str, Any]] = {}
-    for ix in ds.list_indices():
-        if system_index(ix):  # Lance's own
-            continue
+    for ix in indices:
         e = state.setdefault(ix["name"], {"type": ix["type"], "fields": list(ix["fields"]),
-                                          "covered": set(), "segments": 0})
-        e["covered"] |= set(ix["fragment_ids"] or []) & fragments
+                                          "covered": np.zeros(len(facts), bool), "segments": 0})
+        ids = np.fromiter(ix["fragment_ids"] or [], np.int64)
+        at = np.searchsorted(facts.ids, ids)
+        inside = at < len(facts.ids)
+        at = at[inside]
+        e["covered"][at[facts.ids[at] == ids[inside]]] = True  # live fragments only
         e["segments"] += 1
     for e in state.values():
-        e["unindexed_ids"] = sorted(fragments - e["covered"])
+        covered = e["covered"]
+        e["covered"] = set(facts.ids[covered].tolist())
+        e["unindexed_ids"] = facts.ids[~covered].tolist()
         e["unindexed"] = len(e["unindexed_ids"])
-        e["unindexed_rows"] = sum(live[i] for i in e["unindexed_ids"])
+        e["unindexed_rows"] = int(live[~covered].sum())
     return state
 
 

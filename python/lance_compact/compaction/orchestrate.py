@@ -89,7 +89,7 @@ def _batches(plan: Plan, groups: int, first_id: int = 0) -> list[Batch]:
     """The selected tasks in up to ``groups`` batches of consecutive tasks, each committed
     on its own. A task keeps its id (``first_id`` + its place in the plan) for the run."""
     rows = [r for r in plan_rows(plan, first_id) if r[2]]
-    tasks = [t.task.json() for t in plan.selected]
+    tasks = [t.task_json() for t in plan.selected]
     n = min(groups, len(tasks))
     bounds = [round(i * len(tasks) / n) for i in range(n + 1)] if n else []
     return [Batch(plan.read_version, [r[0] for r in rows[a:b]], tasks[a:b], rows[a:b])

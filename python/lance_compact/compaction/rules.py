@@ -27,7 +27,10 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Iterable, Mapping
 
+import numpy as np
+
 from ..options import effective
+from .fragment_facts import FragmentFacts
 from .fragments import live_and_deleted
 
 TARGET = "target_rows_per_fragment"
@@ -118,7 +121,7 @@ class CompactionNeed:
 UNCLUSTERED_DUE = 0.1
 
 
-def compaction_need(fragments: Iterable[Any], thresholds: Thresholds, min_small: int,
+def compaction_need(fragments: FragmentFacts | Iterable[Any], thresholds: Thresholds, min_small: int,
                     unclustered_share: float | None = None,
                     clustered_ids: frozenset[int] = frozenset(),
                     depth: float | None = None, unclustered_fragments: int = 0,
@@ -130,12 +133,14 @@ def compaction_need(fragments: Iterable[Any], thresholds: Thresholds, min_small:
     incremental run does not merge clustered fragments: a full re-cluster does); ``depth``,
     ``unclustered_fragments``: its clustering depth now and its fragments not yet clustered;
     ``max_depth``: the policy's max_clustering_depth (a run is due above it while a fragment
-    is unclustered: depth that only the clustered layers make is not cured by a run)."""
-    small = heavy = 0
-    for m in fragments:
-        live, deleted = live_and_deleted(m)
-        small += is_small(live, thresholds.target) and not (clustered_ids and m.id in clustered_ids)
-        heavy += over_deletion_threshold(deleted, m.physical_rows, thresholds.threshold)
+    is unclustered: depth that only the clustered layers make is not cured by a run).
+    ``fragments``: the table's facts (fragment_facts.py), or its fragments' metadata."""
+    table = fragments if isinstance(fragments, FragmentFacts) else FragmentFacts.of_metadata(fragments)
+    small_ones = table.small(thresholds.target)
+    if clustered_ids:
+        small_ones &= ~np.isin(table.ids, np.fromiter(clustered_ids, np.int64, len(clustered_ids)))
+    small = int(small_ones.sum())
+    heavy = int(table.over_threshold(thresholds.threshold).sum())
     facts = (f"{small} fragments under {thresholds.target:,} rows, {heavy} over the deletion threshold "
              f"{thresholds.threshold:g}")
     unclustered = unclustered_share is not None and unclustered_share >= UNCLUSTERED_DUE

@@ -55,7 +55,7 @@ import lance
 
 from .version_cleanup import parse_older_than
 from .version_ages import version_facts
-from ..compaction.fragments import data_bytes, live_and_deleted
+from ..compaction.fragment_facts import FragmentFacts
 from ..compaction.history import last_compaction_version
 from ..compaction.clustering.state import clustering_columns, measure_table
 from ..compaction.fragments import index_state
@@ -122,7 +122,8 @@ def _score(parts: Mapping[str, Any], due: list[str]) -> int:
 
 
 def table_health(ds: lance.LanceDataset, policy: Policy, now: datetime | None = None,
-                 history: bool = True, storage_options: Mapping[str, str] | None = None) -> Health:
+                 history: bool = True, storage_options: Mapping[str, str] | None = None,
+                 facts: FragmentFacts | None = None) -> Health:
     """The health of ``ds`` under ``policy`` (see the module's doc for the rules and the
     score). Pure: reads metadata only, writes nothing. ``parts['reclaimable_bytes']`` is
     always None: the bytes only old versions hold are not in the current manifest, and
@@ -132,25 +133,23 @@ def table_health(ds: lance.LanceDataset, policy: Policy, now: datetime | None = 
     (maintain_warehouse's evaluation skips it). Without the history, and given the table's
     ``storage_options``, the versions are counted from one listing of ``_versions/`` and only
     the manifests that decide what cleanup would remove are read (version_ages.py), not
-    every one."""
+    every one. ``facts``: the table's fragments when the caller read them already
+    (fragment_facts.py)."""
     now = (now or datetime.now(timezone.utc)).astimezone(timezone.utc)
     table = policy.table
     config = ds.config() or {}
     thresholds = rules.Thresholds.of_maintenance(config, policy)
     target = thresholds.target
     min_small = int(policy.get("min_small_fragments"))
-    metas = [f.metadata for f in ds.get_fragments()]
-    clustering = measure_table(ds, metas)  # the table's own clustering (CLUSTER BY), if it has one
-    need = rules.compaction_need(metas, thresholds, min_small, clustering.unclustered_share,
+    facts = facts if facts is not None else FragmentFacts.of(ds)  # one pass, as columns
+    clustering = measure_table(ds, facts)  # the table's own clustering (CLUSTER BY), if it has one
+    need = rules.compaction_need(facts, thresholds, min_small, clustering.unclustered_share,
                                  clustering.clustered_ids, clustering.depth, clustering.unclustered_fragments,
                                  policy.get("max_clustering_depth"))
     compact, small, heavy = need.due, need.small, need.heavy
-    live = deleted = 0
-    for m in metas:
-        a, b = live_and_deleted(m)
-        live, deleted = live + a, deleted + b
+    live, deleted = facts.rows, facts.deleted_rows
 
-    state = index_state(ds)
+    state = index_state(ds, facts)
     min_unindexed = int(policy.get("min_unindexed_fragments"))
     lagging = rules.lagging_indices(state, min_unindexed)
 
@@ -173,12 +172,12 @@ def table_health(ds: lance.LanceDataset, policy: Policy, now: datetime | None = 
 
     parts: dict[str, Any] = {
         "version": ds.version,
-        "fragments": len(metas),
+        "fragments": len(facts),
         "rows": live,
-        "bytes": data_bytes(metas),
+        "bytes": facts.bytes,
         "target_rows_per_fragment": target,
         "small_fragments": small,
-        "small_fragment_ratio": small / len(metas) if metas else 0.0,
+        "small_fragment_ratio": small / len(facts) if len(facts) else 0.0,
         "deleted_rows": deleted,
         "deleted_row_ratio": deleted / (live + deleted) if live + deleted else 0.0,
         "fragments_over_deletion_threshold": heavy,

@@ -30,6 +30,7 @@ from ..compaction.bounds import BoundExceeded
 from .version_cleanup import cleanup, parse_older_than
 from ..errors import CompactionError, MaintenanceFailed
 from ..compaction.fragments import index_state
+from ..compaction.fragment_facts import FragmentFacts
 from ..compaction.clustering.state import measure_table
 from ..compaction.clustering.table_clustering import clustering_step
 from .indices import optimize_indices
@@ -64,9 +65,9 @@ def compact_step(t: Target, args: dict[str, Any], runner: Any, dry: bool,
     else:
         # the one rule (compaction/rules.py), so that a table's health and its maintenance agree
         # the table's own clustering counts unless the call gives a sort_order of its own (or 'none')
-        metas = [f.metadata for f in ds.get_fragments()]
-        clustering = measure_table(ds, metas) if args.get("sort_order") is None else None
-        need = rules.compaction_need(metas, rules.Thresholds.of_maintenance(ds.config() or {}, args),
+        facts = FragmentFacts.of(ds)
+        clustering = measure_table(ds, facts) if args.get("sort_order") is None else None
+        need = rules.compaction_need(facts, rules.Thresholds.of_maintenance(ds.config() or {}, args),
                                      args["min_small_fragments"],
                                      clustering.unclustered_share if clustering else None,
                                      clustering.clustered_ids if clustering else frozenset(),

@@ -42,7 +42,7 @@ from ..errors import CompactionError, MaintenanceFailed
 from ..runtime.failures import describe
 from . import retention
 from ..compaction import rules
-from ..compaction.fragments import data_bytes
+from ..compaction.fragment_facts import FragmentFacts
 from .health import METADATA_THREADS, STEPS as HEALTH_STEPS, table_health
 from .table_maintenance import SHOWN_FAILURES, STEPS, Target, committed_steps, failed_tasks, run_step, shorten
 from ..options import result_columns
@@ -111,7 +111,9 @@ def _compaction_bytes(ds, policy) -> int:
     """Bytes of the fragments compaction would take: under the target, or over the deletion
     threshold (the same candidates Lance's planner takes)."""
     thresholds = rules.Thresholds.of_maintenance(ds.config() or {}, policy)
-    return data_bytes([f.metadata for f in ds.get_fragments() if thresholds.is_candidate(f.metadata)]) or 0
+    facts = FragmentFacts.of(ds)
+    sizes = facts.file_bytes[facts.candidates(thresholds.target, thresholds.threshold)]
+    return 0 if (sizes < 0).any() else int(sizes.sum())
 
 
 class Budget:

@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 from ..runtime import driver_conf
 from ..errors import CompactionError
-from ..compaction.fragments import data_bytes, live_and_deleted
+from ..compaction.fragment_facts import FragmentFacts
 from ..maintenance.health import table_health
 from .histogram import FragmentHistogram
 from .histogram_picture import PlotUnavailable, load_matplotlib, picture_format
@@ -30,19 +30,12 @@ from ..compaction.clustering.state import clustering_columns
 from ..runtime.envelope import Envelope, Result, Target
 
 
-def _fragments(ds) -> tuple[list[int], list[int], list[int], list[int], int]:
-    """Ids, live rows, deleted rows and physical rows of each fragment; bytes of all."""
-    ids, live_rows, deleted_rows, physical = [], [], [], []
-    size = 0
-    for f in ds.get_fragments():
-        m = f.metadata
-        live, deleted = live_and_deleted(m)
-        ids.append(f.fragment_id)
-        live_rows.append(live)
-        deleted_rows.append(deleted)
-        physical.append(m.physical_rows)
-        size += data_bytes([m]) or 0
-    return ids, live_rows, deleted_rows, physical, size
+def _fragments(ds, facts: FragmentFacts | None = None) -> tuple[list[int], list[int], list[int], list[int], int]:
+    """Ids, live rows, deleted rows and physical rows of each fragment; bytes of all (0 when a
+    size was not recorded)."""
+    facts = facts if facts is not None else FragmentFacts.of(ds)
+    return (facts.ids.tolist(), facts.live.tolist(), facts.deleted.tolist(), facts.physical.tolist(),
+            int(facts.file_bytes[facts.file_bytes > 0].sum()))
 
 
 def picture_path(value: str, table: str) -> str:
@@ -145,14 +138,17 @@ def _layout(request: CompactionRequest, t: Target) -> tuple[dict[str, Any], Any,
     thresholds = rules.Thresholds.of_compaction(config, request.options)
     target, threshold = thresholds.target, thresholds.threshold
 
-    ids, live_rows, deleted_rows, physical, size = _fragments(ds)
+    facts = FragmentFacts.of(ds)  # one pass over the fragments, shared by every figure below
+    ids, live_rows, deleted_rows, physical, size = _fragments(ds, facts)
 
-    indices = [(name, e["type"], e["fields"], e["unindexed"]) for name, e in sorted(index_state(ds).items())]
+    indices = [(name, e["type"], e["fields"], e["unindexed"])
+               for name, e in sorted(index_state(ds, facts).items())]
 
     last = last_compaction(ds)
     # The score and due steps of lance.system.table_health: the table's policy, not the
     # target or threshold given to describe_layout.
-    health = table_health(ds, resolve_policy(None, config, t.maintain_settings, t.table, t.catalog))
+    health = table_health(ds, resolve_policy(None, config, t.maintain_settings, t.table, t.catalog),
+                          facts=facts)
     how = None  # also when the counts cannot be known (see history.rewrite_counts)
     if last and last.fragments_removed is not None:
         how = f"{last.fragments_removed} fragments -> {last.fragments_added}"
@@ -164,11 +160,10 @@ def _layout(request: CompactionRequest, t: Target) -> tuple[dict[str, Any], Any,
         "deleted_rows": sum(deleted_rows),
         "bytes": size,
         "target_rows_per_fragment": target,
-        "small_fragments": sum(1 for r in live_rows if rules.is_small(r, target)),
-        "fragments_with_deletions": sum(1 for d in deleted_rows if d),
-        "fragments_over_deletion_threshold": sum(1 for d, p in zip(deleted_rows, physical)
-                                                 if rules.over_deletion_threshold(d, p, threshold)),
-        "max_deleted_fraction": max(map(rules.deleted_fraction, deleted_rows, physical), default=0.0),
+        "small_fragments": int(facts.small(target).sum()),
+        "fragments_with_deletions": int((facts.deleted > 0).sum()),
+        "fragments_over_deletion_threshold": int(facts.over_threshold(threshold).sum()),
+        "max_deleted_fraction": float(facts.deleted_fractions().max()) if len(facts) else 0.0,
         "fragment_rows": live_rows,
         "indices": indices,
         "last_compacted_version": last.version if last else None,

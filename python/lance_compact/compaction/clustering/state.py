@@ -37,6 +37,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..fragment_facts import FragmentFacts
 from .keys import _ranks, column_bounds, from_ipc, key_table, pick_bounds, to_ipc, zvalues
 from .sort_order import SortKey, SortOrder
 from .table_clustering import STATE_PREFIX
@@ -166,25 +167,30 @@ class Measure:
         return (self.unclustered_rows / self.rows) if self.rows else 0.0
 
 
-def measure(fragments: list[Any], config: dict[str, str] | None, order_text: str | None) -> Measure:
-    """The measure of ``fragments`` (metadata at one version) for the table's clustering
-    ``order_text`` (None: no clustering, no measure)."""
-    rows = sum(m.num_rows for m in fragments)
+def measure(fragments: Any, config: dict[str, str] | None, order_text: str | None) -> Measure:
+    """The measure of ``fragments`` (the table's facts at one version, fragment_facts.py, or
+    its fragments' metadata) for the table's clustering ``order_text`` (None: no clustering,
+    no measure)."""
+    facts = fragments if isinstance(fragments, FragmentFacts) else FragmentFacts.of_metadata(fragments)
+    live = facts.live
+    rows = int(live.sum())
     if order_text is None:
         return Measure(None, None, 0, 0, 0, rows)
     state = ClusteringState.from_config(config)
     known = state.ranges if state is not None and state.order == order_text else {}
-    live = [m for m in fragments if m.num_rows > 0]
-    clustered = [m for m in live if m.id in known]
-    unclustered = [m for m in live if m.id not in known]
-    d = depth([known[m.id] for m in clustered], len(unclustered)) if live else 0.0
-    return Measure(order_text, round(d, 3), len(clustered), len(unclustered),
-                   sum(m.num_rows for m in unclustered), rows, frozenset(m.id for m in clustered))
+    alive = live > 0
+    is_known = np.isin(facts.ids, np.fromiter(known, np.int64, len(known)))
+    clustered = facts.ids[alive & is_known].tolist()
+    unclustered = alive & ~is_known
+    n_unclustered = int(unclustered.sum())
+    d = depth([known[i] for i in clustered], n_unclustered) if alive.any() else 0.0
+    return Measure(order_text, round(d, 3), len(clustered), n_unclustered,
+                   int(live[unclustered].sum()), rows, frozenset(clustered))
 
 
-def measure_table(dataset: Any, metas: list | None = None) -> Measure:
-    """The measure of ``dataset`` at its version, for the table's own clustering; ``metas``:
-    its fragments' metadata when the caller read them already."""
+def measure_table(dataset: Any, facts: FragmentFacts | None = None) -> Measure:
+    """The measure of ``dataset`` at its version, for the table's own clustering; ``facts``:
+    its fragments (fragment_facts.py) when the caller read them already."""
     from .sort_order import parse_sort_order
     from .table_clustering import table_sort_order
     config = dataset.config() or {}
@@ -194,7 +200,7 @@ def measure_table(dataset: Any, metas: list | None = None) -> Measure:
             text = parse_sort_order(text, "").text()
         except Exception:
             text = None
-    return measure(metas if metas is not None else [f.metadata for f in dataset.get_fragments()], config, text)
+    return measure(facts if facts is not None else FragmentFacts.of(dataset), config, text)
 
 
 def clustering_columns(dataset: Any, m: Measure | None = None) -> dict[str, Any]:

@@ -8,16 +8,17 @@ of Lance's bin packing is re-implemented.
 """
 from __future__ import annotations
 
-import json
 from abc import ABC
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import lance
+import numpy as np
 from lance.optimize import Compaction, CompactionPlan, CompactionTask
 
 from ...options import OptionSpec, effective, setting_specs, spec
 from .. import rules
+from ..fragment_facts import task_facts
 
 
 @dataclass
@@ -32,6 +33,11 @@ class PlannedTask:
     bytes: int | None
     expected_output_fragments: int
     selected: bool = True
+    json: str | None = None  # the task's JSON, when describing it read it already
+
+    def task_json(self) -> str:
+        """What a Spark task receives: the task's JSON (read once)."""
+        return self.json if self.json is not None else self.task.json()
 
 
 @dataclass
@@ -65,32 +71,29 @@ def describe(task: CompactionTask, target_rows_per_fragment: int,
              materialize_deletions_threshold: float, materialize_deletions: bool) -> PlannedTask:
     """Facts about a Lance task from its fragments' metadata, and why Lance planned it."""
     target, threshold = target_rows_per_fragment, materialize_deletions_threshold
-    materialize = materialize_deletions
-    # The task's fragments as Lance serialized them, parsed once: ``task.fragments`` builds
-    # a Python object per fragment from its own JSON (1 s per 100,000 fragments).
-    frags = json.loads(task.json())["task"]["fragments"]
-    physical = sum(f["physical_rows"] for f in frags)
-    deletions = [(f.get("deletion_file") or {}).get("num_deleted_rows") or 0 for f in frags]
-    deleted = sum(deletions)
-    size: int | None = 0
-    for f in frags:
-        for d in f["files"]:
-            size = None if size is None or d.get("file_size_bytes") is None else size + d["file_size_bytes"]
-    heavy = [f for f, d in zip(frags, deletions)
-             if d and materialize and rules.over_deletion_threshold(d, f["physical_rows"], threshold)]
+    # The task's fragments read from the JSON Lance serialized them in (kept: it is what a
+    # Spark task receives); ``task.fragments`` builds a Python object per fragment (1 s per
+    # 100,000 fragments).
+    text = task.json()
+    facts = task_facts(text)
+    live = int(facts.physical.sum() - facts.deleted.sum())
+    heavy = 0
+    if materialize_deletions and facts.deleted.any():
+        physical = np.maximum(facts.physical, 1)
+        heavy = int(((facts.physical > 0) & (facts.deleted / physical > threshold)).sum())
     parts = []
     if heavy:
-        parts.append(f"materialize deletions in {len(heavy)} fragment(s) over "
+        parts.append(f"materialize deletions in {heavy} fragment(s) over "
                      f"{threshold:g} deleted")
-    small = len(frags) - len(heavy)
+    small = len(facts.ids) - heavy
     if small:
         parts.append(f"merge {small} fragment(s) under {target:,} rows")
-    live = physical - deleted
-    return PlannedTask(task=task, reason="; ".join(parts), fragment_ids=[f["id"] for f in frags],
-                       rows=live, deleted_rows=deleted, bytes=size,
+    return PlannedTask(task=task, reason="; ".join(parts), fragment_ids=facts.ids.tolist(),
+                       rows=live, deleted_rows=int(facts.deleted.sum()), bytes=facts.bytes,
                        # Lance writes a task's live rows as max(1, rows // target) fragments
                        # of even size (seen in pylance 14: 2,400 rows, target 1,000 -> 2 x 1,200).
-                       expected_output_fragments=max(1, live // target) if live else 0)
+                       expected_output_fragments=max(1, live // target) if live else 0,
+                       json=text)
 
 
 class Planner(ABC):
