@@ -1,0 +1,131 @@
+"""A table's fragments as columns (compaction/fragment_facts.py), without Spark, on real Lance
+tables: every column equals what pylance's public ``FragmentMetadata`` says (the native handles
+it reads are pinned to pylance 14.0.2 here), a task read from its JSON equals the task's own
+fragments, index coverage is the indices' own fragment sets, and health, the plan and the
+layout's figures over a table of many fragments hold no Python object per fragment."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import lance
+import numpy as np
+import pyarrow as pa
+import pytest
+from lance.optimize import Compaction
+
+from lance_compact.compaction.fragment_facts import FragmentFacts, _parsed, task_facts
+from lance_compact.compaction.fragments import data_bytes, index_state, live_and_deleted
+
+
+@pytest.fixture()
+def table(tmp_path):
+    """12 fragments of 100 rows, then fragment 3 deleted whole (ids not contiguous), deletions
+    in fragments 0 (30 rows), 1 (5 rows) and 7 (1 row), a BTREE over the first 12 and 2 appended
+    fragments it does not cover."""
+    uri = str(tmp_path / "f.lance")
+    lance.write_dataset(pa.table({"id": pa.array(range(1200), pa.int64())}), uri, max_rows_per_file=100)
+    ds = lance.dataset(uri)
+    ds.delete("(id >= 300 AND id < 400) OR id < 30 OR (id >= 100 AND id < 105) OR id = 777")
+    ds.create_scalar_index("id", "BTREE")
+    lance.write_dataset(pa.table({"id": pa.array(range(1200, 1400), pa.int64())}), uri, mode="append",
+                        max_rows_per_file=100)
+    return lance.dataset(uri)
+
+
+def test_every_column_is_what_the_public_metadata_says(table):
+    metas = sorted((f.metadata for f in table.get_fragments()), key=lambda m: m.id)
+    facts = FragmentFacts.of(table)
+    assert facts.ids.tolist() == [m.id for m in metas]
+    assert 3 not in facts.ids.tolist() and len(facts) == 13
+    assert facts.physical.tolist() == [m.physical_rows for m in metas]
+    assert facts.deleted.tolist() == [live_and_deleted(m)[1] for m in metas]
+    assert facts.live.tolist() == [live_and_deleted(m)[0] for m in metas]
+    assert facts.file_bytes.tolist() == [data_bytes([m]) for m in metas]
+    assert facts.bytes == data_bytes(metas) and facts.rows == table.count_rows()
+    assert (facts.deleted > 0).sum() == 3
+    assert facts.over_threshold(0.1).tolist() == [m.id == 0 for m in metas]  # 30 of 100, not 5 or 1
+    assert facts.small(100).sum() == 3
+    assert FragmentFacts.of_metadata(metas).ids.tolist() == facts.ids.tolist()
+    assert facts.positions([13, 0]).tolist() == [12, 0]
+    with pytest.raises(KeyError):
+        facts.positions([3])
+
+
+@pytest.mark.parametrize("options", [{"target_rows_per_fragment": 1000},
+                                     {"target_rows_per_fragment": 250, "materialize_deletions_threshold": 0.01},
+                                     {"target_rows_per_fragment": 1000, "excluded_fragment_ids": [5, 6]}])
+def test_a_task_read_from_its_json_is_the_task(table, options):
+    plan = Compaction.plan(table, options)
+    assert plan.tasks
+    for task in plan.tasks:
+        text = task.json()
+        got, full = task_facts(text), _parsed(text)
+        metas = task.fragments
+        assert got.ids.tolist() == full.ids.tolist() == [m.id for m in metas]
+        assert got.physical.tolist() == full.physical.tolist() == [m.physical_rows for m in metas]
+        assert got.deleted.tolist() == full.deleted.tolist() == [live_and_deleted(m)[1] for m in metas]
+        assert got.bytes == full.bytes == data_bytes(metas)
+    assert any(task_facts(t.json()).deleted.any() for t in plan.tasks)
+
+
+def test_index_coverage_is_the_indices_own_fragments(table):
+    state = index_state(table)
+    (ix,) = [i for i in table.list_indices() if i["name"] == "id_idx"]
+    every = {f.fragment_id for f in table.get_fragments()}
+    covered = set(ix["fragment_ids"]) & every
+    live = {f.fragment_id: live_and_deleted(f.metadata)[0] for f in table.get_fragments()}
+    e = state["id_idx"]
+    assert e["covered"] == covered and e["unindexed_ids"] == sorted(every - covered) == [12, 13]
+    assert e["unindexed"] == 2 and e["unindexed_rows"] == sum(live[i] for i in every - covered) == 200
+    assert e["segments"] == 1 and e["type"] == "BTree" and e["fields"] == ["id"]
+
+
+MEASURE = """
+import sys, tracemalloc
+import lance
+from lance_compact.compaction.planners import get_planner
+from lance_compact.maintenance.health import table_health
+from lance_compact.maintenance.policy import resolve_policy
+from lance_compact.report.layout import _fragments
+ds = lance.dataset(sys.argv[1])
+n = len(ds.fragment_ids())
+policy = resolve_policy(None, ds.config() or {}, {}, "db.t", None)
+table_health(ds, policy)  # one-off allocations (imports, caches)
+out = []
+for name, step in [("health", lambda: table_health(ds, policy)),
+                   ("plan", lambda: get_planner("default", "db.t").plan(ds, {"target_rows_per_fragment": 1048576})),
+                   ("layout", lambda: _fragments(ds)),
+                   ("metadata_objects", lambda: [f.metadata for f in ds.get_fragments()])]:
+    tracemalloc.start()
+    step()
+    out.append(f"{name}={tracemalloc.get_traced_memory()[1] / n:.0f}")
+    tracemalloc.stop()
+print(n, " ".join(out))
+"""
+
+
+def test_many_fragments_cost_no_python_object_each(tmp_path):
+    """20,000 fragments of 10 rows (write_fragments and one Append, as issue 45 made them): the
+    Python memory health and the plan peak at is a few numpy columns' worth a fragment
+    (health 32 bytes kept, plan the task's JSON that a Spark task receives), where the
+    public metadata objects take over 1 KB a fragment (measured here: 1,361 bytes)."""
+    from lance.fragment import write_fragments
+
+    uri = str(tmp_path / "many.lance")
+    rows = 20_000 * 10
+    data = pa.table({"id": pa.array(range(rows), pa.int64())})
+    lance.write_dataset(data.slice(0, 10), uri)
+    new = write_fragments(data.slice(10), uri, max_rows_per_file=10, schema=data.schema)
+    lance.LanceDataset.commit(uri, lance.LanceOperation.Append(new), read_version=1)
+    p = subprocess.run([sys.executable, "-c", MEASURE, uri], capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    n, *pairs = p.stdout.split()
+    per = {k: int(v) for k, v in (x.split("=") for x in pairs)}
+    assert int(n) == 20_000
+    assert per["health"] < 120, per  # columns and their temporaries
+    assert per["layout"] < 200, per  # the row's lists of live and deleted rows are its output
+    assert per["plan"] < 600, per  # the task's JSON (~230 bytes a fragment) and its ids
+    assert per["metadata_objects"] > 4 * per["health"], per  # what it replaced
+    facts = FragmentFacts.of(lance.dataset(uri))
+    assert facts.rows == rows and np.all(facts.physical == 10)
