@@ -56,6 +56,16 @@ final class EnginePool private (val sc: SparkContext, python: String, val logFil
 
   private def total: Int = idle.size + leased.size + starting
 
+  // Every second: a free worker that died or asked to be replaced is replaced now, not when a
+  // statement next wants it (which would then wait for a start).
+  background("lance-compact-engine-pool") {
+    while (!synchronized(closed) && !sc.isStopped) {
+      Thread.sleep(1000)
+      val replaced = synchronized { val before = idle.size; retireIdle(); idle.size < before }
+      if (replaced) topUp()
+    }
+  }
+
   /** Run `action` in a worker of its own and return its response JSON. */
   def call(action: String, requestJson: String): String = {
     val table = tableOf(requestJson)
@@ -79,7 +89,7 @@ final class EnginePool private (val sc: SparkContext, python: String, val logFil
         synchronized {
           if (closed) throw new EngineFailure("the lance_compact engine pool is closed (the session is ending)",
             LanceCompactException.WorkerLost)
-          idle.filterInPlace(_.alive)
+          retireIdle()
           if (waiting.peekFirst() eq ticket) {
             pick(table) match {
               case Some(w) => got = w; leased += w
@@ -112,6 +122,20 @@ final class EnginePool private (val sc: SparkContext, python: String, val logFil
     }
     topUp()
     got
+  }
+
+  /** Free workers that died or asked to be replaced since their last statement leave the pool
+   * (called under the lock): none is handed to a statement. */
+  private def retireIdle(): Unit = {
+    val gone = idle.filter(w => !w.alive || w.overCeiling)
+    if (gone.nonEmpty) {
+      idle --= gone
+      gone.foreach { w =>
+        if (w.alive) logInfo(s"lance_compact engine worker (pid ${w.pid}) replaced while free: its memory is over " +
+          EngineProcess.CeilingConf)
+        background("lance-compact-engine-stop")(w.stop())
+      }
+    }
   }
 
   /** A free worker: the one whose last statement read `table`, else the most recently used. */

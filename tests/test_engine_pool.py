@@ -1,0 +1,149 @@
+"""One statement, one worker (issue 42): the driver's engine pool (EnginePool.scala).
+
+A real PySpark session (local[2]) whose pool holds at most 2 workers, 1 kept spare, each
+replaced after 5 statements. Statements are slowed only through the test hook
+``test_task_sleep_ms`` (this process enables test hooks, as the suite does). What is checked:
+the plugin starts a worker before the first statement; statements at the same time run in
+different worker processes and the quick one answers while the slow one runs; a third waits for
+a free worker, then runs; a statement prefers the worker that last read its table; a worker is
+replaced after its statements; every table's rows are exact (pylance reads them)."""
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+
+import lance
+import pytest
+
+from conftest import wait_for
+from engine_pool import leased_pids, pool, wait_for_leased, workers
+from oracle import batch, content
+
+os.environ["LANCE_COMPACT_TEST_HOOKS"] = "1"  # test hooks exist only in processes started so
+MAX_STATEMENTS = 8
+SPARK_CONF = {"spark.lance.compact.engine.workers": "2", "spark.lance.compact.engine.spareWorkers": "1",
+              "spark.lance.compact.engine.maxStatements": str(MAX_STATEMENTS)}
+SLOW_MS = 4000
+
+
+@pytest.fixture(scope="module")
+def spark(warehouse, tmp_path_factory):
+    from conftest import lance_session
+
+    log = tmp_path_factory.mktemp("engine") / "engine.log"
+    session = lance_session("local[2]", "lance-compact-engine-pool", str(warehouse),
+                            {"spark.sql.shuffle.partitions": "2", "spark.lance.compact.engine.log": str(log),
+                             **SPARK_CONF})
+    session.engine_log = log
+    yield session
+    session.stop()
+
+
+def small_table(warehouse, name: str, fragments: int = 6) -> str:
+    uri = str(warehouse / "db" / f"{name}.lance")
+    for i in range(fragments):
+        lance.write_dataset(batch(i * 10, 10), uri, mode="append" if i else "create")
+    return uri
+
+
+def compact_sql(name: str, slow: bool = False) -> str:
+    hook = f", options => map('test_task_sleep_ms', 'all:{SLOW_MS}')" if slow else ""
+    return f"CALL lance.compact(table => 'db.{name}', target_rows_per_fragment => 1000{hook})"
+
+
+class Running:
+    """A statement on a thread of its own; when it answered."""
+
+    def __init__(self, spark, sql: str) -> None:
+        self.result, self.error, self.ended = None, None, None
+        self.thread = threading.Thread(target=self._run, args=(spark, sql), daemon=True)
+        self.thread.start()
+
+    def _run(self, spark, sql: str) -> None:
+        try:
+            self.result = spark.sql(sql).collect()
+        except Exception as e:  # noqa: BLE001 - shown by the test
+            self.error = e
+        self.ended = time.monotonic()
+
+    def join(self, timeout: float = 120) -> "Running":
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), "the statement did not answer"
+        assert self.error is None, self.error
+        return self
+
+
+def test_the_plugin_starts_a_worker_before_the_first_statement(spark):
+    # no statement has run in this session yet: the plugin's warm-up started the spare
+    wait_for(lambda: any(w["served"] == 0 and not w["leased"] for w in workers(spark)), timeout=60)
+    wait_for(lambda: "engine ready (pid" in spark.engine_log.read_text(), timeout=10)
+
+
+def test_statements_at_once_run_in_workers_of_their_own(spark, warehouse):
+    slow_uri, quick_uri = small_table(warehouse, "slow"), small_table(warehouse, "quick")
+    expected = {u: content(lance.dataset(u)) for u in (slow_uri, quick_uri)}
+    slow = Running(spark, compact_sql("slow", slow=True))
+    [slow_pid] = wait_for_leased(spark)
+    started = time.monotonic()
+    quick = Running(spark, compact_sql("quick")).join()
+    # the quick one answered while the slow one still ran, in another process
+    assert slow.ended is None, "the slow statement ended first: nothing was shown"
+    assert quick.ended - started < SLOW_MS / 1000
+    assert [w for w in workers(spark) if w["table"] == quick_uri and w["pid"] != slow_pid]
+    slow.join()
+    for uri in (slow_uri, quick_uri):
+        ds = lance.dataset(uri)
+        assert content(ds) == expected[uri] and len(ds.get_fragments()) == 1
+    # each worker's log lines carry its pid: two processes served
+    served = set(re.findall(r"\[(\d+)\] lance_compact\.engine: served compact", spark.engine_log.read_text()))
+    assert len(served) >= 2, served
+
+
+def test_a_statement_waits_for_a_free_worker_when_all_are_leased(spark, warehouse):
+    names = ["wait_a", "wait_b", "wait_c"]
+    uris = {n: small_table(warehouse, n) for n in names}
+    expected = {n: content(lance.dataset(u)) for n, u in uris.items()}
+    first = [Running(spark, compact_sql(n, slow=True)) for n in names[:2]]
+    wait_for_leased(spark, 2)
+    third = Running(spark, compact_sql(names[2]))
+    wait_for(lambda: pool(spark).queued() == 1, timeout=30)  # both workers leased: it waits its turn
+    assert third.ended is None and len(workers(spark)) == 2  # no third process beyond the size
+    for s in first + [third]:
+        s.join()
+    assert third.ended >= min(s.ended for s in first)  # it ran once one of them was free
+    for n, u in uris.items():
+        assert content(lance.dataset(u)) == expected[n]
+    assert pool(spark).queued() == 0
+
+
+def test_a_statement_prefers_the_worker_that_last_read_its_table(spark, warehouse):
+    a, b = small_table(warehouse, "aff_a"), small_table(warehouse, "aff_b")
+    # one worker reads a while the other reads b: each worker's last table is its own
+    slow = Running(spark, compact_sql("aff_a", slow=True))
+    wait_for_leased(spark)
+    Running(spark, compact_sql("aff_b")).join()
+    slow.join()
+    by_table = {w["table"]: w["pid"] for w in workers(spark)}
+    assert set(by_table) >= {a, b} and by_table[a] != by_table[b], workers(spark)
+    # a was released last (the most recently used worker), yet b's statement goes to b's worker
+    for name, uri, other in (("aff_b", b, a), ("aff_a", a, b), ("aff_a", a, b), ("aff_b", b, a)):
+        before = {w["pid"]: w["served"] for w in workers(spark)}
+        if by_table[uri] not in before or by_table[other] not in before:
+            break  # one of them was replaced after its statements (the next test's subject)
+        spark.sql(f"SELECT count(*) FROM lance.db.{name}").collect()
+        after = {w["pid"]: w["served"] for w in workers(spark)}
+        # the other table's worker served nothing (a worker that serves its last statement is replaced)
+        assert after.get(by_table[other]) == before[by_table[other]], (name, before, after)
+
+
+def test_a_worker_is_replaced_after_its_statements(spark, warehouse):
+    uri = small_table(warehouse, "renewed", fragments=2)
+    pids = set()
+    for _ in range(2 * MAX_STATEMENTS + 1):
+        spark.sql("SELECT count(*) FROM lance.db.renewed").collect()
+        pids.update(w["pid"] for w in workers(spark) if w["table"] == uri)
+    assert len(pids) >= 2, pids  # the worker that served it was replaced by another
+    assert all(w["served"] < MAX_STATEMENTS for w in workers(spark)), workers(spark)
+
