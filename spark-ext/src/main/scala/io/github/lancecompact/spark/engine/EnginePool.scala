@@ -55,6 +55,9 @@ final class EnginePool private (val sc: SparkContext, python: String, val logFil
   private val waiting = new java.util.ArrayDeque[AnyRef]()
 
   private def total: Int = idle.size + leased.size + starting
+  /** Workers that ended without being stopped by the pool (died, were killed, hung). */
+  private val lost = new java.util.concurrent.atomic.AtomicInteger()
+  def lostWorkers(): Int = lost.get()
 
   // Every second: a free worker that died or asked to be replaced is replaced now, not when a
   // statement next wants it (which would then wait for a start).
@@ -73,6 +76,7 @@ final class EnginePool private (val sc: SparkContext, python: String, val logFil
     try worker.call(action, requestJson)
     catch {
       case e: EngineFailure =>
+        if (e.ended.nonEmpty || e.kind == LanceCompactException.WorkerLost) lost.incrementAndGet()
         e.ended.filter(_.staged.nonEmpty).foreach(discardLater)
         throw e
     } finally release(worker, table)
@@ -129,6 +133,7 @@ final class EnginePool private (val sc: SparkContext, python: String, val logFil
   private def retireIdle(): Unit = {
     val gone = idle.filter(w => !w.alive || w.overCeiling)
     if (gone.nonEmpty) {
+      lost.addAndGet(gone.count(w => !w.alive && !sc.isStopped))
       idle --= gone
       gone.foreach { w =>
         if (w.alive) logInfo(s"lance_compact engine worker (pid ${w.pid}) replaced while free: its memory is over " +
