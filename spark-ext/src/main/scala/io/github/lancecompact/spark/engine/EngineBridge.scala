@@ -69,7 +69,13 @@ final class EngineBridge(sc: SparkContext) {
   @volatile var cancelWatch: Boolean = sc.getConf.getBoolean(CancelWatchConf, true)
 
   /** The driver's SparkContext, which the engine wraps in a PySpark SparkContext. */
-  def javaSparkContext(): JavaSparkContext = JavaSparkContext.fromSparkContext(sc)
+  def javaSparkContext(): JavaSparkContext = {
+    // A worker started by the plugin may connect while the SparkContext is still being made:
+    // it is ready once it is the active one (the last step of its constructor).
+    val deadline = System.nanoTime() + 120L * 1000000000L
+    while (!org.apache.spark.LanceCompactActiveContext.isActive(sc) && !sc.isStopped && System.nanoTime() < deadline) Thread.sleep(10)
+    JavaSparkContext.fromSparkContext(sc)
+  }
 
   /** Called by the engine once it can serve requests. */
   def ready(): Unit = { lastBeat = System.nanoTime(); readyLatch.countDown() }

@@ -26,18 +26,10 @@ class EnginePlugin extends SparkPlugin {
       Option(SparkEnv.get).foreach(env => EnginePlugin.redactStorageOptions(env.conf))
       // maintain_warehouse's figures, under plugin.<this class>.maintenance.* in every sink.
       Option(ctx).foreach(_.metricRegistry().register("maintenance", MaintenanceMetrics.registry))
-      val t = new Thread(() => {
-        // The engine needs the session (its Python setting); it exists once start-up ends.
-        val deadline = System.nanoTime() + 120L * 1000000000L
-        var session = SparkSession.getDefaultSession
-        while (session.isEmpty && !sc.isStopped && System.nanoTime() < deadline) {
-          Thread.sleep(50)
-          session = SparkSession.getDefaultSession
-        }
-        session.filter(_.sparkContext eq sc).foreach(EnginePool.warmUp)
-      }, "lance-compact-engine-plugin")
-      t.setDaemon(true)
-      t.start()
+      // The pool's spare worker starts now, beside the rest of the session's start (its
+      // Python, pyspark, pylance and the Lance session take a second or two): the first
+      // statement finds it ready. It waits for the context to be made before it uses it.
+      EnginePool.warmUp(sc)
       util.Collections.emptyMap()
     }
   }

@@ -258,8 +258,10 @@ object EnginePool extends Logging {
   private var current: Option[EnginePool] = None
 
   /** The pool of the active session's SparkContext (made on first use; workers start as needed). */
-  def of(spark: SparkSession): EnginePool = synchronized {
-    val sc = spark.sparkContext
+  def of(spark: SparkSession): EnginePool = of(spark.sparkContext)
+
+  /** The pool of `sc` (made on first use). */
+  def of(sc: SparkContext): EnginePool = synchronized {
     // A thread may still hold a session of a stopped SparkContext as its active one (a warm-up
     // started by a catalog built there): it must never stop the live context's pool.
     if (sc.isStopped) throw new IllegalStateException("the session's SparkContext is stopped")
@@ -272,7 +274,7 @@ object EnginePool extends Logging {
           f.deleteOnExit()
           f
         }
-        val p = new EnginePool(sc, EngineProcess.pythonExec(spark), logFile)
+        val p = new EnginePool(sc, EngineProcess.pythonExec(sc), logFile)
         sc.addSparkListener(new SparkListener {
           override def onApplicationEnd(end: SparkListenerApplicationEnd): Unit = p.close()
         })
@@ -287,8 +289,12 @@ object EnginePool extends Logging {
 
   /** Start the spare workers ahead of the first call (in the background). Errors surface on the
    * first call. */
-  def warmUp(spark: SparkSession): Unit = background("lance-compact-engine-warm-up") {
-    try of(spark).topUp() catch { case e: Exception => logDebug("engine warm-up", e) }
+  def warmUp(spark: SparkSession): Unit = warmUp(spark.sparkContext)
+
+  /** The same for `sc`, also while it is being made (the plugin's start: a worker waits for
+   * the context to be ready before it uses it, EngineBridge.javaSparkContext). */
+  def warmUp(sc: SparkContext): Unit = background("lance-compact-engine-warm-up") {
+    try of(sc).topUp() catch { case e: Exception => logDebug("engine warm-up", e) }
   }
 
   /** The table location a request names ("" if none). */

@@ -225,8 +225,10 @@ object EngineProcess {
   /** The Python of the engine and of the executors' workers: the driver's (static)
    * spark.sql.execution.pyspark.python, spark.pyspark.python, $PYSPARK_PYTHON, else python3.
    * Never the session's value: a SQL `SET` must not choose the program the driver starts. */
-  def pythonExec(spark: SparkSession): String = {
-    val conf = spark.sparkContext.getConf
+  def pythonExec(spark: SparkSession): String = pythonExec(spark.sparkContext)
+
+  def pythonExec(sc: SparkContext): String = {
+    val conf = sc.getConf
     conf.getOption("spark.sql.execution.pyspark.python")
       .orElse(conf.getOption("spark.pyspark.python"))
       .orElse(sys.env.get("PYSPARK_PYTHON"))
