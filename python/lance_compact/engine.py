@@ -389,6 +389,7 @@ def _read_driver_settings(sc: Any) -> None:
         tables.configure(dict(conf))
     except ValueError as e:  # the operator's typo must not stop every statement: say it, keep the default
         log.error("engine: %s; the default is used", e)
+    tables.lance_session()  # made now, before the first statement (a spare worker starts warm)
     if hooks_enabled():
         log.warning("test hooks are enabled ($LANCE_COMPACT_TEST_HOOKS=1): for tests only")
         from .runtime.hooks import load_slowdowns
