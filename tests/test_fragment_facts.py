@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 from lance.optimize import Compaction
 
-from lance_compact.compaction.fragment_facts import FragmentFacts, _parsed, task_facts
+from lance_compact.compaction.fragment_facts import FragmentFacts, _parsed, data_bytes_of, task_facts
 from lance_compact.compaction.fragments import data_bytes, index_state, live_and_deleted
 
 
@@ -41,12 +41,14 @@ def test_every_column_is_what_the_public_metadata_says(table):
     assert facts.physical.tolist() == [m.physical_rows for m in metas]
     assert facts.deleted.tolist() == [live_and_deleted(m)[1] for m in metas]
     assert facts.live.tolist() == [live_and_deleted(m)[0] for m in metas]
-    assert facts.file_bytes.tolist() == [data_bytes([m]) for m in metas]
+    assert [data_bytes_of(table, [m.id]) for m in metas] == [data_bytes([m]) for m in metas]
+    assert data_bytes_of(table, [0, 13]) == data_bytes([metas[0], metas[-1]])
     assert facts.bytes == data_bytes(metas) and facts.rows == table.count_rows()
     assert (facts.deleted > 0).sum() == 3
     assert facts.over_threshold(0.1).tolist() == [m.id == 0 for m in metas]  # 30 of 100, not 5 or 1
     assert facts.small(100).sum() == 3
-    assert FragmentFacts.of_metadata(metas).ids.tolist() == facts.ids.tolist()
+    by_metadata = FragmentFacts.of_metadata(metas)
+    assert by_metadata.ids.tolist() == facts.ids.tolist() and by_metadata.bytes == facts.bytes
     assert facts.positions([13, 0]).tolist() == [12, 0]
     with pytest.raises(KeyError):
         facts.positions([3])
@@ -108,7 +110,7 @@ print(n, " ".join(out))
 def test_many_fragments_cost_no_python_object_each(tmp_path):
     """20,000 fragments of 10 rows (write_fragments and one Append, as issue 45 made them): the
     Python memory health and the plan peak at is a few numpy columns' worth a fragment
-    (health 32 bytes kept, plan the task's JSON that a Spark task receives), where the
+    (health 24 bytes kept, plan the task's JSON that a Spark task receives), where the
     public metadata objects take over 1 KB a fragment (measured here: 1,361 bytes)."""
     from lance.fragment import write_fragments
 

@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable
 
 from ..errors import CompactionError
-from ..compaction.fragments import data_bytes, live_and_deleted
+from ..compaction.fragment_facts import handles
 from ..compaction.history import rewrite_counts, undecodable_rewrite
 from ..compaction.fragments import index_state
 from ..runtime.envelope import Envelope, Result
@@ -23,15 +23,13 @@ def _fragments(ds) -> tuple[str, list[list]]:
         for fid in e["covered"]:
             covering.setdefault(fid, []).append(name)
     rows = []
-    for f in ds.get_fragments():
-        m = f.metadata
-        d = m.deletion_file
-        live, deleted = live_and_deleted(m)
-        rows.append([f.fragment_id, live, deleted, m.physical_rows,
-                     [x.path for x in m.files],
-                     data_bytes([m]) or 0,
-                     d.path(f.fragment_id) if d else None,
-                     sorted(covering.get(f.fragment_id, []))])
+    for fid, f in handles(ds):  # one native handle at a time, no metadata objects (fragment_facts.py)
+        files = f.data_files()
+        deletion = f.deletion_file()
+        deleted = (f.num_deletions or 0) if deletion is not None else 0
+        size = sum(x.file_size_bytes for x in files) if all(x.file_size_bytes is not None for x in files) else 0
+        rows.append([fid, f.physical_rows - deleted, deleted, f.physical_rows, [x.path for x in files],
+                     size, deletion, sorted(covering.get(fid, []))])
     return ("`id` BIGINT, `live_rows` BIGINT, `deleted_rows` BIGINT, `physical_rows` BIGINT, "
             "`data_files` ARRAY<STRING>, `bytes` BIGINT, `deletion_file` STRING, "
             "`indices` ARRAY<STRING>"), rows
@@ -148,7 +146,7 @@ def index_rows(ds, now: datetime | None = None) -> list[list]:
     model; a retrain, or a merge that rewrites every segment, makes it new), ``updated_at``
     the newest segment's, ``age_hours`` the hours since ``created_at``."""
     now = now or datetime.now(timezone.utc)
-    fragments = len(ds.get_fragments())
+    fragments = len(ds.fragment_ids())
     times = _segment_times(ds)
     metrics = _metrics(ds)
     rows = []

@@ -1,85 +1,100 @@
-"""A table's fragments at one version as columns: ids, physical rows, deleted rows and data
-bytes, each a numpy array in id order, read in one pass over Lance's fragment handles.
+"""A table's fragments at one version as columns: ids, physical rows and deleted rows, each a
+numpy array in id order, read in one pass over Lance's fragment handles; the bytes of all
+data files from the version's own summary.
 
 Why columns: ``LanceFragment.metadata`` builds a Python ``FragmentMetadata`` (with its
 ``DataFile`` and ``DeletionFile`` objects) per fragment, about 10 us each; at 100,001 fragments
 the layout report built them five times over (6.7 s, against 0.09 s for Lance's own planner).
-Here each fragment costs a few attribute reads on the native handle, nothing of it outlives
-the pass, and what is kept is 32 bytes a fragment in four arrays, not Python objects.
+Here a fragment costs two or three attribute reads on its native handle, nothing of it
+outlives the pass, and what is kept is 24 bytes a fragment in three arrays.
 
 The pass takes the ids from ``LanceDataset.fragment_ids()`` (a bitmap) and reads each
 fragment's native handle (``LanceDataset._ds.get_fragment``: ``physical_rows``,
 ``deletion_file()``, ``num_deletions``, ``data_files()``), the object behind the public
 ``LanceFragment``'s properties of the same names, without the public wrapper's construction
-(it doubles the cost). Pinned to pylance 14.0.2: ``tests/test_fragment_facts.py`` checks every
-column against the public ``metadata``; the public route is taken where the native one is
-missing.
+(it doubles the cost), one handle at a time (all at once they take 256 bytes a fragment).
+Data file sizes are not read per fragment (building their ``DataFile`` objects doubles the
+pass): the total is ``LanceDataset.get_version()``'s summary, which Lance computes from the
+loaded manifest; :func:`data_bytes_of` reads them for the fragments a caller names. Pinned to
+pylance 14.0.2: ``tests/test_fragment_facts.py`` checks every figure against the public
+``metadata``; the public route is taken where the native one is missing.
 
-:func:`task_fragment_ids` reads a Lance ``CompactionTask``'s fragment ids from its JSON (the
+:func:`task_facts` reads a Lance ``CompactionTask``'s fragments from its JSON (the
 serialization Lance ships tasks to executors in) without building the task's fragment objects.
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 
 
+def _handle(dataset: Any) -> Any:
+    native = getattr(getattr(dataset, "_ds", None), "get_fragment", None)
+    return native if native is not None else (lambda i: dataset.get_fragment(i)._fragment)
+
+
+def handles(dataset: Any, ids: Iterable[int] | None = None) -> Iterator[tuple[int, Any]]:
+    """(id, native handle) of every fragment of ``dataset`` (or of ``ids``), in id order, one at
+    a time: a handle answers ``physical_rows``, ``deletion_file()`` (its path),
+    ``num_deletions`` and ``data_files()`` as the public ``LanceFragment`` does."""
+    handle = _handle(dataset)
+    for fid in (dataset.fragment_ids() if ids is None else ids):  # a bitmap: ascending order
+        yield fid, handle(fid)
+
+
+def data_bytes_of(dataset: Any, ids: Iterable[int]) -> int | None:
+    """Bytes of the data files of fragments ``ids``, as Lance recorded them; None when a size
+    was not recorded (a figure not measured is not reported)."""
+    total = 0
+    for _, f in handles(dataset, ids):
+        for d in f.data_files():
+            if d.file_size_bytes is None:
+                return None
+            total += d.file_size_bytes
+    return total
+
+
 @dataclass(frozen=True)
 class FragmentFacts:
-    """Per fragment, in id order: ``ids``, ``physical`` rows, ``deleted`` rows and data
-    ``file_bytes`` (-1 where Lance did not record a file's size)."""
+    """Per fragment, in id order: ``ids``, ``physical`` rows and ``deleted`` rows; ``bytes``:
+    of every data file of the version (Lance's summary)."""
 
     ids: np.ndarray
     physical: np.ndarray
     deleted: np.ndarray
-    file_bytes: np.ndarray
+    bytes: int | None
 
     @staticmethod
     def of(dataset: Any) -> "FragmentFacts":
         """The facts of ``dataset`` (a ``LanceDataset``) at its version: one fragment handle
         at a time, so what the pass holds besides the columns does not grow with the table."""
-        every = dataset.fragment_ids()  # a bitmap, iterated in ascending order
-        native = getattr(getattr(dataset, "_ds", None), "get_fragment", None)
-        handle = native if native is not None else (lambda i: dataset.get_fragment(i)._fragment)
-        n = len(every)
+        n = len(dataset.fragment_ids())
         ids = np.empty(n, np.int64)
         physical = np.empty(n, np.int64)
         deleted = np.zeros(n, np.int64)
-        sizes = np.zeros(n, np.int64)
-        for i, fid in enumerate(every):
-            f = handle(fid)
+        for i, (fid, f) in enumerate(handles(dataset)):
             ids[i] = fid
             physical[i] = f.physical_rows
             if f.deletion_file() is not None:  # the count only where there is a deletion file
                 deleted[i] = f.num_deletions or 0
-            size = 0
-            for d in f.data_files():
-                if d.file_size_bytes is None:
-                    size = -1
-                    break
-                size += d.file_size_bytes
-            sizes[i] = size
-        return FragmentFacts(ids, physical, deleted, sizes)
+        size = (dataset.get_version().get("metadata") or {}).get("total_files_size")
+        return FragmentFacts(ids, physical, deleted, int(size) if size is not None else None)
 
     @staticmethod
     def of_metadata(fragments: Iterable[Any]) -> "FragmentFacts":
         """The facts of ``FragmentMetadata`` objects a caller holds already (a task's, a version's)."""
-        rows = []
+        rows, size = [], 0
         for m in fragments:
             d = m.deletion_file
-            size = 0
             for x in m.files:
-                if x.file_size_bytes is None:
-                    size = -1
-                    break
-                size += x.file_size_bytes
-            rows.append((m.id, m.physical_rows, (d.num_deleted_rows or 0) if d is not None else 0, size))
+                size = None if size is None or x.file_size_bytes is None else size + x.file_size_bytes
+            rows.append((m.id, m.physical_rows, (d.num_deleted_rows or 0) if d is not None else 0))
         rows.sort()
-        a = np.array(rows, np.int64).reshape(-1, 4)
-        return FragmentFacts(a[:, 0].copy(), a[:, 1].copy(), a[:, 2].copy(), a[:, 3].copy())
+        a = np.array(rows, np.int64).reshape(-1, 3)
+        return FragmentFacts(a[:, 0].copy(), a[:, 1].copy(), a[:, 2].copy(), size)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -95,14 +110,6 @@ class FragmentFacts:
     @property
     def deleted_rows(self) -> int:
         return int(self.deleted.sum())
-
-    @property
-    def bytes(self) -> int | None:
-        """Bytes of every data file, None when a size was not recorded (a figure not measured
-        is not reported)."""
-        if (self.file_bytes < 0).any():
-            return None
-        return int(self.file_bytes.sum())
 
     def small(self, target: int) -> np.ndarray:
         """Which fragments hold fewer live rows than ``target`` (rules.is_small)."""

@@ -123,12 +123,12 @@ def make_plan(request: CompactionRequest, dataset: lance.LanceDataset | None = N
         # Most likely the wrong table (or one a job emptied): say so rather than succeed.
         raise CompactionError(
             f"table {request.table}: the table is empty at version {dataset.version} "
-            f"({len(dataset.get_fragments())} fragments, no live rows); nothing to compact")
+            f"({len(dataset.fragment_ids())} fragments, no live rows); nothing to compact")
     options = dict(request.options)
     where = request.run.get("where")
     if where:
         matching = fragments_matching(dataset, where, request.table)
-        others = {f.fragment_id for f in dataset.get_fragments()} - matching
+        others = set(dataset.fragment_ids()) - matching
         options["excluded_fragment_ids"] = sorted(others | set(options.get("excluded_fragment_ids", [])))
     plan = shape(as_plan(planner.plan(dataset, options), dataset, request.options), request.run)
     check_bounds(request, plan, dataset)
@@ -412,7 +412,7 @@ def _replan(request: CompactionRequest, conflicted: list[RewriteResult]) -> Plan
     conflicted tasks had (a concurrent delete may have changed or removed them)."""
     dataset = open_dataset(request.table, request.uri, request.storage_options)
     wanted = {f.id for r in conflicted for f in r.original_fragments}
-    excluded = {f.fragment_id for f in dataset.get_fragments()} - wanted
+    excluded = set(dataset.fragment_ids()) - wanted
     options = dict(request.options)
     options["excluded_fragment_ids"] = sorted(excluded | set(options.get("excluded_fragment_ids", [])))
     return shape(as_plan(Compaction.plan(dataset, options), dataset, request.options), request.run)

@@ -42,7 +42,7 @@ from ..errors import CompactionError, MaintenanceFailed
 from ..runtime.failures import describe
 from . import retention
 from ..compaction import rules
-from ..compaction.fragment_facts import FragmentFacts
+from ..compaction.fragment_facts import FragmentFacts, data_bytes_of
 from .health import METADATA_THREADS, STEPS as HEALTH_STEPS, table_health
 from .table_maintenance import SHOWN_FAILURES, STEPS, Target, committed_steps, failed_tasks, run_step, shorten
 from ..options import result_columns
@@ -112,8 +112,7 @@ def _compaction_bytes(ds, policy) -> int:
     threshold (the same candidates Lance's planner takes)."""
     thresholds = rules.Thresholds.of_maintenance(ds.config() or {}, policy)
     facts = FragmentFacts.of(ds)
-    sizes = facts.file_bytes[facts.candidates(thresholds.target, thresholds.threshold)]
-    return 0 if (sizes < 0).any() else int(sizes.sum())
+    return data_bytes_of(ds, facts.ids[facts.candidates(thresholds.target, thresholds.threshold)].tolist()) or 0
 
 
 class Budget:

@@ -31,11 +31,11 @@ from ..runtime.envelope import Envelope, Result, Target
 
 
 def _fragments(ds, facts: FragmentFacts | None = None) -> tuple[list[int], list[int], list[int], list[int], int]:
-    """Ids, live rows, deleted rows and physical rows of each fragment; bytes of all (0 when a
-    size was not recorded)."""
+    """Ids, live rows, deleted rows and physical rows of each fragment; bytes of all (Lance's
+    summary of the version)."""
     facts = facts if facts is not None else FragmentFacts.of(ds)
     return (facts.ids.tolist(), facts.live.tolist(), facts.deleted.tolist(), facts.physical.tolist(),
-            int(facts.file_bytes[facts.file_bytes > 0].sum()))
+            facts.bytes or 0)
 
 
 def picture_path(value: str, table: str) -> str:
