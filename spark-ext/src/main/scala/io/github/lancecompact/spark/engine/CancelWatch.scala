@@ -68,14 +68,26 @@ final class CancelWatch(sc: SparkContext, onCancel: (String, String) => Unit)
     }
   }
 
-  /** Whether cancels sent while no job of a statement runs are seen (the observer is installed). */
-  val observing: Boolean = LanceCompactCancelEvents.observe(sc, observer)
-  if (!observing) logWarning("lance_compact: this Spark's scheduler cannot be observed; a cancel by " +
-    "job group, job tag or all jobs sent while a statement runs no Spark job reaches it only through its next job")
+  @volatile private var installed = false
+  @volatile private var warned = false
+
+  /** Whether cancels sent while no job of a statement runs are seen (the observer is installed).
+   * Installed on first use, not when the watch is made: the plugin starts a worker (and so its
+   * watch) while the SparkContext is being made, before it has a scheduler to observe (then
+   * no statement of that worker saw a cancel of its group, tags or all jobs between its jobs). */
+  def observing: Boolean = synchronized {
+    if (!installed) installed = LanceCompactCancelEvents.observe(sc, observer)
+    installed
+  }
 
   /** Start watching request `id` (its jobs carry `tag`; `properties` are its caller's job
    * group, tags and pool). */
   def watch(id: String, tag: String, properties: Map[String, String]): Unit = {
+    if (!observing && !warned) {
+      warned = true
+      logWarning("lance_compact: this Spark's scheduler cannot be observed; a cancel by job group, job tag " +
+        "or all jobs sent while a statement runs no Spark job reaches it only through its next job")
+    }
     val tags = properties.get(TagsKey).toSeq.flatMap(_.split(",")).filter(_.nonEmpty).toSet + tag
     states.put(id, new State(id, properties.getOrElse(GroupKey, null), tags))
   }
