@@ -1,8 +1,9 @@
 """A table's fragments as columns (compaction/fragment_facts.py), without Spark, on real Lance
 tables: every column equals what pylance's public ``FragmentMetadata`` says (the native handles
 it reads are pinned to pylance 14.0.2 here), a task read from its JSON equals the task's own
-fragments, index coverage is the indices' own fragment sets, and health, the plan and the
-layout's figures over a table of many fragments hold no Python object per fragment."""
+fragments and a result's originals its own, index coverage is the indices' own fragment sets,
+and health, the plan and the layout's figures over a table of many fragments hold no Python
+object per fragment."""
 from __future__ import annotations
 
 import subprocess
@@ -14,7 +15,8 @@ import pyarrow as pa
 import pytest
 from lance.optimize import Compaction
 
-from lance_compact.compaction.fragment_facts import FragmentFacts, _parsed, data_bytes_of, task_facts
+from lance_compact.compaction.fragment_facts import (FragmentFacts, _parsed, data_bytes_of, original_facts,
+                                                     task_facts)
 from lance_compact.compaction.fragments import data_bytes, index_state, live_and_deleted
 
 
@@ -69,6 +71,17 @@ def test_a_task_read_from_its_json_is_the_task(table, options):
         assert got.deleted.tolist() == full.deleted.tolist() == [live_and_deleted(m)[1] for m in metas]
         assert got.bytes == full.bytes == data_bytes(metas)
     assert any(task_facts(t.json()).deleted.any() for t in plan.tasks)
+
+
+def test_a_results_originals_read_from_its_json_are_its_originals(table):
+    plan = Compaction.plan(table, {"target_rows_per_fragment": 1000})
+    for task in plan.tasks:
+        result = task.execute(table)
+        got, metas = original_facts(result), result.original_fragments
+        assert got.ids.tolist() == [m.id for m in metas] == task_facts(task.json()).ids.tolist()
+        assert got.physical.tolist() == [m.physical_rows for m in metas]
+        assert got.deleted.tolist() == [live_and_deleted(m)[1] for m in metas]
+        assert got.bytes == data_bytes(metas)
 
 
 def test_index_coverage_is_the_indices_own_fragments(table):

@@ -18,7 +18,8 @@ from lance.optimize import Compaction, RewriteResult
 from ..runtime import hooks
 from ..errors import CompactionError
 from ..runtime.failures import CONFLICT, classify
-from .fragments import changed_fragments, data_bytes, deleted_rows
+from .fragment_facts import original_facts
+from .fragments import changed_fragments, data_bytes
 from .rebase import carry_over, commit_carried, describe, is_id_collision
 from .request import CompactionRequest
 from ..runtime.tables import open_dataset
@@ -102,8 +103,11 @@ def _commit(dataset: lance.LanceDataset, request: CompactionRequest,
     hooks.fault_at(request, "commit")  # tests: a failure of the commit itself, as Lance raises it
     # The same options as the plan: without them Lance silently drops defer_index_remap.
     metrics = Compaction.commit(dataset, results, request.options)
-    originals = [f for r in results for f in r.original_fragments]
+    # The originals from each result's JSON: ``original_fragments`` builds an object per
+    # fragment (seconds for a task of 100,000); the new fragments are few.
+    originals = [original_facts(r) for r in results]
     news = [f for r in results for f in r.new_fragments]
+    read = [o.bytes for o in originals]
     return {
         "new_version": dataset.version,
         "tasks": len(results),
@@ -112,8 +116,8 @@ def _commit(dataset: lance.LanceDataset, request: CompactionRequest,
         "files_removed": metrics.files_removed,
         "files_added": metrics.files_added,
         "rows_rewritten": sum(f.physical_rows for f in news),
-        "deleted_rows_removed": deleted_rows(originals),
-        "bytes_read": data_bytes(originals),
+        "deleted_rows_removed": sum(int(o.deleted.sum()) for o in originals),
+        "bytes_read": None if None in read else sum(read),
         "bytes_written": data_bytes(news),
     }
 

@@ -191,3 +191,19 @@ def _parsed(task_json: str) -> TaskFacts:
                      np.array([f["physical_rows"] for f in frags], np.int64),
                      np.array([(f.get("deletion_file") or {}).get("num_deleted_rows") or 0 for f in frags],
                               np.int64), size)
+
+
+def original_facts(result: Any) -> TaskFacts:
+    """The facts of a ``RewriteResult``'s original fragments, read from its ``json()`` (its
+    ``original_fragments`` field up to ``row_addrs``, serde's order) without building a Python
+    object per fragment; from the objects when the text is not as expected."""
+    text = result.json()
+    start, end = text.find('"original_fragments":['), text.find(',"row_addrs":')
+    if start < 0 or end < start:
+        return _of_metadata(result.original_fragments)
+    return task_facts(text[start:end])
+
+
+def _of_metadata(fragments: Iterable[Any]) -> TaskFacts:
+    facts = FragmentFacts.of_metadata(fragments)
+    return TaskFacts(facts.ids, facts.physical, facts.deleted, facts.bytes)
