@@ -47,6 +47,8 @@ final class EngineProcess private[engine] (val sc: SparkContext, python: String,
     math.max(1000L, sc.getConf.getTimeAsMs(EngineProcess.HeartbeatTimeoutConf, "60s"))
   /** How long a cancelled statement's worker has to answer before it is killed. */
   val cancelGraceMs: Long = math.max(100L, sc.getConf.getTimeAsMs(EngineProcess.CancelGraceConf, "10s"))
+  /** How long after a cancel a commit begun before it may still run before its worker is killed. */
+  val commitWaitMs: Long = math.max(60000L, 6 * cancelGraceMs)
   bridge.heartbeatIntervalMs = math.max(200L, math.min(5000L, heartbeatTimeoutMs / 5))
   private val secret = {
     val bytes = new Array[Byte](32)
@@ -108,10 +110,14 @@ final class EngineProcess private[engine] (val sc: SparkContext, python: String,
     val before = if (r.landed.isEmpty) "" else s"; before that it committed ${r.landed.mkString(", ")}"
     val files = if (r.staged.isEmpty) "" else
       s"; the files it wrote and had not committed (under ${r.staged.keys.map(io.github.lancecompact.spark.catalog.Names.show).mkString(", ")}) are being removed"
-    if (killedForCancel == r.id) new EngineFailure(
-      s"${r.action} was cancelled; its engine worker (pid ${p.pid()}) did not stop within ${cancelGraceMs / 1000.0} s " +
-        s"(${EngineProcess.CancelGraceConf}) and was killed: nothing was committed after the cancel$before$files",
-      LanceCompactException.Cancelled, Some(r))
+    if (killedForCancel == r.id) new EngineFailure(r.committing match {
+      case Some(what) => s"${r.action} was cancelled while committing ($what, begun before the cancel); that commit " +
+        s"had not ended ${commitWaitMs / 1000} s later, so its engine worker (pid ${p.pid()}) was killed: that commit " +
+        s"may or may not have landed (a Lance commit lands whole or not at all), see the table's versions$before$files"
+      case None => s"${r.action} was cancelled; its engine worker (pid ${p.pid()}) did not stop within " +
+        s"${cancelGraceMs / 1000.0} s (${EngineProcess.CancelGraceConf}) and was killed: nothing was committed after " +
+        s"the cancel$before$files"
+    }, LanceCompactException.Cancelled, Some(r))
     else if (stopping) new EngineFailure(s"${r.action} was not answered: its engine worker (pid ${p.pid()}) was stopped " +
       s"(the session or the JVM is ending); nothing was committed after that$before$files", LanceCompactException.WorkerLost, Some(r))
     else {
@@ -157,8 +163,11 @@ final class EngineProcess private[engine] (val sc: SparkContext, python: String,
           case _: TimeoutException =>
             if (bridge.silentMs > heartbeatTimeoutMs) hung(action)
             val at = bridge.cancelledAt(id)
-            // Never during a commit begun before the cancel: that commit's outcome is the answer.
-            if (at != 0L && System.nanoTime() - at > cancelGraceMs * 1000000L && bridge.committing(id) == null)
+            // Not during a commit begun before the cancel (that commit's outcome is the answer),
+            // unless that commit has not ended long after the cancel (a store that never answers).
+            val since = System.nanoTime() - at
+            if (at != 0L && since > cancelGraceMs * 1000000L &&
+              (bridge.committing(id) == null || since > commitWaitMs * 1000000L))
               killForCancel(id)
           case _: InterruptedException =>
             // The statement was cancelled (Thrift's cancel, Connect's interrupt): the engine
