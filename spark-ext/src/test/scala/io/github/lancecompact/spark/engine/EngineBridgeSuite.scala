@@ -27,4 +27,33 @@ class EngineBridgeSuite extends AnyFunSuite {
       assert(!queued.isDone)
     } finally sc.stop()
   }
+
+  test("the commit gate: no commit begins once a cancel is recorded; a cancel during a commit waits for it") {
+    val sc = new SparkContext(new SparkConf().setMaster("local[1]").setAppName("gate")
+      .set("spark.ui.enabled", "false"))
+    try {
+      val bridge = new EngineBridge(sc)
+      val (a, _) = bridge.submit("compact", "{}")
+      assert(bridge.beginCommit(a, "table t: commit of batch 1") == null) // not cancelled: it may commit
+      assert(bridge.committing(a) == "table t: commit of batch 1")
+      bridge.cancel(a, "the statement was interrupted") // during the commit: recorded, the commit goes on
+      assert(bridge.cancelledAt(a) != 0L && bridge.committing(a) != null)
+      bridge.endCommit(a, "version 7")
+      assert(bridge.committing(a) == null && bridge.landed(a) == Seq("version 7"))
+      // the next commit of the same statement is refused, with the cancel's reason
+      assert(bridge.beginCommit(a, "table t: commit of batch 2") == "the statement was interrupted")
+      assert(bridge.committing(a) == null)
+
+      val (b, _) = bridge.submit("create_index", "{}")
+      bridge.cancel(b, "its job group was cancelled")
+      assert(bridge.beginCommit(b, "table u: index commit") == "its job group was cancelled")
+      // a request the bridge does not hold (answered, or never submitted) never commits
+      assert(bridge.beginCommit("no-such-request", "x") != null)
+      // staged files: kept by table until the request clears them
+      bridge.staged(b, "/w/u.lance", """["_indices/1"]""")
+      assert(bridge.stagedOf(b) == Map("/w/u.lance" -> """["_indices/1"]"""))
+      bridge.staged(b, "/w/u.lance", "[]")
+      assert(bridge.stagedOf(b).isEmpty)
+    } finally sc.stop()
+  }
 }
