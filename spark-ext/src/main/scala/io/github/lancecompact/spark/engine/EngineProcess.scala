@@ -94,7 +94,7 @@ final class EngineProcess private[engine] (val sc: SparkContext, python: String,
         throw new EngineFailure(
           s"the lance_compact engine process ($python) did not start" +
             (if (process.isAlive) s" within ${EngineProcess.StartTimeoutMs / 1000} s" else
-              s": it exited with code ${process.exitValue()}") + logTail(), LanceCompactException.WorkerLost)
+              s": it exited with code ${process.exitValue()}") + logTail(), LanceCompactException.InternalError)
       }
     }
     logInfo(s"lance_compact engine worker $number started in ${(System.nanoTime() - started) / 1000000} ms " +
@@ -207,8 +207,8 @@ final class EngineProcess private[engine] (val sc: SparkContext, python: String,
     throw new EngineFailure(
       s"the lance_compact engine process (pid $id, $python) did not answer $action: it sent no " +
         s"heartbeat for ${silent / 1000} s (${EngineProcess.HeartbeatTimeoutConf} = " +
-        s"${heartbeatTimeoutMs / 1000} s), so it was taken as hung and killed; the next call starts a " +
-        s"new engine. Its log: $logFile${logTail()}", LanceCompactException.WorkerLost)
+        s"${heartbeatTimeoutMs / 1000} s), so it was taken as hung and killed; the statement's next run " +
+        s"gets another worker. Its log: $logFile${logTail()}", LanceCompactException.WorkerLost)
   }
 
   private def logTail(): String = {
