@@ -2,7 +2,7 @@
 tables: every column equals what pylance's public ``FragmentMetadata`` says (the native handles
 it reads are pinned to pylance 14.0.2 here), a task read from its JSON equals the task's own
 fragments and a result's originals its own, index coverage is the indices' own fragment sets,
-and health, the plan and the layout's figures over a table of many fragments hold no Python
+the operation read from a transaction file's first bytes is the one pylance decodes, and health, the plan and the layout's figures over a table of many fragments hold no Python
 object per fragment."""
 from __future__ import annotations
 
@@ -18,6 +18,8 @@ from lance.optimize import Compaction
 from lance_compact.compaction.fragment_facts import (FragmentFacts, _parsed, data_bytes_of, original_facts,
                                                      task_facts)
 from lance_compact.compaction.fragments import data_bytes, index_state, live_and_deleted
+from lance_compact.compaction.history import undecodable_rewrite
+from lance_compact.compaction.transactions import operation_field, operation_kind
 
 
 @pytest.fixture()
@@ -94,6 +96,38 @@ def test_index_coverage_is_the_indices_own_fragments(table):
     assert e["covered"] == covered and e["unindexed_ids"] == sorted(every - covered) == [12, 13]
     assert e["unindexed"] == 2 and e["unindexed_rows"] == sum(live[i] for i in every - covered) == 200
     assert e["segments"] == 1 and e["type"] == "BTree" and e["fields"] == ["id"]
+
+
+def test_the_operation_of_every_version_is_pylances(tmp_path):
+    """Every operation maintenance meets, committed for real: the kind read from the first
+    bytes of its transaction file is the class read_transaction builds (a Rewrite that remapped
+    an index, which pylance cannot decode, is a Rewrite), or None where the file is too short
+    to hold it."""
+    uri = str(tmp_path / "ops.lance")
+    lance.write_dataset(pa.table({"id": pa.array(range(300), pa.int64()), "v": [float(i) for i in range(300)]}),
+                        uri, max_rows_per_file=100)                                      # Overwrite
+    lance.write_dataset(pa.table({"id": pa.array(range(300, 400), pa.int64()), "v": [1.0] * 100}), uri,
+                        mode="append")                                                   # Append
+    lance.dataset(uri).delete("id = 5")                                                  # Delete
+    lance.dataset(uri).create_scalar_index("id", "BTREE")                                # CreateIndex
+    lance.dataset(uri).update({"v": "2.0"}, where="id = 7")                              # Update
+    lance.dataset(uri).update_config({"lance_compact.x": "y"})                           # UpdateConfig
+    lance.dataset(uri).optimize.compact_files(target_rows_per_fragment=1000)             # reserve, Rewrite
+    lance.dataset(uri).add_columns({"w": "id * 2"})                                      # Merge
+    ds = lance.dataset(uri)
+    kinds = [operation_kind(ds, v) for v in range(1, ds.version + 1)]
+    expected = []
+    for v in range(1, ds.version + 1):
+        try:
+            expected.append(type(ds.read_transaction(v).operation).__name__)
+        except TypeError as e:
+            assert undecodable_rewrite(e)
+            expected.append("Rewrite")
+    assert expected == ["Overwrite", "Append", "Delete", "CreateIndex", "Update", "UpdateConfig",
+                        "BaseOperation", "Rewrite", "Merge"]
+    # the reservation's file is shorter than the 64 bytes read: unknown, read whole by the caller
+    assert kinds == expected[:6] + [None] + expected[7:]
+    assert operation_field(b"\x08\x05\x12\x02ab\xa2\x06\x01x") == 100 and operation_field(b"\x08") is None
 
 
 MEASURE = """

@@ -10,11 +10,15 @@ from typing import Any, Callable
 from ..errors import CompactionError
 from ..compaction.fragment_facts import handles
 from ..compaction.history import rewrite_counts, undecodable_rewrite
+from ..compaction.transactions import operation_kind
 from ..compaction.fragments import index_state
 from ..runtime.envelope import Envelope, Result
 
 
 METADATA_TABLES = ("fragments", "versions", "indices")
+# Operations whose object the maintenance history's details read (system_tables._details);
+# of the others only the kind is needed.
+_DETAILED = ("CreateIndex", "UpdateConfig")
 
 
 def _fragments(ds) -> tuple[str, list[list]]:
@@ -37,7 +41,11 @@ def _fragments(ds) -> tuple[str, list[list]]:
 
 def _operation(ds, version: int) -> tuple[str | None, Any]:
     """(name, operation object) of the transaction that committed ``version``; the object is
-    None when pylance cannot build it, both None when the transaction is gone."""
+    None when pylance cannot build it or only the name is needed, both None when the
+    transaction is gone."""
+    kind = operation_kind(ds, version)  # from its file's first bytes (compaction/transactions.py)
+    if kind is not None and kind not in _DETAILED:
+        return kind, None
     try:
         t = ds.read_transaction(version)
     except TypeError as e:

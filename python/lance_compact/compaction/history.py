@@ -15,6 +15,8 @@ from typing import Any
 
 import lance
 
+from .transactions import operation_kind
+
 
 @dataclass(frozen=True)
 class LastCompaction:
@@ -41,6 +43,9 @@ def version_gone(error: BaseException) -> bool:
 
 def _is_rewrite(dataset: lance.LanceDataset, version: int) -> bool | None:
     """Whether ``version`` was committed by a Rewrite; None when it or its transaction is gone."""
+    kind = operation_kind(dataset, version)  # its file's first bytes (transactions.py)
+    if kind is not None:
+        return kind == "Rewrite"
     try:
         t = dataset.read_transaction(version)
     except TypeError as e:
