@@ -56,12 +56,14 @@ def compact_sql(name: str, slow: bool = False) -> str:
 class Running:
     """A statement on a thread of its own; when it answered."""
 
-    def __init__(self, spark, sql: str) -> None:
+    def __init__(self, spark, sql: str, progress_key: str | None = None) -> None:
         self.result, self.error, self.ended = None, None, None
-        self.thread = threading.Thread(target=self._run, args=(spark, sql), daemon=True)
+        self.thread = threading.Thread(target=self._run, args=(spark, sql, progress_key), daemon=True)
         self.thread.start()
 
-    def _run(self, spark, sql: str) -> None:
+    def _run(self, spark, sql: str, progress_key: str | None) -> None:
+        if progress_key:  # as the PySpark API's progress line does (progress_line.py)
+            spark.sparkContext.setLocalProperty("lance_compact.progress", progress_key)
         try:
             self.result = spark.sql(sql).collect()
         except Exception as e:  # noqa: BLE001 - shown by the test
@@ -107,8 +109,10 @@ def test_a_statement_waits_for_a_free_worker_when_all_are_leased(spark, warehous
     expected = {n: content(lance.dataset(u)) for n, u in uris.items()}
     first = [Running(spark, compact_sql(n, slow=True)) for n in names[:2]]
     wait_for_leased(spark, 2)
-    third = Running(spark, compact_sql(names[2]))
+    third = Running(spark, compact_sql(names[2]), progress_key="third")
     wait_for(lambda: pool(spark).queued() == 1, timeout=30)  # both workers leased: it waits its turn
+    line = spark._jvm.io.github.lancecompact.spark.engine.Progress.line("third")
+    assert line.startswith("waiting for a free engine worker: all 2 serve other statements (0 waiting before it"), line
     assert third.ended is None and len(workers(spark)) == 2  # no third process beyond the size
     for s in first + [third]:
         s.join()

@@ -88,6 +88,11 @@ final class EnginePool private (val sc: SparkContext, python: String, val logFil
     var got: EngineProcess = null
     var build = false
     var waitedSince = 0L
+    def waitTurn(): Unit = if (waitedSince == 0L) {
+      waitedSince = System.nanoTime()
+      Progress.waiting(sc, s"waiting for a free engine worker: all $maxWorkers serve other statements " +
+        s"(${math.max(0, waiting.asScala.toSeq.indexWhere(_ eq ticket))} waiting before it; $WorkersConf)")
+    }
     try {
       while (got == null && !build) {
         synchronized {
@@ -98,11 +103,11 @@ final class EnginePool private (val sc: SparkContext, python: String, val logFil
             pick(table) match {
               case Some(w) => got = w; leased += w
               case None if total < maxWorkers => build = true; starting += 1; numbered += 1
-              case None => if (waitedSince == 0L) waitedSince = System.nanoTime(); wait(250)
+              case None => waitTurn(); wait(250)
             }
             if (got != null || build) waiting.removeFirst()
           } else {
-            if (waitedSince == 0L) waitedSince = System.nanoTime()
+            waitTurn()
             wait(250)
           }
         }
@@ -110,13 +115,16 @@ final class EnginePool private (val sc: SparkContext, python: String, val logFil
     } catch {
       case e: InterruptedException =>
         synchronized { waiting.remove(ticket); notifyAll() }
+        Progress.waiting(sc, null)
         Thread.currentThread().interrupt()
         throw new EngineFailure(s"$action was cancelled while it waited for an engine worker (all " +
           s"$maxWorkers were serving other statements, $WorkersConf): nothing ran and nothing was committed",
           LanceCompactException.Cancelled)
     }
-    if (waitedSince != 0L)
+    if (waitedSince != 0L) {
+      Progress.waiting(sc, null)
       logInfo(s"$action waited ${(System.nanoTime() - waitedSince) / 1000000} ms for an engine worker")
+    }
     if (build) {
       val w = try startWorker(synchronized(numbered)) catch {
         case e: Throwable => synchronized { starting -= 1; notifyAll() }; throw e

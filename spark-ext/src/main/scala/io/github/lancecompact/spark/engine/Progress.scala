@@ -38,6 +38,16 @@ object Progress extends Logging {
       .foreach(k => keyOf.put(requestTag, k))
   }
 
+  /** On the caller's thread, while its statement waits for a free engine worker: its line says
+   * so (the engine's first words replace it); `text` null: it no longer waits. */
+  private[engine] def waiting(sc: SparkContext, text: String): Unit = {
+    context = sc
+    Option(sc.getLocalProperty(KeyProperty)).filter(k => k.nonEmpty && k.length <= MaxKey).foreach { k =>
+      if (text != null) byKey.put(k, Entry(Names.show(text), ""))
+      else byKey.computeIfPresent(k, (_, e) => if (e.tag.isEmpty) null else e)
+    }
+  }
+
   /** The request ended (answered, failed or abandoned). */
   private[engine] def ended(requestTag: String): Unit =
     Option(keyOf.remove(requestTag)).foreach(byKey.remove)
