@@ -15,8 +15,8 @@ import pyarrow as pa
 import pytest
 from lance.optimize import Compaction
 
-from lance_compact.compaction.fragment_facts import (FragmentFacts, _parsed, data_bytes_of, original_facts,
-                                                     task_facts)
+from lance_compact.compaction.fragment_facts import (FragmentFacts, _parsed, data_bytes_of, data_paths, file_path,
+                                                     original_facts, task_facts)
 from lance_compact.compaction.fragments import data_bytes, index_state, live_and_deleted
 from lance_compact.compaction.history import undecodable_rewrite
 from lance_compact.compaction.transactions import operation_field, operation_kind
@@ -53,6 +53,8 @@ def test_every_column_is_what_the_public_metadata_says(table):
     assert facts.small(100).sum() == 3
     by_metadata = FragmentFacts.of_metadata(metas)
     assert by_metadata.ids.tolist() == facts.ids.tolist() and by_metadata.bytes == facts.bytes
+    assert data_paths(table) == {d.path for m in metas for d in m.files}
+    assert all(file_path(d) == d.path and type(file_path(d)) is str for m in metas for d in m.files)
     assert facts.positions([13, 0]).tolist() == [12, 0]
     with pytest.raises(KeyError):
         facts.positions([3])

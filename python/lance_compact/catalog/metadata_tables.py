@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable
 
 from ..errors import CompactionError
-from ..compaction.fragment_facts import handles
+from ..compaction.fragment_facts import file_path, handles
 from ..compaction.history import rewrite_counts, undecodable_rewrite
 from ..compaction.transactions import operation_kind
 from ..compaction.fragments import index_state
@@ -32,7 +32,7 @@ def _fragments(ds) -> tuple[str, list[list]]:
         deletion = f.deletion_file()
         deleted = (f.num_deletions or 0) if deletion is not None else 0
         size = sum(x.file_size_bytes for x in files) if all(x.file_size_bytes is not None for x in files) else 0
-        rows.append([fid, f.physical_rows - deleted, deleted, f.physical_rows, [x.path for x in files],
+        rows.append([fid, f.physical_rows - deleted, deleted, f.physical_rows, [file_path(x) for x in files],
                      size, deletion, sorted(covering.get(fid, []))])
     return ("`id` BIGINT, `live_rows` BIGINT, `deleted_rows` BIGINT, `physical_rows` BIGINT, "
             "`data_files` ARRAY<STRING>, `bytes` BIGINT, `deletion_file` STRING, "

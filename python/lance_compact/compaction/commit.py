@@ -18,7 +18,7 @@ from lance.optimize import Compaction, RewriteResult
 from ..runtime import hooks
 from ..errors import CompactionError
 from ..runtime.failures import CONFLICT, classify
-from .fragment_facts import original_facts
+from .fragment_facts import data_paths, file_path, original_facts
 from .fragments import changed_fragments, data_bytes
 from .rebase import carry_over, commit_carried, describe, is_id_collision
 from .request import CompactionRequest
@@ -40,7 +40,7 @@ def remove_uncommitted(uri: str, latest: lance.LanceDataset, paths: Iterable[str
     if "://" in uri and not uri.startswith("file://"):
         return 0
     root = uri[len("file://"):] if uri.startswith("file://") else uri
-    referenced = {d.path for f in latest.get_fragments() for d in f.metadata.files}
+    referenced = data_paths(latest)
     removed = 0
     for path in set(paths) - referenced:
         try:
@@ -163,13 +163,13 @@ def _landed(request: CompactionRequest, results: list[RewriteResult],
     words, and the version it landed as (None: it did not, or that is not known). ``before``:
     the version the commit was tried on (newer ones that are not this commit are said to be
     others': Lance's reservation of fragment ids, another writer)."""
-    files = {d.path for r in results for f in r.new_fragments for d in f.files}
+    files = {file_path(d) for r in results for f in r.new_fragments for d in f.files}
     if not files:
         return "this commit did not land", None
     try:
         # A fresh open: the question is what the store holds now, after a failed answer.
         latest = open_dataset(request.table, request.uri, request.storage_options)
-        have = {d.path for f in latest.get_fragments() for d in f.metadata.files}
+        have = data_paths(latest)
     except CompactionError:
         return ("whether this commit landed could not be checked: see the table's versions "
                 f"(SELECT * FROM lance.{request.table}.versions)"), None
