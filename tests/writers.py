@@ -136,6 +136,42 @@ def at_commit(uri) -> str:
     return _state(uri, "at-commit")
 
 
+def mark_then_hold(uri, storage_options):
+    """Say the run reached a commit (:func:`at_commit`'s marker), then hold it there until the
+    test calls :func:`release` (at most 120 s): a cancel sent meanwhile lands at a known moment
+    right before the commit, and the commit's own check (the gate) decides after the release.
+    Each commit of the run is held so; the marker is gone once a release was taken."""
+    import time
+    marker, release_file = _state(uri, "at-commit"), _state(uri, "release")
+    open(marker, "w").close()
+    deadline = time.monotonic() + 120
+    while not os.path.exists(release_file) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    for f in (release_file, marker):
+        try:
+            os.remove(f)
+        except FileNotFoundError:
+            pass
+
+
+def release(uri, timeout: float = 30) -> bool:
+    """Let a run held by :func:`mark_then_hold` on ``uri`` go on to its commit; whether it took
+    the release within ``timeout`` (a worker killed meanwhile never does: the files are removed)."""
+    import time
+    marker, release_file = _state(uri, "at-commit"), _state(uri, "release")
+    open(release_file, "w").close()
+    deadline = time.monotonic() + timeout
+    while os.path.exists(marker) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    taken = not os.path.exists(marker)
+    for f in (release_file, marker):
+        try:
+            os.remove(f)
+        except FileNotFoundError:
+            pass
+    return taken
+
+
 FILLER = "zz_filler"
 
 

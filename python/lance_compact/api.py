@@ -269,10 +269,11 @@ def call_procedure(spark: Any, procedure: str, table: str | None, catalog: str =
             args[f"p{i}"] = v
             named.append(f"{k} => :p{i}")
     target = ".".join(f"`{p}`" for p in catalog.split("."))
-    from . import progress_line  # a live line in a notebook while the CALL runs
+    from . import progress_line  # on a runner thread (an interrupt cancels it); a live line in a notebook
 
     return progress_line.run(spark, procedure,
-                             lambda: spark.sql(f"CALL {target}.{procedure}({', '.join(named)})", args=args))
+                             lambda: spark.sql(f"CALL {target}.{procedure}({', '.join(named)})", args=args),
+                             table=table)
 
 
 # ---- the procedures as Python functions -------------------------------------------------

@@ -48,3 +48,20 @@ class TableNotFoundError(LookupError):
     def __init__(self, message: str, table: str, catalog: str) -> None:
         super().__init__(f"[{self.condition}] {message}")
         self.message, self.table, self.catalog = message, table, catalog
+
+
+class StatementInterrupted(KeyboardInterrupt):
+    """The PySpark API's call was interrupted (Ctrl-C, a notebook's stop) and its statement
+    cancelled (python/lance_compact/call_runner.py). A ``KeyboardInterrupt``, so a script stops
+    as on any Ctrl-C; its message is the statement's own answer to the cancel ("... cancelled
+    ...; nothing was committed", or what landed when its commit came first). ``answer``: the
+    statement's error, if it answered with one; ``result``: its result, if it had finished
+    (its commit came first); ``seconds``: from the cancel to the answer."""
+
+    def __init__(self, message: str, answer: BaseException | None = None, result: object = None,
+                 seconds: float | None = None) -> None:
+        super().__init__(message)
+        self.message, self.answer, self.result, self.seconds = message, answer, result, seconds
+
+    def __str__(self) -> str:
+        return self.message

@@ -1,29 +1,28 @@
 """A live line while a procedure runs, where the caller looks: a notebook cell's output, or a
 terminal's stderr.
 
-A CALL runs during ``spark.sql``, so the call itself shows nothing until it returns. Here the
-statement runs on a thread of its own (``InheritableThread``: the caller's job group, tags and
-pool go with it) under a key set as the local property ``lance_compact.progress``; the engine's
-words for it (runtime/progress.py) and the task counts of its running Spark jobs come back from
-the JVM (``Progress.line``) every half second:
+A CALL runs during ``spark.sql``, so the call itself shows nothing until it returns. Every
+PySpark API call runs its statement on a runner thread (call_runner.py: the caller's job group,
+tags and pool go with it, and an interrupt of the waiting caller -- a notebook's stop button,
+Ctrl-C -- cancels the statement and raises its answer as a ``KeyboardInterrupt``). With the line
+on, the statement also carries a key set as the local property ``lance_compact.progress``; the
+engine's words for it (runtime/progress.py) and the task counts of its running Spark jobs come
+back from the JVM (``Progress.line``, asked on another runner thread) every half second:
 
     lance_compact maintain_warehouse · 14 s · tables 3 of 12 done; db.events: compact (5 of 12 tasks done)
 
-An interrupt of the waiting caller (a notebook's stop button, Ctrl-C) cancels the statement's
-Spark work by a job tag of its own, which the catalog's cancel observer takes as the statement's
-cancel, and is raised again.
-
 On by default in a notebook kernel (IPython with a kernel), off elsewhere; the session setting
 ``spark.lance.compact.progress`` (``true``/``false``) decides when set. Needs the JVM in this
-process (PySpark Classic): over Spark Connect the statement runs as it is, without the line.
+process (PySpark Classic): over Spark Connect the statement runs without the line.
 """
 from __future__ import annotations
 
 import sys
-import threading
 import time
 import uuid
 from typing import Any, Callable, TypeVar
+
+from . import call_runner
 
 T = TypeVar("T")
 
@@ -80,58 +79,36 @@ class _Line:
             sys.stderr.flush()
 
 
-def run(spark: Any, what: str, statement: Callable[[], T]) -> T:
-    """``statement()`` (a ``spark.sql`` CALL), drawing its progress line while it runs when
-    :func:`wanted`; ``what`` names it on the line ("compact")."""
-    jvm = getattr(getattr(spark, "sparkContext", None), "_jvm", None) if not _is_connect(spark) else None
+def run(spark: Any, what: str, statement: Callable[[], T], table: str | None = None) -> T:
+    """``statement()`` (a ``spark.sql`` CALL) on a runner thread (call_runner.py: an interrupt
+    cancels it cleanly), drawing its progress line while it runs when :func:`wanted`; ``what``
+    names the procedure on the line ("compact"), ``table`` its table in an interrupt's message."""
+    named = f"{what} of {table}" if table else what
+    jvm = getattr(getattr(spark, "sparkContext", None), "_jvm", None) if not call_runner.is_connect(spark) else None
     if jvm is None or not wanted(spark):
-        return statement()
-    from pyspark.util import InheritableThread
-
-    sc = spark.sparkContext
+        return call_runner.run(spark, named, statement)
     key = uuid.uuid4().hex
-    tag = f"lance-compact-progress-{key}"
-    outcome: dict[str, Any] = {}
 
-    def work() -> None:
-        sc.setLocalProperty(KEY_PROPERTY, key)
-        sc.addJobTag(tag)
+    def waiting(call: call_runner.Call[T]) -> None:
+        # The JVM is asked on another thread: this one (a notebook's main thread, where an
+        # interrupt lands) waits in Python only, never inside a Py4J call.
+        said = [""]
+
+        def poll() -> None:
+            while not call.done.wait(POLL_SECONDS):
+                try:
+                    said[0] = jvm.io.github.lancecompact.spark.engine.Progress.line(key)
+                except Exception:
+                    pass
+
+        call_runner.background(poll)
+        line = _Line()
+        started = time.monotonic()
         try:
-            outcome["value"] = statement()
-        except BaseException as e:  # noqa: B036 - handed to the caller as it is
-            outcome["error"] = e
+            while not call.done.wait(POLL_SECONDS):
+                line.show(f"lance_compact {what} · {time.monotonic() - started:.0f} s"
+                          + (f" · {said[0]}" if said[0] else ""))
         finally:
-            sc.removeJobTag(tag)
-            sc.setLocalProperty(KEY_PROPERTY, None)
+            line.close()
 
-    thread = InheritableThread(target=work, daemon=True)
-    line = _Line()
-    started = time.monotonic()
-    thread.start()
-    try:
-        while thread.is_alive():
-            thread.join(POLL_SECONDS)
-            said = ""
-            try:
-                said = jvm.io.github.lancecompact.spark.engine.Progress.line(key)
-            except Exception:
-                pass
-            line.show(f"lance_compact {what} · {time.monotonic() - started:.0f} s" + (f" · {said}" if said else ""))
-    except KeyboardInterrupt:
-        sc.cancelJobsWithTag(tag)  # the statement's cancel (its jobs, and its driver-side work)
-        thread.join(30)
-        raise
-    finally:
-        line.close()
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome["value"]
-
-
-def _is_connect(spark: Any) -> bool:
-    try:
-        from pyspark.sql.utils import is_remote
-
-        return bool(is_remote()) or type(spark).__module__.startswith("pyspark.sql.connect")
-    except Exception:
-        return type(spark).__module__.startswith("pyspark.sql.connect")
+    return call_runner.run(spark, named, statement, properties={KEY_PROPERTY: key}, waiting=waiting)
