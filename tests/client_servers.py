@@ -172,9 +172,10 @@ def _killpg(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
-def connect_server(warehouse: Path, workdir: Path) -> SparkServer:
+def connect_server(warehouse: Path, workdir: Path, extra: Sequence[str] = ()) -> SparkServer:
     """A Spark Connect server with the lance catalog (pyspark's package has no
-    sbin/start-connect-server.sh: it is spark-submit with the server's class)."""
+    sbin/start-connect-server.sh: it is spark-submit with the server's class). ``extra``: more
+    spark-submit options."""
     port = free_port()
     home = spark_home()
     engine_log = workdir / "connect-engine.log"
@@ -184,7 +185,7 @@ def connect_server(warehouse: Path, workdir: Path) -> SparkServer:
             # the operator's: the notebook cleans up versions seconds old (version-retention check off)
             "--conf", "spark.lance.compact.cleanup.versionMinAge=0s",
             "--conf", f"spark.connect.grpc.binding.port={port}",
-            "spark-internal"]
+            *extra, "spark-internal"]
     return SparkServer("connect-server", args, port, workdir, extra_logs=[engine_log])
 
 
