@@ -9,6 +9,7 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap
 
 import io.github.lancecompact.spark.engine.{EngineRequest, PythonEngine}
 import io.github.lancecompact.spark.procedures.OptionSpec
+import io.github.lancecompact.spark.ui.LanceUiPublish
 
 /** `lance.system.table_health` and `lance.system.maintenance_history`: a row per table (per
  * version of each table) of the whole warehouse, computed by the engine from each table's
@@ -26,12 +27,15 @@ final class SystemTable(catalogName: String, kind: String, tables: Option[Set[St
   private[catalog] def scan(filters: Option[com.fasterxml.jackson.databind.JsonNode],
                             namespaces: Option[Set[String]] = None) = {
     val listed = tables(namespaces)
-    PythonEngine.query(kind, EngineRequest(storage = storage, catalog = Some(catalogName),
+    val scan = PythonEngine.query(kind, EngineRequest(storage = storage, catalog = Some(catalogName),
       maintainSettings = maintainSettings, warehouse = warehouse,
       tables = listed.tables.map { case (ns, t, l) => (ns.mkString("."), t, l) }) { r =>
       filters.foreach(f => r.set[com.fasterxml.jackson.databind.JsonNode]("filters", f))
       r.put("listed_namespaces", listed.listings)  // the engine logs it
     })
+    // the Lance tab's Warehouse page shows the last evaluation of each table, never a listing of its own
+    if (kind == "table_health") LanceUiPublish.healthEvaluated(catalogName, scan.readSchema(), scan.rows().toSeq)
+    scan
   }
   override def name(): String = s"$catalogName.${SystemTable.Namespace}.$kind"
   override def schema(): StructType = OptionSpec.columns(SystemTable.Columns(kind))

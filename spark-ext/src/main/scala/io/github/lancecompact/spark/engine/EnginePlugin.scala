@@ -7,11 +7,16 @@ import org.apache.spark.api.plugin.{DriverPlugin, ExecutorPlugin, PluginContext,
 import org.apache.spark.internal.Logging
 import org.apache.spark.sql.SparkSession
 
+import io.github.lancecompact.spark.ui.{LanceTabPages, LanceUiListener}
+
 /** `spark.plugins=io.github.lancecompact.spark.engine.EnginePlugin` (optional; set by
  * `lance-spark-sql` and `configure_spark_with_lance_compact`): starts the driver's engine and
  * the executors' Python workers while the session starts, rather than on the first
  * statement that names the catalog. Without it everything works the same, the first CALL
  * of a session only waits longer.
+ *
+ * It adds the Lance tab to the live Spark UI (`spark.lance.compact.ui.enabled`, default true;
+ * docs/lance-tab.md): the history server's comes from the same events (LanceCompactHistoryPlugin).
  *
  * It registers `maintain_warehouse`'s metrics ([[MaintenanceMetrics]]) with Spark's metrics system.
  *
@@ -30,6 +35,12 @@ class EnginePlugin extends SparkPlugin {
       // Python, pyspark, pylance and the Lance session take a second or two): the first
       // statement finds it ready. It waits for the context to be made before it uses it.
       EnginePool.warmUp(sc)
+      // The Lance tab (/lance/) in the live UI; its cancel is Spark's cancel of the statement's tag.
+      if (sc.getConf.getBoolean(EnginePlugin.UiConf, true)) {
+        try org.apache.spark.ui.LanceCompactTab.attachLive(sc, store => new LanceUiListener(store), LanceTabPages.pages)
+          .foreach(_.attachCancel(id => Progress.cancel(sc, id)))
+        catch { case e: Exception => logWarning(s"the Lance tab was not added to the Spark UI: $e") }
+      }
       util.Collections.emptyMap()
     }
   }
@@ -39,6 +50,7 @@ class EnginePlugin extends SparkPlugin {
 
 object EnginePlugin {
   val RedactionKey = "spark.redaction.regex"
+  val UiConf = "spark.lance.compact.ui.enabled"
   /** Catalog storage options, whatever the store calls its keys. */
   val StorageOptions = """catalog\.[^.]+\.(storage\.|headers?\.|access_key_id|secret_access_key|session_token)"""
   private val SparkDefault = "(?i)secret|password|token|access[.]?key"

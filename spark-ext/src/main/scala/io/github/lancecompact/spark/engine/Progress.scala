@@ -1,11 +1,13 @@
 package io.github.lancecompact.spark.engine
 
 import java.util.concurrent.ConcurrentHashMap
+import java.util.concurrent.atomic.AtomicLong
 
 import org.apache.spark.SparkContext
 import org.apache.spark.internal.Logging
 
 import io.github.lancecompact.spark.catalog.Names
+import io.github.lancecompact.spark.ui.{LanceStatementStarted, LanceStatementStep, LanceUiPublish}
 
 /** What a statement is doing now, as its engine request says (python/lance_compact/runtime/
  * progress.py), shown where people look:
@@ -19,6 +21,10 @@ import io.github.lancecompact.spark.catalog.Names
  *    its statement ([[line]]): the PySpark API polls it to draw a live line in a notebook, with the
  *    task counts of the statement's running Spark jobs.
  *
+ *  - on the Lance tab's Running page ([[LanceUiPublish]]): a procedure's statement (the one
+ *    [[statement]] names on the caller's thread) is posted as it starts and at each step; its
+ *    cancel there is Spark's cancel of the request's tag ([[cancel]]).
+ *
  * Bounded: an entry lives while its request does; a key longer than [[MaxKey]] is ignored.
  */
 object Progress extends Logging {
@@ -31,11 +37,44 @@ object Progress extends Logging {
   private val byKey = new ConcurrentHashMap[String, Entry]()
   @volatile private var context: SparkContext = _
 
-  /** On the caller's thread, as its request is queued: remember the caller's key, if it set one. */
+  /** A procedure's statement on its caller's thread: numbered (`id`, 0 until its request is
+   * queued) for the Lance tab, which never sees its request's tag. */
+  final class Statement private[Progress] (val procedure: String, val table: String, val budgetMs: Long) {
+    @volatile var id: Long = 0L
+  }
+  private val current = new ThreadLocal[Statement]()
+  private val statementIds = new AtomicLong()
+  private val tagOf = new ConcurrentHashMap[java.lang.Long, String]()   // running statement -> request tag
+  private val idOf = new ConcurrentHashMap[String, java.lang.Long]()    // request tag -> running statement
+
+  /** Run `body` (a procedure's call of the engine) as statement `procedure` of `table` on this
+   * thread; `budgetMs` its time budget (0: none). */
+  def statement[T](procedure: String, table: String, budgetMs: Long)(body: Statement => T): T = {
+    val s = new Statement(procedure, table, budgetMs)
+    current.set(s)
+    try body(s) finally current.remove()
+  }
+
+  /** On the caller's thread, as its request is queued: remember the caller's key, if it set one,
+   * and, for a procedure's statement, post its start. */
   private[engine] def started(sc: SparkContext, requestTag: String): Unit = {
     context = sc
     Option(sc.getLocalProperty(KeyProperty)).filter(k => k.nonEmpty && k.length <= MaxKey)
       .foreach(k => keyOf.put(requestTag, k))
+    Option(current.get).filter(_.id == 0L).foreach { s =>
+      s.id = statementIds.incrementAndGet()
+      tagOf.put(s.id, requestTag)
+      idOf.put(requestTag, s.id)
+      LanceUiPublish.post(sc, LanceStatementStarted(s.id, requestTag, s.procedure, s.table,
+        LanceUiPublish.user(sc), System.currentTimeMillis(), s.budgetMs))
+    }
+  }
+
+  /** Cancel running statement `id` as Spark cancels its request's tag (the engine's CancelWatch
+   * sees it as the statement's cancel); false when it no longer runs. */
+  def cancel(sc: SparkContext, id: Long): Boolean = Option(tagOf.get(id)).exists { tag =>
+    sc.cancelJobsWithTag(tag)
+    true
   }
 
   /** On the caller's thread, while its statement waits for a free engine worker: its line says
@@ -49,8 +88,10 @@ object Progress extends Logging {
   }
 
   /** The request ended (answered, failed or abandoned). */
-  private[engine] def ended(requestTag: String): Unit =
+  private[engine] def ended(requestTag: String): Unit = {
     Option(keyOf.remove(requestTag)).foreach(byKey.remove)
+    Option(idOf.remove(requestTag)).foreach(id => tagOf.remove(id))
+  }
 
   /** The engine says what request `requestTag` of `action` is doing: kept for its caller, logged,
    * and, where `ui`, shown in the UI as a job of no tasks under `properties` (the caller's job
@@ -60,6 +101,7 @@ object Progress extends Logging {
     val line = Names.show(text.take(300))  // one line, whatever a name in it holds
     Option(keyOf.get(requestTag)).foreach(k => byKey.put(k, Entry(line, requestTag)))
     logInfo(s"lance_compact $action: $line")
+    Option(idOf.get(requestTag)).foreach(id => LanceUiPublish.post(sc, LanceStatementStep(id, line, System.currentTimeMillis())))
     if (ui) {
       try mark(sc, s"lance_compact $action $line", properties, requestTag)
       catch { case e: Exception => logDebug(s"progress job not posted: $e") }

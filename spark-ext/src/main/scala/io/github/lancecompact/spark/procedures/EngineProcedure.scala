@@ -9,7 +9,8 @@ import org.apache.spark.sql.connector.read.Scan
 import org.apache.spark.sql.types.{StructField, StructType}
 
 import io.github.lancecompact.spark.catalog.LanceCatalog
-import io.github.lancecompact.spark.engine.{LanceCompactException, MaintenanceMetrics, PythonEngine, ResultScan}
+import io.github.lancecompact.spark.engine.{LanceCompactException, MaintenanceMetrics, Progress, PythonEngine, ResultScan}
+import io.github.lancecompact.spark.ui.LanceUiPublish
 
 /** What a procedure is: its name, what it does, its parameters in positional order, the
  * engine action that serves it, how a CALL's row becomes the engine's request, and what is
@@ -45,20 +46,54 @@ final class EngineProcedure(catalog: LanceCatalog, spec: ProcedureSpec) extends 
       val started = System.nanoTime()
       var failed = true
       try {
-        val scan = try PythonEngine.query(spec.action, spec.binder(catalog, params, input).request) catch {
-          case e: LanceCompactException if e.partial.isDefined =>
-            spec.afterwards(e.partial.get)  // what the run did before it failed (fail_on_error) still counts
-            throw e
+        val bound = spec.binder(catalog, params, input)
+        // the Lance tab's Running and History pages see it (Progress posts its start and steps)
+        Progress.statement(spec.name, bound.table, EngineProcedure.budgetMs(bound.request)) { statement =>
+          val scan = try PythonEngine.query(spec.action, bound.request) catch {
+            case e: LanceCompactException if e.partial.isDefined =>
+              spec.afterwards(e.partial.get)  // what the run did before it failed (fail_on_error) still counts
+              EngineProcedure.ended(catalog, statement.id, e, Some(e.partial.get))
+              throw e
+            case e: Exception =>
+              EngineProcedure.ended(catalog, statement.id, e, None)
+              throw e
+          }
+          spec.afterwards(scan)
+          LanceUiPublish.statementEnded(statement.id, "succeeded", null, scan.readSchema(), scan.rows().toSeq)
+          if (spec.action == "layout" && scan.readSchema().fieldNames.contains("fragment_rows")) {
+            LanceUiPublish.layoutDescribed(catalog.name(), bound.table, scan.readSchema(), scan.rows().toSeq)
+          }
+          failed = false
+          util.List.of[Scan](scan).iterator()
         }
-        spec.afterwards(scan)
-        failed = false
-        util.List.of[Scan](scan).iterator()
       } finally MaintenanceMetrics.called(spec.name, System.nanoTime() - started, failed)
     }
   }
 }
 
 object EngineProcedure {
+  private val mapper = new com.fasterxml.jackson.databind.ObjectMapper()
+  private val Duration = """(?i)^\s*([0-9]+(?:\.[0-9]+)?)\s*(d|days?|h|hours?|m|min|minutes?|s|sec|seconds?)\s*$""".r
+
+  /** A statement's time budget (`max_duration`, as the engine's parser reads its common
+   * forms) in ms; 0 when it has none or it is written otherwise (the page then shows none). */
+  private[procedures] def budgetMs(request: String): Long =
+    scala.util.Try(mapper.readTree(request).path("params").path("max_duration").asText("")).toOption.collect {
+      case Duration(n, unit) => (n.toDouble * (unit.toLowerCase.head match {
+        case 'd' => 86400000L case 'h' => 3600000L case 'm' => 60000L case _ => 1000L })).toLong
+    }.getOrElse(0L)
+
+  /** Tell the Lance tab statement `id` failed or was cancelled: its message with every storage
+   * option's value of the catalog taken out (the engine's messages are already redacted; this
+   * holds for any other), and what it did before (`partial`). */
+  private def ended(catalog: LanceCatalog, id: Long, e: Throwable, partial: Option[ResultScan]): Unit = {
+    val secrets = catalog.storageOptions.values.filter(_.length >= 4).toSeq.sortBy(-_.length)
+    val message = secrets.foldLeft(Option(e.getMessage).getOrElse(e.getClass.getSimpleName))((m, v) => m.replace(v, "*********(redacted)"))
+    val outcome = if (message.toLowerCase.contains("cancel")) "cancelled" else "failed"
+    LanceUiPublish.statementEnded(id, outcome, message.take(2000), partial.map(_.readSchema()).orNull,
+      partial.map(_.rows().toSeq).getOrElse(Nil))
+  }
+
   /** Procedure `name` of `catalog` called as `CALL catalog.name(p => v, ...)` is, with `args` by
    * parameter name (Catalyst values: UTF8String, java.lang.Boolean, java.lang.Long, MapData;
    * the others NULL): the same binding and checks, engine request, progress, cancel and metrics.

@@ -1,0 +1,116 @@
+package io.github.lancecompact.spark.ui
+
+import scala.jdk.CollectionConverters._
+import scala.xml.{Node, NodeSeq, Text}
+
+import com.fasterxml.jackson.databind.JsonNode
+import jakarta.servlet.http.HttpServletRequest
+import org.apache.spark.util.kvstore.KVStore
+
+import PageHtml._
+
+/** A statement's figures as its result rows and Spark's tasks give them: the History page and the
+ * Table page show the same ones. Bytes read are compact's `bytes_read`; bytes written its
+ * `bytes_written`, or a warehouse run's `bytes_rewritten`; task-seconds the executor run time of
+ * its Spark tasks (a small rewrite in the engine's own process runs none). */
+object StatementFigures {
+  def results(s: LanceStatementRecord): Seq[JsonNode] = rows(s.rowsJson)
+  /** None when no row says (a describe, a cleanup): the page shows nothing rather than 0. */
+  def bytesRead(rs: Seq[JsonNode]): Option[Long] = sum(rs.flatMap(long(_, "bytes_read")))
+  def bytesWritten(rs: Seq[JsonNode]): Option[Long] = sum(rs.flatMap(r => long(r, "bytes_written").orElse(long(r, "bytes_rewritten"))))
+  private def sum(xs: Seq[Long]): Option[Long] = if (xs.isEmpty) None else Some(xs.sum)
+  def elapsed(s: LanceStatementRecord, now: Long): Long = (if (s.endedAt > 0) s.endedAt else now) - s.startedAt
+
+  /** The statements in the store, newest first. */
+  def all(store: KVStore): Seq[LanceStatementRecord] =
+    store.view(classOf[LanceStatementRecord]).asScala.toSeq.sortBy(-_.id)
+
+  /** What a row of a warehouse run did to its table, in words. */
+  def outcome(r: JsonNode): String = {
+    val error = text(r, "error")
+    if (error.nonEmpty) "failed" else Seq(text(r, "outcome"), if (text(r, "ran") == "true") "ran" else "skipped").find(_.nonEmpty).get
+  }
+}
+
+/** `/lance/running/`: this application's statements still running: procedure, table, user, the
+ * engine's current step, its tasks, budget used, elapsed; a cancel button for viewers with the
+ * modify ACL, on the live UI only (`cancel`). */
+final class RunningPage(store: KVStore, live: Boolean) extends LanceCompactPage {
+  override val prefix = "running"
+  override val title = "Lance: running"
+
+  override def render(request: HttpServletRequest, canModify: Boolean, base: String): Seq[Node] = {
+    val now = System.currentTimeMillis()
+    val running = StatementFigures.all(store).filter(_.outcome == "running")
+    val offerCancel = live && canModify
+    val headers = Seq("#", "procedure", "table", "user", "step", "progress", "tasks", "task time",
+      "budget used", "elapsed") ++ (if (offerCancel) Seq("") else Nil)
+    val body = running.map { s =>
+      val elapsed = StatementFigures.elapsed(s, now)
+      val share = if (s.tasksAll > 0) s.tasksDone * 100 / s.tasksAll else 0
+      <tr>
+        {cell(Text(s.id.toString), s.id)}<td>{s.procedure}</td><td>{s.table}</td><td>{s.user}</td>
+        <td class="small">{s.step}</td>
+        <td>{if (s.tasksAll > 0) <div class="progress" style="min-width: 8em"><div class="progress-bar" role="progressbar" style={s"width: $share%"}>{s"$share%"}</div></div> else NodeSeq.Empty}</td>
+        {cell(Text(s"${s.tasksDone} of ${s.tasksAll}"), s.tasksDone)}
+        {cell(Text(duration(s.taskMs)), s.taskMs)}
+        {cell(Text(if (s.budgetMs > 0) s"${elapsed * 100 / s.budgetMs}% of ${duration(s.budgetMs)}" else "no time budget"), if (s.budgetMs > 0) elapsed * 100 / s.budgetMs else -1)}
+        {cell(Text(duration(elapsed)), elapsed)}
+        {if (offerCancel) <td><form method="post" action={s"$base/lance/cancel/"} onsubmit="return confirm('Cancel this statement?');" style="display: inline">
+            <input type="hidden" name="id" value={s.id.toString}/><button type="submit" class="btn btn-sm btn-outline-danger">cancel</button></form></td>
+         else NodeSeq.Empty}
+      </tr>
+    }
+    nav(base, "running") ++
+    <p>{if (live) s"Statements of this application running now (as of ${when(now)})."
+        else "Statements that had not ended when the application's event log ended."}</p> ++
+    (if (running.isEmpty) empty("No Lance statement is running.") else table("lance-running", headers, body, "filter statements"))
+  }
+}
+
+/** `/lance/history/`: what each ended statement did to which table, with its cost (bytes read
+ * and written, task-seconds, elapsed) and outcome; a failure's message; a warehouse run's tables
+ * beneath it. */
+final class HistoryPage(store: KVStore) extends LanceCompactPage {
+  override val prefix = "history"
+  override val title = "Lance: history"
+
+  override def render(request: HttpServletRequest, canModify: Boolean, base: String): Seq[Node] = {
+    val ended = StatementFigures.all(store).filter(_.outcome != "running")
+    val headers = Seq("#", "ended", "procedure", "table", "user", "outcome", "bytes read", "bytes written",
+      "task-seconds", "elapsed", "message")
+    val body = ended.flatMap(s => HistoryPage.lines(s))
+    nav(base, "history") ++
+    (if (ended.isEmpty) empty("No Lance statement has ended yet.") else table("lance-history", headers, body, "filter history"))
+  }
+}
+
+object HistoryPage {
+  /** A statement's row and, for a warehouse run, a row per table it reported on. */
+  def lines(s: LanceStatementRecord): Seq[Node] = {
+    val rs = StatementFigures.results(s)
+    val (read, written) = (StatementFigures.bytesRead(rs), StatementFigures.bytesWritten(rs))
+    val elapsed = StatementFigures.elapsed(s, s.endedAt)
+    val main =
+      <tr class={s"lance-statement lance-${s.outcome}"} data-id={s.id.toString}>
+        {cell(Text(s.id.toString), s.id)}{cell(Text(when(s.endedAt)), s.endedAt)}
+        <td>{s.procedure}</td><td>{s.table}</td><td>{s.user}</td>
+        <td class={if (s.outcome == "succeeded") "text-success" else "text-danger"}>{s.outcome}</td>
+        {cell(Text(read.map(bytes).getOrElse("")), read.getOrElse(-1L), "lance-bytes-read")}{cell(Text(written.map(bytes).getOrElse("")), written.getOrElse(-1L), "lance-bytes-written")}
+        {cell(Text(f"${s.taskMs / 1000.0}%.1f"), s.taskMs, "lance-task-seconds")}{cell(Text(duration(elapsed)), elapsed, "lance-elapsed")}
+        <td class="small text-danger">{s.error}</td>
+      </tr>
+    val perTable = if (s.procedure != "maintain_warehouse") Nil else rs.groupBy(text(_, "table")).toSeq.sortBy(_._1).map { case (t, tr) =>
+      val w = StatementFigures.bytesWritten(tr)
+      val ms = tr.flatMap(long(_, "elapsed_ms")).sum
+      val steps = tr.map(r => s"${text(r, "step")}: ${StatementFigures.outcome(r)}").mkString(", ")
+      <tr class="lance-table-step small" data-id={s.id.toString}>
+        {cell(Text(""), s.id)}{cell(Text(""), s.endedAt)}<td>↳ {steps}</td><td>{t}</td><td></td>
+        <td>{if (tr.exists(r => text(r, "error").nonEmpty)) "failed" else if (tr.exists(r => text(r, "ran") == "true")) "maintained" else "skipped"}</td>
+        {cell(Text(""), 0)}{cell(Text(w.map(bytes).getOrElse("")), w.getOrElse(-1L))}{cell(Text(""), 0)}{cell(Text(duration(ms)), ms)}
+        <td class="small text-danger">{tr.map(text(_, "error")).filter(_.nonEmpty).mkString("; ")}</td>
+      </tr>
+    }
+    main +: perTable
+  }
+}
