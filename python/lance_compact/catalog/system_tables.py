@@ -101,9 +101,10 @@ def table_health_rows(request: Envelope) -> tuple[str, list[tuple]]:
 
     def rows_of(namespace: str, name: str, uri: str) -> list[dict[str, Any]]:
         table = f"{namespace}.{name}"
-        ds = open_dataset(table, uri, for_entry(storage, namespace, name))
+        options = for_entry(storage, namespace, name)
+        ds = open_dataset(table, uri, options)
         policy = resolve_policy(None, ds.config() or {}, settings, table, catalog)
-        h = table_health(ds, policy)
+        h = table_health(ds, policy, storage_options=options)  # versions from a listing
         p = h.parts
         return [{**{k: p[k] for k in p if k != "indices"},
                  "namespace": namespace, "table": name, "health_score": h.score, "due": list(h.due),

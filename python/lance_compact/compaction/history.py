@@ -10,7 +10,7 @@ only from the manifests around it."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import timezone
+from datetime import datetime, timezone
 from typing import Any
 
 import lance
@@ -159,13 +159,19 @@ def last_compaction(dataset: lance.LanceDataset) -> LastCompaction | None:
     return LastCompaction(version, *rewrite_counts(dataset, version))
 
 
-def committed_at(dataset: lance.LanceDataset, version: int) -> str | None:
-    """When ``version`` was committed, ISO 8601 in UTC; None when cleanup removed it."""
+def commit_time(dataset: lance.LanceDataset, version: int) -> datetime | None:
+    """When ``version`` was committed (its manifest's timestamp); None when cleanup removed it."""
     # get_version() reads the checked-out manifest only; versions() would read them all.
     try:
-        when = dataset.checkout_version(version).get_version()["timestamp"]
+        at = dataset if version == dataset.version else dataset.checkout_version(version)
+        return at.get_version()["timestamp"]
     except (OSError, ValueError) as e:
         if version_gone(e):
             return None
         raise
-    return when.astimezone(timezone.utc).isoformat(timespec="seconds")
+
+
+def committed_at(dataset: lance.LanceDataset, version: int) -> str | None:
+    """When ``version`` was committed, ISO 8601 in UTC; None when cleanup removed it."""
+    when = commit_time(dataset, version)
+    return when.astimezone(timezone.utc).isoformat(timespec="seconds") if when is not None else None
