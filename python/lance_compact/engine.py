@@ -94,6 +94,8 @@ def _handlers(sc: Any) -> dict[str, Handler]:
         "table_health": system_table("table_health_rows"),
         "maintenance_history": system_table("maintenance_history_rows"),
         "alter_properties": _on_first_use("catalog.table_properties", "alter_properties"),
+        # the pool: what a dead or killed worker's statement wrote and did not commit
+        "discard_staged": _on_first_use("maintenance.staged_files", "discard_staged"),
     }
 
 
@@ -124,7 +126,8 @@ def handle(handlers: dict[str, Handler], action: str, request: str) -> dict[str,
                 raise CompactionError(f"engine: unknown action {action!r}")
             if not isinstance(raw, dict):
                 raise CompactionError(f"engine: the {action} request is not a JSON object")
-            envelope = Envelope.parse(action, _test_fault(raw))
+            # the pool's discard_staged carries a statement's request: never its test faults
+            envelope = Envelope.parse(action, raw if action == "discard_staged" else _test_fault(raw))
             if action in _STEPS_SHOWN and envelope.target is not None:  # a job named for its table in the UI
                 from .runtime import progress
                 progress.report(f"{envelope.target.table}: {_STEPS_SHOWN[action]}")
@@ -160,7 +163,8 @@ def _one_line(message: str) -> str:
 
 # The words runtime/failures.py promises in messages built from a Failure, by kind; the first
 # match wins (a conflict's message may also name the store).
-_KIND_WORDS = (("conflict", ("concurrent",)),
+_KIND_WORDS = (("worker_lost", ("python worker died", "executor running the task was lost")),
+               ("conflict", ("concurrent",)),
                ("storage", ("object store", "storage failure", "storage full", "no space left")),
                ("corrupt", ("corrupt or unreadable file", "a data file the table references is missing")),
                ("missing", ("does not exist (no lance dataset", "is not a lance dataset",
@@ -252,7 +256,18 @@ def _exit_with_parent() -> None:
         while sys.stdin.buffer.read(1 << 16):
             pass
     finally:
+        _remove_own_staged()
         os._exit(0)
+
+
+def _remove_own_staged() -> None:
+    """Before exiting because the JVM is gone (no pool is left to do it): remove what this
+    worker's requests wrote and did not commit (maintenance/staged_files.py), within 10 s."""
+    try:
+        from .maintenance.staged_files import remove_own
+        remove_own(10.0)
+    except BaseException as e:  # noqa: B036 - exiting anyway
+        log.warning("engine: removing uncommitted files before exiting failed: %s", e)
 
 
 def _exit_when_orphaned() -> None:
@@ -262,6 +277,7 @@ def _exit_when_orphaned() -> None:
     while True:
         time.sleep(1)
         if os.getppid() != parent:
+            _remove_own_staged()
             os._exit(0)
 
 
@@ -456,6 +472,7 @@ def main() -> None:
 
     def serve(request_id: str, action: str, request: str) -> None:
         from .runtime import progress
+        from .runtime import commit_gate
         from .runtime.cancellation import Gate, serving as checking_cancellation
 
         started = time.monotonic()
@@ -464,7 +481,10 @@ def main() -> None:
             bridge.adopt(request_id)
             with checking_cancellation(lambda: bridge.cancelled(request_id), Gate(bridge, request_id)), \
                     progress.serving(progress.Reporter(lambda said, ui: bridge.progress(request_id, said, ui))):
-                text = json.dumps(handle(handlers, action, request))
+                try:
+                    text = json.dumps(handle(handlers, action, request))
+                finally:
+                    commit_gate.forget()  # answered: what it staged is the JVM's to know no more
         except _LoseResponse:
             return  # test-only: the JVM must notice from the heartbeat (finally still runs)
         except BaseException as e:  # noqa: B036 - the caller must always get an answer

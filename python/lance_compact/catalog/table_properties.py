@@ -33,6 +33,7 @@ import lance
 from ..errors import CompactionError
 from ..options import OptionSpec, convert_value, option_specs
 from ..runtime.failures import first_part
+from ..runtime import commit_gate
 from ..maintenance.policy import (LANCE_COMPACTION_PREFIX, PROPERTY_PREFIX, check_policy_value, policy_key,
                                   policy_specs)
 from ..options import former_name
@@ -183,5 +184,7 @@ def alter_properties(request: Envelope) -> Result:
     update = {k: v for k, v in update.items() if v is not None or k in config}
     check_with_lance(table, ds, update)
     if update:
-        ds.update_config(update)  # Lance's commit moves ds to the version it wrote
+        with commit_gate.gate(table, "ALTER TABLE's change of properties") as landed:
+            ds.update_config(update)  # Lance's commit moves ds to the version it wrote
+            landed(f"version {ds.version}")
     return Result("`key` STRING, `value` STRING", sorted((ds.config() or {}).items()))

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 import lance
 from lance.optimize import Compaction, RewriteResult
 
-from ..runtime import cancellation, progress
+from ..runtime import cancellation, commit_gate, progress
 from . import bounds
 from ..options import effective
 
@@ -246,6 +246,7 @@ class Run:
             progress.report(f"{self.request.table}: batch {number} of {number + len(self.pending)}, "
                             f"rewriting {len(batch.ids)} tasks")
             outcomes, failure = runner.run(self.request, batch, number, self.dataset)
+            _stage(self.request, [o for o in outcomes if o.result_json] + batch.carried)
             ran = time.monotonic()
             if failure is not None and failure.cancelled:
                 reported = [o for o in outcomes if o.result_json is not None]
@@ -275,6 +276,11 @@ class Run:
         """Stop: remove what finished tasks wrote and nobody committed (local tables), and
         fail saying the statement was cancelled, what was committed before, and what was left
         for cleanup (files of ``stopped`` tasks that never reported)."""
+        raise self._cancel_error(why, where, uncommitted, stopped, settled)
+
+    def _cancel_error(self, why: str, where: str, uncommitted: list[TaskOutcome], stopped: int = 0,
+                      settled: bool = True) -> cancellation.Cancelled:
+        """:meth:`_cancelled`'s error, the files removed (also the commit gate's refusal)."""
         request = self.request
         why = cancellation.reason() or why  # the statement's own cancel says more than Spark's
         results = [RewriteResult.from_json(o.result_json) for o in uncommitted if o.result_json]
@@ -296,7 +302,9 @@ class Run:
         else:
             files = f"files written by tasks that were not committed are left for {cleanup}"
         log.info("table %s: cancelled %s (%s)", request.table, where, why)
-        raise cancellation.Cancelled(
+        if local:
+            commit_gate.stage(request.uri, [])  # removed above (or left for cleanup, said)
+        return cancellation.Cancelled(
             f"table {request.table}: the compaction was cancelled {where} ({why}); "
             f"{committed_phrase(self.versions, 'the cancel')}; {files}")
 
@@ -342,9 +350,20 @@ class Run:
             if o.error is not None:
                 self._task_failed(o.error)
         outcome = CommitOutcome()
+        uncommitted = [o for o in outcomes if o.error is None] + batch.carried
         try:
             if results:
-                commit_results(request, batch.read_version, results, self.dataset, outcome)
+                # The gate: no commit once a cancel is recorded (atomically with it); a cancel
+                # after this waits for the commit and hears what landed.
+                with commit_gate.committing(
+                        f"table {request.table}: committing a compaction of {len(results)} tasks",
+                        lambda why: self._cancel_error(why, "before a commit", uncommitted)) as landed:
+                    try:
+                        commit_results(request, batch.read_version, results, self.dataset, outcome)
+                    finally:
+                        if outcome.versions:
+                            landed(f"version{'s' if len(outcome.versions) > 1 else ''} "
+                                   f"{', '.join(map(str, outcome.versions))}")
         finally:
             self.committed_versions += outcome.versions
         self.counts["commits"] += outcome.commits
@@ -353,6 +372,7 @@ class Run:
         for k, v in outcome.metrics.items():
             self.totals[k] = v if k == "new_version" else (
                 None if v is None or self.totals.get(k, 0) is None else self.totals.get(k, 0) + v)
+        _unstage(request, results)  # committed; conflicted ones are removed next (or re-staged by a re-plan)
         if outcome.conflicted:
             remove_new_files(request, outcome.conflicted)
             replanned = (_replan(request, outcome.conflicted)
@@ -405,6 +425,22 @@ class Run:
         for name, _ in result_columns():
             row.setdefault(name, self.totals.get(name, 0))
         return tuple(row[name] for name, _ in result_columns())
+
+
+def _new_files(results: list[RewriteResult]) -> list[str]:
+    return [f"data/{d.path}" for r in results for f in r.new_fragments for d in f.files]
+
+
+def _stage(request: CompactionRequest, outcomes: list[TaskOutcome]) -> None:
+    """The data files the batch's finished tasks wrote, not committed yet: if this worker dies
+    before the commit, the pool removes them (``discard_staged``)."""
+    results = [RewriteResult.from_json(o.result_json) for o in outcomes if o.result_json]
+    if results:
+        commit_gate.add(request.uri, _new_files(results), request.storage_options)
+
+
+def _unstage(request: CompactionRequest, results: list[RewriteResult]) -> None:
+    commit_gate.drop(request.uri, _new_files(results))
 
 
 def _replan(request: CompactionRequest, conflicted: list[RewriteResult]) -> Plan:

@@ -7,31 +7,43 @@ concurrent writer that rewrote indexed fragments makes the commit conflict: the 
 fragments changed are planned and built again on the new version (``max_retries`` times), the
 rest kept. Any failure removes the segment files written and says that nothing was committed.
 
-A small build in local mode runs in the engine instead, as pylance's own ``create_index`` (the
-compaction's rule, ``spark.lance.compact.engineRewrite.maxBatchBytes``: 256 MiB of the column in local
-mode by default, 0 on a cluster); with 0, every build is Spark tasks. The row's ``built_by`` says
-which."""
+A small, cheap build runs in the statement's engine worker instead, as one segment over every
+fragment (``create_index_uncommitted``, Lance training its own model as its ``create_index``
+does), committed through the commit gate like the segments of Spark tasks: nothing of it commits
+after a cancel. "Small" is three bounds (runtime/driver_conf.py): the column's estimated bytes
+(``spark.lance.compact.index.engineMaxBytes``, 8 MiB, and at most the compaction's
+``engineRewrite.maxBatchBytes``: 0 on a cluster), the build's modelled CPU (cost.py:
+``spark.lance.compact.index.engineMaxSeconds``, 10 s: HNSW's m and ef_construction, many
+partitions for the rows, PQ codebooks make a build cost far more than its rows), and a time
+limit (``spark.lance.compact.index.engineTimeout``, 120 s) past which the statement cancels
+itself (its worker, still inside Lance's build, is killed at the cancel grace; the pool removes
+the segment folder it staged). Anything larger runs as Spark tasks. SQ types, whose segments
+cannot be merged (spec.SEGMENTED), run as ONE Spark task over every fragment when they are too
+large for the worker. The row's ``built_by`` says where."""
 from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
+import uuid
 from types import SimpleNamespace
 from typing import Any
 
 import lance
 
 from ..errors import CompactionError
-from ..runtime import cancellation, driver_conf, hooks, progress
+from ..runtime import cancellation, commit_gate, driver_conf, hooks, progress
 from ..runtime.cancellation import Cancelled
 from ..runtime.driver_conf import max_task_attempts
 from ..runtime.envelope import Envelope, Target
 from ..runtime.failures import classify, committed_phrase
+from . import cost
 from . import sample as sampling
 from . import spec as specs
 from .commit import commit_segments, is_conflict, merge_segments, remove_unreferenced, unchanged
 from .plan import Group, allowed, plan_groups, value_bytes
-from .segments import SegmentJob, build_segments
+from .segments import NAMED_BY_LANCE, SegmentJob, build_one, build_segments
 from .train import sample_size, train
 
 log = logging.getLogger(__name__)
@@ -93,45 +105,141 @@ def create_index(request: Envelope, sc: Any) -> dict[str, Any]:
                               "built and the table is unchanged")
     partitions = num_partitions(req, rows)
     sample_rows = sample_size(req, rows, partitions, training_rows(req, ds, rows)) if req.is_vector else 0
-    in_engine = (not req.hooks and sum(g.estimated_bytes for g in groups) <= engine_limit(sc)) \
-        or req.index_type not in specs.SEGMENTED
+    limits = driver_conf.index_engine_limits(sc)
+    column_bytes = sum(g.estimated_bytes for g in groups)
+    modelled = cost.seconds(cost.build_work(req.index_type, rows, req.dimension, {**req.lance, **req.build},
+                                            partitions))
+    # test hooks act in Spark tasks (task faults, sleeps): such a build always runs there
+    in_engine = (not req.hooks and column_bytes <= min(engine_limit(sc), limits[driver_conf.INDEX_MAX_BYTES])
+                 and modelled <= limits[driver_conf.INDEX_MAX_SECONDS])
+    if not in_engine and req.index_type not in specs.SEGMENTED:  # one task: SQ segments cannot be merged
+        groups = [Group(tuple(f for g in groups for f in g.fragment_ids), rows, column_bytes)]
+    log.info("table %s: create_index: %s of %d rows, %d bytes of the column, modelled %.1f s of CPU: %s", req.table,
+             req.index_type, rows, column_bytes, modelled, "in the engine worker" if in_engine else "Spark tasks")
     row = {"table": req.table, "name": req.name, "index_type": req.index_type, "column": req.column,
            "dry_run": req.dry_run, "built_by": ENGINE if in_engine else SPARK, "read_version": read_version,
            "new_version": read_version, "fragments": sum(len(g.fragment_ids) for g in groups), "rows": rows,
            "estimated_bytes": sum(g.estimated_bytes for g in groups), "segments_built": 0,
-           "segments_committed": 0, "sample_rows": 0 if in_engine and not req.dry_run else sample_rows,
+           "segments_committed": 0, "sample_rows": sample_rows if _trained(req, in_engine) else 0,
            "retries": 0, "groups": [g.as_row() for g in groups], "train_ms": 0, "build_ms": 0, "commit_ms": 0}
     if not req.dry_run:
         why = cancellation.reason()
         if why:
             raise Cancelled(f"table {req.table}: create_index cancelled ({why}); nothing was built or committed")
         if in_engine:
-            _in_engine(ds, req, partitions, row)
+            _in_engine(target, ds, req, partitions, row, limits[driver_conf.INDEX_TIMEOUT],
+                       [f for g in groups for f in g.fragment_ids])
         else:
             _on_spark(sc, target, ds, req, groups, partitions, sample_rows, row)
     row["elapsed_ms"] = int((time.monotonic() - started) * 1000)
     return row
 
 
-def _in_engine(ds: lance.LanceDataset, req: specs.IndexRequest, partitions: int | None, row: dict[str, Any]) -> None:
-    """pylance's own create_index in this process (one commit)."""
-    progress.report(f"{req.table}: create_index: building {req.name} in the engine")
+def _trained(req: specs.IndexRequest, in_engine: bool) -> bool:
+    """Whether the build samples and trains one model on the driver (segmented vector builds on
+    Spark; in the worker, and for SQ's single task, Lance trains as its create_index does)."""
+    return req.is_vector and not in_engine and req.index_type in specs.SEGMENTED
+
+
+def _whole_params(req: specs.IndexRequest, partitions: int | None) -> dict[str, Any]:
+    """Lance's keywords for one segment over every fragment that trains its own model, as
+    pylance's create_index is given them."""
+    if not req.is_vector:
+        return dict(req.lance)
+    rest = {k: v for k, v in req.lance.items() if k not in ("num_partitions", "num_sub_vectors")}
+    extra = {k: v for k, v in req.build.items() if k in ("sample_rate", "max_iters")}
+    sub = specs.num_sub_vectors(req)
+    return {**rest, **extra, "num_partitions": partitions, **({"num_sub_vectors": sub} if sub else {})}
+
+
+def _in_engine(target: Target, ds: lance.LanceDataset, req: specs.IndexRequest, partitions: int | None,
+               row: dict[str, Any], timeout: float, fragment_ids: list[int]) -> None:
+    """One uncommitted segment over ``fragment_ids`` (every fragment the plan found), built in this
+    worker (bounded by ``timeout`` seconds: past it the statement cancels itself), committed
+    through the gate."""
+    table, uri, storage = req.table, target.uri, dict(target.storage_options)
+    progress.report(f"{table}: create_index: building {req.name} in the engine")
     clock = time.monotonic()
+    folder = None if req.index_type in NAMED_BY_LANCE else str(uuid.uuid4())
+    job = SegmentJob(table, uri, storage, ds.version, req.column, req.index_type, req.name,
+                     _whole_params(req, partitions), req.metric, req.replace)
+    written: list[str] = []
+    if folder is not None:  # staged before Lance writes it: a killed worker's folder is removed by the pool
+        written.append(folder)
+        commit_gate.add(uri, [f"_indices/{folder}"], storage)
     try:
-        if req.is_vector:
-            extra = {k: v for k, v in req.build.items() if k in ("sample_rate", "max_iters")}
-            rest = {k: v for k, v in req.lance.items() if k not in ("num_partitions", "num_sub_vectors")}
-            ds.create_index(req.column, req.index_type, name=req.name, metric=req.metric, replace=req.replace,
-                            num_partitions=partitions, num_sub_vectors=specs.num_sub_vectors(req),
-                            **rest, **extra)
-        else:
-            ds.create_scalar_index(req.column, req.index_type, name=req.name, replace=req.replace, **req.lance)
-    except Exception as e:
-        raise CompactionError(f"table {req.table}: create_index: pylance's create_index failed: "
-                              f"{classify(e).phrase} ({classify(e).detail}); nothing was committed") from None
-    row["new_version"] = ds.latest_version
-    row["build_ms"] = int((time.monotonic() - clock) * 1000)
-    row["segments_built"] = row["segments_committed"] = 1
+        try:
+            segment = _bounded(lambda: build_one(ds, job, fragment_ids, job.params, folder), timeout, table)
+            if folder is None:  # Lance named it: known only now
+                written.append(str(segment.uuid))
+                commit_gate.add(uri, [f"_indices/{segment.uuid}"], storage)
+            merged = merge_segments(ds, [segment], 2, req.index_type)
+        except (Cancelled, CompactionError):
+            raise
+        except Exception as e:
+            raise CompactionError(f"table {table}: create_index: building the index in the engine failed: "
+                                  f"{classify(e).phrase} ({classify(e).detail}); nothing was committed") from None
+        written += [str(m.uuid) for m in merged if str(m.uuid) not in written]
+        commit_gate.add(uri, [f"_indices/{m.uuid}" for m in merged], storage)
+        row["build_ms"] = int((time.monotonic() - clock) * 1000)
+        hooks.before_commit(SimpleNamespace(hooks=req.hooks, uri=uri, storage_options=storage))
+        clock = time.monotonic()
+        row["new_version"] = _commit(ds, req, merged)
+        row["commit_ms"] = int((time.monotonic() - clock) * 1000)
+        row["segments_built"] = row["segments_committed"] = 1
+    finally:
+        remove_unreferenced(target, written, "create_index")
+        commit_gate.stage(uri, [])  # committed, removed, or (not removable) left for cleanup
+
+
+def _bounded(build: Any, timeout: float, table: str) -> Any:
+    """``build()`` on a thread of its own, waited for at most ``timeout`` seconds; past it the
+    statement cancels itself: no commit of it begins, and its worker, still inside Lance's build,
+    is killed at the cancel grace (the pool then removes what it staged). A cancel of the
+    statement meanwhile is waited out the same way: Lance's build cannot be stopped, the kill
+    stops it."""
+    done: list[Any] = []
+    failed: list[BaseException] = []
+    statement = cancellation.current_probe()
+
+    def run() -> None:
+        with cancellation.serving(statement):
+            try:
+                done.append(build())
+            except BaseException as e:  # noqa: B036 - handed to the waiting thread
+                failed.append(e)
+
+    worker = threading.Thread(target=run, daemon=True, name="index-build")
+    worker.start()
+    worker.join(timeout)
+    if worker.is_alive():
+        why = (f"the index build in the engine ran past its time limit of {timeout:g} s "
+               f"({driver_conf.INDEX_TIMEOUT})")
+        log.warning("table %s: create_index: %s: cancelling the statement", table, why)
+        cancellation.cancel_statement(why)
+        worker.join()
+    if failed:
+        raise failed[0]
+    why = cancellation.reason()
+    if why:
+        raise Cancelled(f"table {table}: create_index cancelled while building ({why}); nothing was committed")
+    return done[0]
+
+
+def _commit(ds: lance.LanceDataset, req: specs.IndexRequest, segments: list[Any], earlier: tuple[int, ...] = ()
+            ) -> int:
+    """``segments`` committed as index ``req.name`` against ``ds``'s version, through the gate:
+    the version it landed."""
+    with commit_gate.gate(req.table, f"create_index of {req.name}", earlier) as landed:
+        try:
+            version = commit_segments(ds, req.name, req.column, segments)
+        except Exception as e:
+            if is_conflict(e):
+                raise
+            raise CompactionError(f"table {req.table}: create_index: the commit failed: {classify(e).phrase} "
+                                  f"({classify(e).detail}); nothing was committed") from None
+        landed(f"version {version}")
+        return version
 
 
 def _lance_params(req: specs.IndexRequest) -> dict[str, Any]:
@@ -146,7 +254,7 @@ def _on_spark(sc: Any, target: Target, ds: lance.LanceDataset, req: specs.IndexR
     table = req.table
     model: dict[str, Any] | None = None
     clock = time.monotonic()
-    if req.is_vector:
+    if _trained(req, False):
         progress.report(f"{table}: create_index: sampling {sample_rows:,} vectors")
         rows_by_fragment = {f: 0 for g in groups for f in g.fragment_ids}
         for f in ds.get_fragments():
@@ -170,8 +278,11 @@ def _on_spark(sc: Any, target: Target, ds: lance.LanceDataset, req: specs.IndexR
     try:
         for attempt in range(int(req.setting("max_retries")) + 1):
             _check_cancel(table, "before building the segments")
+            params = _lance_params(req) if req.index_type in specs.SEGMENTED else _whole_params(req, partitions)
             job = SegmentJob(table, target.uri, dict(target.storage_options), read.version, req.column,
-                             req.index_type, req.name, _lance_params(req), req.metric, req.replace, dict(req.hooks))
+                             req.index_type, req.name, params, req.metric, req.replace, dict(req.hooks))
+            # every folder a task attempt may write, staged before the job: a dead worker's are the pool's to remove
+            _stage(target, job.segment_uuids(len(groups), max_task_attempts(sc)))
             progress.report(f"{table}: create_index: building {len(groups)} segments")
             clock = time.monotonic()
             built, failure = build_segments(
@@ -181,6 +292,7 @@ def _on_spark(sc: Any, target: Target, ds: lance.LanceDataset, req: specs.IndexR
             row["build_ms"] += int((time.monotonic() - clock) * 1000)
             row["segments_built"] += len(built)
             written += [str(s.index.uuid) for s in built]
+            _stage(target, [str(s.index.uuid) for s in built])
             if failure is not None:  # a task may have written its segment after the job failed
                 written += job.segment_uuids(len(groups), max_task_attempts(sc))
                 if failure.cancelled:
@@ -197,12 +309,15 @@ def _on_spark(sc: Any, target: Target, ds: lance.LanceDataset, req: specs.IndexR
             merged = merge_segments(read, [s.index for s in sorted(segments, key=lambda s: min(s.fragment_ids))],
                                     int(req.setting("merge_fan_in")), req.index_type)
             written += [str(m.uuid) for m in merged]
+            _stage(target, [str(m.uuid) for m in merged])
             try:
-                row["new_version"] = commit_segments(read, req.name, req.column, merged)
+                row["new_version"] = _commit(read, req, merged)
                 row["segments_committed"] = len(merged)
                 row["commit_ms"] += int((time.monotonic() - clock) * 1000)
                 row["groups"] = [g.as_row() for g in groups] if not kept else row["groups"]
                 return
+            except CompactionError:  # the gate's refusal (a cancel), or the commit's own failure, said
+                raise
             except Exception as e:
                 row["commit_ms"] += int((time.monotonic() - clock) * 1000)
                 if not is_conflict(e) or attempt == int(req.setting("max_retries")):
@@ -220,6 +335,11 @@ def _on_spark(sc: Any, target: Target, ds: lance.LanceDataset, req: specs.IndexR
                 read = latest
     finally:
         remove_unreferenced(target, written, "create_index")
+        commit_gate.stage(target.uri, [])  # committed, removed, or (not removable) left for cleanup
+
+
+def _stage(target: Target, uuids: list[str]) -> None:
+    commit_gate.add(target.uri, [f"_indices/{u}" for u in uuids], dict(target.storage_options))
 
 
 def _check_cancel(table: str, where: str) -> None:

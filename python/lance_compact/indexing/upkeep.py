@@ -38,7 +38,8 @@ from lance import LanceOperation
 from lance.dataset import Index
 
 from ..errors import CompactionError
-from ..runtime import cancellation, identifiers, progress
+from ..runtime import cancellation, commit_gate, identifiers, progress
+from ..runtime.driver_conf import INDEX_MAX_BYTES, index_engine_limits, max_task_attempts
 from ..runtime import hooks as test_hooks
 from ..runtime.cancellation import Cancelled
 from ..runtime.catalog_service import commit_arguments
@@ -213,6 +214,7 @@ def _segments(target: Target, ds: lance.LanceDataset, ups: list[Upkeep], procedu
     finally:
         committed = next((o.latest for o in outcomes.values() if o.latest is not None), None)
         remove_unreferenced(target, written, "optimize_indices", committed)
+        commit_gate.stage(target.uri, [])  # committed, removed, or (not removable) left for cleanup
 
 
 def _once(target: Target, ds: lance.LanceDataset, ups: list[Upkeep], procedure: str, sc: Any,
@@ -227,7 +229,10 @@ def _once(target: Target, ds: lance.LanceDataset, ups: list[Upkeep], procedure: 
         ix, out = up.index, outcomes[up.index.name]
         model, metric = existing.model(ds, ix, target.uri, target.storage_options)
         groups = _groups(up, ds)
-        in_engine = sc is None or up.estimated_bytes <= engine_limit(sc)
+        # in the worker only when small (create_index's size bound; the model is the index's own:
+        # no training); else Spark tasks, where it can be scheduled and cancelled
+        in_engine = sc is None or up.estimated_bytes <= min(
+            engine_limit(sc), index_engine_limits(sc)[INDEX_MAX_BYTES])
         job = SegmentJob(table, target.uri, dict(target.storage_options), up.read_version, ix.column, ix.build_type,
                          ix.name, {}, metric, True)
         _check_cancel(table, procedure, ix.name, "before building")
@@ -238,14 +243,17 @@ def _once(target: Target, ds: lance.LanceDataset, ups: list[Upkeep], procedure: 
                 for g in groups:
                     shard = build_one(ds, job, g, model)
                     written.append(str(shard.uuid))
+                    _stage(target, [str(shard.uuid)])
                     shards.append(shard)
             else:
+                _stage(target, job.segment_uuids(len(groups), max_task_attempts(sc)))
                 built, failure = build_segments(
                     sc, job, groups, model,
                     f"lance.{procedure} {table}: building {len(groups)} {ix.build_type} segments of {identifiers.escape(ix.name)} "
                     f"({up.rows:,} rows; {len(up.new)} unindexed fragments, {len(up.merged)} segments merged) "
                     f"planned at version {up.read_version}")
                 written += [str(s.index.uuid) for s in built]
+                _stage(target, [str(s.index.uuid) for s in built])
                 if failure is not None:
                     if failure.cancelled:
                         why = cancellation.reason() or failure.message  # the statement's own cancel says more
@@ -260,6 +268,7 @@ def _once(target: Target, ds: lance.LanceDataset, ups: list[Upkeep], procedure: 
             inputs = [s for s in up.merged if s.uuid not in up.dead] + ordered
             merged = [ds.merge_existing_index_segments(inputs)] if inputs else []
         written += [str(s.uuid) for s in merged]
+        _stage(target, [str(s.uuid) for s in merged])
         new_segments += merged
         removed += up.merged
         out.built_by = ENGINE if in_engine else SPARK
@@ -273,8 +282,14 @@ def _once(target: Target, ds: lance.LanceDataset, ups: list[Upkeep], procedure: 
     operation = LanceOperation.CreateIndex(new_indices=new_segments, removed_indices=removed)
     read_version = ups[0].read_version
     try:
-        committed = lance.LanceDataset.commit(target.uri, operation, read_version=read_version,
-                                              **commit_arguments(target.storage_options))
+        # the gate: no commit once a cancel is recorded; a cancel after it waits and hears what landed
+        with commit_gate.gate(table, f"{procedure}: the commit of indices {', '.join(u.index.name for u in ups)}"
+                              ) as landed:
+            committed = lance.LanceDataset.commit(target.uri, operation, read_version=read_version,
+                                                  **commit_arguments(target.storage_options))
+            landed(f"version {committed.version}")
+    except CompactionError:  # the gate's refusal (Cancelled)
+        raise
     except Exception as e:  # Lance's CommitConflictError (an OSError), or the store's
         if is_conflict(e):
             raise _Conflict(str(e).split(", /")[0][:200]) from None
@@ -305,7 +320,16 @@ def _pylance(target: Target, ds: lance.LanceDataset, up: Upkeep, retrain: bool) 
     """pylance's optimize_indices of this one index, in the engine (one commit)."""
     before = ds.version
     try:
-        ds.optimize.optimize_indices(index_names=[up.index.name], retrain=retrain)
+        # pylance's optimize_indices commits inside the call and has no uncommitted form: the whole
+        # call goes through the gate (a cancel after it began waits for it; only indices no segment
+        # route keeps come here: INVERTED, several columns, a shallow clone's)
+        with commit_gate.gate(target.table, f"optimize_indices of {identifiers.escape(up.index.name)} "
+                                            "(pylance's, which commits itself)") as landed:
+            ds.optimize.optimize_indices(index_names=[up.index.name], retrain=retrain)
+            if ds.version != before:
+                landed(f"version {ds.version}")
+    except CompactionError:  # the gate's refusal (Cancelled)
+        raise
     except Exception as e:
         if is_conflict(e):
             raise UpkeepConflict(f"table {target.table}: index {identifiers.escape(up.index.name)}: a concurrent change conflicted with "
@@ -351,6 +375,11 @@ def _retrain(target: Target, ds: lance.LanceDataset, up: Upkeep, procedure: str,
                            "segments_committed": 0, "retries": 0, "new_version": ds.version, "groups": []}
     building._on_spark(sc, target, ds, req, groups, partitions, sample_rows, row)
     return Outcome(SPARK, rows, row["segments_built"], len(ix.segments), row["new_version"], row["retries"])
+
+
+def _stage(target: Target, uuids: list[str]) -> None:
+    """Segment folders written (or about to be) and not committed: a dead worker's are removed by the pool."""
+    commit_gate.add(target.uri, [f"_indices/{u}" for u in uuids], dict(target.storage_options))
 
 
 def _check_cancel(table: str, procedure: str, name: str, where: str) -> None:

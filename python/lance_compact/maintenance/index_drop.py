@@ -13,7 +13,7 @@ from typing import Any, Mapping
 
 from ..errors import CompactionError
 from ..compaction.fragments import index_state, system_index
-from ..runtime import identifiers
+from ..runtime import commit_gate, identifiers
 from ..runtime.envelope import Target
 
 
@@ -40,7 +40,9 @@ def drop_index(target: Target, args: Mapping[str, Any]) -> dict[str, Any]:
                               " (nothing was changed)")
     read_version = ds.version
     dropped = state[name]
-    ds.drop_index(name)  # one commit by Lance; ds moves to the version it committed
+    with commit_gate.gate(table, f"drop_index of {identifiers.shown(name)}") as landed:
+        ds.drop_index(name)  # one commit by Lance; ds moves to the version it committed
+        landed(f"version {ds.version}")
     return {"table": table, "name": name, "type": dropped["type"], "columns": list(dropped["fields"]),
             "segments": dropped["segments"], "read_version": read_version, "new_version": ds.version,
             "elapsed_ms": int((time.monotonic() - started) * 1000)}

@@ -43,11 +43,12 @@ from __future__ import annotations
 import re
 import time
 from datetime import datetime, timedelta, timezone
+from contextlib import ExitStack
 from typing import Any, Callable, Mapping, NamedTuple
 
 from lance.file import LanceFileSession
 
-from ..runtime import driver_conf, durations
+from ..runtime import commit_gate, driver_conf, durations
 from .retention import check_older_than, default_older_than
 from ..errors import CompactionError
 from ..runtime.catalog_service import resolved_options
@@ -257,6 +258,16 @@ def cleanup(target: Target, args: Mapping[str, Any], options: Mapping[str, Any] 
     if args.get("retain_versions") is not None:
         kwargs["retain_versions"] = args["retain_versions"]
     ds = target.open()
+    with ExitStack() as gated:
+        if not dry_run:  # the gate: nothing is deleted once a cancel is recorded; a cancel after it waits
+            gated.enter_context(commit_gate.gate(table, "cleanup (removing old versions and files)"))
+        return _cleanup(target, ds, args, kwargs, dry_run, unverified, min_age)
+
+
+def _cleanup(target: Target, ds: Any, args: Mapping[str, Any], kwargs: dict[str, Any], dry_run: bool,
+             unverified: Any, min_age: timedelta) -> dict[str, Any]:
+    """:func:`cleanup` once its parameters are checked (and, unless a dry run, the gate let it begin)."""
+    table, uri, storage = target.table, target.uri, dict(target.storage_options)
     counted: set[str] = set()  # files Lance's own dry run already counts
     listed: list[str] = []  # a dry run's files: Lance's candidates, then ours (delete_unverified)
     if dry_run:

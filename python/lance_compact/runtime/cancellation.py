@@ -56,6 +56,14 @@ class Gate:
         except Exception:  # the JVM is going away: nothing waits for this answer
             pass
 
+    def cancel(self, why: str) -> None:
+        """Cancel the request itself (it ran past a bound of its own): its Spark jobs stop, no
+        commit of it begins, and a worker that does not answer within the grace is killed."""
+        try:
+            self._bridge.cancel(self._id, why)
+        except Exception:  # the JVM is gone: nothing of this request commits anyway
+            pass
+
     def staged(self, uri: str, paths_json: str) -> None:
         try:
             self._bridge.staged(self._id, uri, paths_json)
@@ -169,6 +177,16 @@ def cancel(why: str) -> None:
     probe = getattr(_local, "probe", None)
     if probe is not None:
         probe.cancel(why)
+
+
+def cancel_statement(why: str) -> None:
+    """The current request cancels its own statement (a time limit it ran past): as a cancel
+    from its caller, also in the JVM (:meth:`Gate.cancel`)."""
+    probe = getattr(_local, "probe", None)
+    if isinstance(probe, Statement):
+        probe.cancel(why)
+        if probe.gate is not None:
+            probe.gate.cancel(why)
 
 
 def _why(rest: str) -> str:

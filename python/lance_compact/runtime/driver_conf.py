@@ -160,3 +160,47 @@ def engine_limit(sc: Any) -> int:
     if known is None or known[0] is not sc:
         known = _ENGINE_LIMITS[id(sc)] = (sc, max_batch_bytes(dict(sc.getConf().getAll()), sc.master))
     return known[1]
+
+
+# An index build in the engine worker (indexing/build.py, upkeep.py) is bounded three ways, each
+# beside maxBatchBytes (which turns in-engine work off on a cluster): the column's size, the build's
+# modelled CPU (indexing/cost.py: parameters such as HNSW's m and ef_construction make a build cost
+# far more than its rows), and a time limit after which its statement is cancelled (its worker
+# killed at the cancel grace if the build does not end): beyond either bound it runs as Spark tasks.
+INDEX_MAX_BYTES = "spark.lance.compact.index.engineMaxBytes"
+INDEX_MAX_SECONDS = "spark.lance.compact.index.engineMaxSeconds"
+INDEX_TIMEOUT = "spark.lance.compact.index.engineTimeout"
+INDEX_DEFAULTS = {INDEX_MAX_BYTES: 8 << 20, INDEX_MAX_SECONDS: 10.0, INDEX_TIMEOUT: 120.0}
+
+
+def index_limits(conf: dict[str, str]) -> dict[str, float]:
+    """The three bounds of an in-engine index build from the driver's static conf (bytes of the
+    column, modelled CPU seconds, seconds of wall time); a value that does not parse is ignored
+    with a warning (the default applies)."""
+    from .durations import seconds as duration_seconds
+
+    out: dict[str, float] = dict(INDEX_DEFAULTS)
+    for key in INDEX_DEFAULTS:
+        text = conf.get(key)
+        if text is None:
+            continue
+        try:
+            out[key] = float(size_bytes(key, text)) if key == INDEX_MAX_BYTES else (
+                float(text) if key == INDEX_MAX_SECONDS else duration_seconds(text, key))
+            if out[key] < 0:
+                raise ValueError(f"{key} = {text!r}: must not be negative")
+        except Exception as e:  # noqa: B902 - a ValueError or the durations parser's error
+            log.warning("%s; using the default %s", e, INDEX_DEFAULTS[key])
+            out[key] = INDEX_DEFAULTS[key]
+    return out
+
+
+_INDEX_LIMITS: dict[int, tuple[Any, dict[str, float]]] = {}
+
+
+def index_engine_limits(sc: Any) -> dict[str, float]:
+    """:func:`index_limits` of this engine's SparkContext (read once per context)."""
+    known = _INDEX_LIMITS.get(id(sc))
+    if known is None or known[0] is not sc:
+        known = _INDEX_LIMITS[id(sc)] = (sc, index_limits(dict(sc.getConf().getAll())))
+    return known[1]

@@ -105,7 +105,8 @@ def before_commit(request: Any) -> None:
 
 # Static Spark settings of an application started for tests -> this engine's slow-downs.
 SLOWDOWNS = {"spark.lance.compact.test.taskSleepMs": "LANCE_COMPACT_TEST_TASK_SLEEP_MS",
-             "spark.lance.compact.test.driverPauseMs": "LANCE_COMPACT_TEST_DRIVER_PAUSE_MS"}
+             "spark.lance.compact.test.driverPauseMs": "LANCE_COMPACT_TEST_DRIVER_PAUSE_MS",
+             "spark.lance.compact.test.gateHold": "LANCE_COMPACT_TEST_GATE_HOLD"}
 
 
 def load_slowdowns(conf: dict[str, str]) -> None:
@@ -135,6 +136,28 @@ def driver_pause() -> bool:
     return bool(ms)
 
 
+def at_gate() -> None:
+    """``$LANCE_COMPACT_TEST_GATE_HOLD`` (a folder; the application's static
+    ``spark.lance.compact.test.gateHold``) in a process started for tests: every commit or
+    deletion step, right before it asks the commit gate (runtime/commit_gate.py), writes
+    ``<folder>/at-gate`` and waits (at most 120 s) until the test writes ``<folder>/release``, so a
+    cancel lands at a known moment before the gate decides; both files are then removed."""
+    folder = os.environ.get("LANCE_COMPACT_TEST_GATE_HOLD") if hooks_enabled() else None
+    if not folder:
+        return
+    import time
+    marker, release = os.path.join(folder, "at-gate"), os.path.join(folder, "release")
+    open(marker, "w").close()
+    deadline = time.monotonic() + 120
+    while not os.path.exists(release) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    for f in (release, marker):
+        try:
+            os.remove(f)
+        except FileNotFoundError:
+            pass
+
+
 def before_carried_commit(request: Any) -> None:
     """On the driver, after deletions were carried over and before that commit."""
     if hooks_enabled() and request.hooks.get("test_kill_driver_before_carried_commit"):
@@ -156,4 +179,23 @@ def task_sleep(hooks: dict[str, Any], task_id: int) -> None:
         task, ms = spec.split(":")
         if task == "all" or int(task) == task_id:
             import time
-            time.sleep(int(ms) / 1000)
+            marker = _sleeping_marker()
+            try:
+                time.sleep(int(ms) / 1000)
+            finally:
+                if marker and os.path.exists(marker):
+                    os.remove(marker)
+
+
+def _sleeping_marker() -> str | None:
+    """A sleeping task's Python worker says so, where the tests' state is
+    (``$LANCE_COMPACT_TEST_STATE/sleeping/<pid>``), so a test can kill that very worker
+    mid-task (tests/worker_kills.py); None without that folder (no test set it)."""
+    state = os.environ.get("LANCE_COMPACT_TEST_STATE") if hooks_enabled() else None
+    if not state:
+        return None
+    folder = os.path.join(state, "sleeping")
+    os.makedirs(folder, exist_ok=True)
+    marker = os.path.join(folder, str(os.getpid()))
+    open(marker, "w").close()
+    return marker

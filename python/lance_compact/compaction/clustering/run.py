@@ -33,7 +33,7 @@ from typing import Any
 
 import lance
 
-from ...runtime import cancellation, progress
+from ...runtime import cancellation, commit_gate, progress
 from ...runtime.failures import CORRUPT, classify, committed_phrase, describe, job_failure, keep_traceback
 
 from ...runtime import hooks
@@ -304,13 +304,36 @@ def _commit(request: CompactionRequest, order: SortOrder, dataset: lance.LanceDa
     """Commit ``batch``'s groups in one Rewrite on the read version, then the record. On a
     conflict, the groups whose source fragments the concurrent change left alone are
     committed without the others (whose files are removed); how many groups conflicted."""
-    hooks.before_commit(request)  # test-only moments before the commit: the cancel check comes after them
-    why = cancellation.reason()
-    if why:
+    files = [f"data/{p.path}" for d in batch for m in d.new for p in m.data_files()]
+    commit_gate.add(request.uri, files, request.storage_options)  # a dead worker's are the pool's to remove
+    hooks.before_commit(request)  # test-only moments before the commit: the gate comes after them
+
+    def refused(why: str) -> cancellation.Cancelled:
         removed = _remove(request, [m for d in batch for m in d.new])
-        raise cancellation.Cancelled(f"table {request.table}: the clustering was cancelled before a commit "
-                                     f"({why}); {committed_phrase(totals.versions, 'the cancel')}; "
-                                     f"{removed} new files removed")
+        return cancellation.Cancelled(f"table {request.table}: the clustering was cancelled before a commit "
+                                      f"({why}); {committed_phrase(totals.versions, 'the cancel')}; "
+                                      f"{removed} new files removed")
+
+    before = list(totals.versions)
+    try:
+        # The gate: no commit once a cancel is recorded; a cancel after it waits for the
+        # Rewrite (and its record) and hears what landed.
+        with commit_gate.committing(f"table {request.table}: committing a clustering of {len(batch)} groups",
+                                    refused) as landed:
+            try:
+                return _commit_gated(request, order, dataset, plan, state, domain, batch, totals)
+            finally:
+                new = [v for v in totals.versions if v not in before]
+                if new:
+                    landed(f"version{'s' if len(new) > 1 else ''} {', '.join(map(str, new))}")
+    finally:
+        commit_gate.drop(request.uri, files)  # committed, or removed by this run (or left for cleanup, said)
+
+
+def _commit_gated(request: CompactionRequest, order: SortOrder, dataset: lance.LanceDataset, plan: ClusterPlan,
+                  state: ClusteringState | None, domain: tuple[bytes, ...], batch: list[_Done],
+                  totals: _Totals) -> int:
+    """:func:`_commit` once the gate let it begin."""
     olds = {d.index: [dataset.get_fragment(i).metadata for i in d.group.fragment_ids] for d in batch}
     result = _commit_rewrite(request, plan, olds, batch, totals)
     if result.version is None:
@@ -420,7 +443,7 @@ def record_clustering(request: CompactionRequest, order: SortOrder, domain: tupl
             current = ClusteringState.from_config(latest.config())
             if attempt and current is not None and current.ranges == ranges and current.domain == domain:
                 return latest.version  # a retry found the record exact already
-            try:
+            try:  # inside the clustering's commit gate (_commit)
                 latest.update_config({STATE_KEY: ClusteringState(order.text(), domain, ranges).to_config()})
             except OSError as e:
                 if "incompatible" not in str(e).lower() and not is_retryable_conflict(e):

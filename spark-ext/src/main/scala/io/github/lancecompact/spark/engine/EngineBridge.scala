@@ -271,8 +271,11 @@ object EngineBridge {
   val Inherited: Seq[String] = Seq("spark.jobGroup.id", "spark.job.interruptOnCancel",
     "spark.job.tags", "spark.scheduler.pool")
 
-  /** Actions whose statements' cancels are watched for: those that run Spark jobs and commit. */
-  val Watched: Set[String] = Set("compact", "maintain", "maintain_warehouse", "create_index", "optimize_indices")
+  /** Actions whose statements' cancels are watched for: those that run Spark jobs and commit, and
+   * those that commit or delete files without a job (drop_index, ALTER TABLE's properties,
+   * cleanup): a cancel of their job group, tags or all jobs before their commit gate stops them. */
+  val Watched: Set[String] = Set("compact", "maintain", "maintain_warehouse", "create_index", "optimize_indices",
+    "drop_index", "alter_properties", "cleanup")
   val CancelWatchConf = "spark.lance.compact.cancelWatch"
 
   /** What a job of [[EngineBridge.runJob]] does with each partition: compute it (the engine's
