@@ -1,12 +1,15 @@
 """One statement, one worker (issue 42): the driver's engine pool (EnginePool.scala).
 
 A real PySpark session (local[2]) whose pool holds at most 2 workers, 1 kept spare, each
-replaced after 5 statements. Statements are slowed only through the test hook
+replaced after 8 statements, every rewrite and index build as Spark tasks (as on a
+cluster). Statements are slowed only through the test hook
 ``test_task_sleep_ms`` (this process enables test hooks, as the suite does). What is checked:
 the plugin starts a worker before the first statement; statements at the same time run in
 different worker processes and the quick one answers while the slow one runs; a third waits for
 a free worker, then runs; a statement prefers the worker that last read its table; a worker is
-replaced after its statements; every table's rows are exact (pylance reads them)."""
+replaced after its statements; an index build's Spark tasks run in Python workers of their own
+at a lower CPU priority, ordinary tasks at the usual one; every table's rows are exact (pylance
+reads them)."""
 from __future__ import annotations
 
 import os
@@ -18,14 +21,16 @@ import lance
 import pytest
 
 from conftest import wait_for
-from engine_pool import leased_pids, pool, wait_for_leased, workers
+from engine_pool import leased_pids, pool, workers
 from oracle import batch, content
+import writers
 
 os.environ["LANCE_COMPACT_TEST_HOOKS"] = "1"  # test hooks exist only in processes started so
 MAX_STATEMENTS = 8
 SPARK_CONF = {"spark.lance.compact.engine.workers": "2", "spark.lance.compact.engine.spareWorkers": "1",
-              "spark.lance.compact.engine.maxStatements": str(MAX_STATEMENTS)}
-SLOW_MS = 4000
+              "spark.lance.compact.engine.maxStatements": str(MAX_STATEMENTS),
+              # every rewrite and index build as Spark tasks (as on a cluster)
+              "spark.lance.compact.engineRewrite.maxBatchBytes": "0"}
 
 
 @pytest.fixture(scope="module")
@@ -48,9 +53,15 @@ def small_table(warehouse, name: str, fragments: int = 6) -> str:
     return uri
 
 
-def compact_sql(name: str, slow: bool = False) -> str:
-    hook = f", options => map('test_task_sleep_ms', 'all:{SLOW_MS}')" if slow else ""
+def compact_sql(name: str, held: bool = False) -> str:
+    """A compaction; ``held``: it waits before its commit until the test releases it
+    (writers.mark_then_hold, a test hook)."""
+    hook = ", options => map('test_before_commit', 'writers.mark_then_hold')" if held else ""
     return f"CALL lance.compact(table => 'db.{name}', target_rows_per_fragment => 1000{hook})"
+
+
+def wait_held(uri: str) -> None:
+    wait_for(lambda: os.path.exists(writers.at_commit(uri)), timeout=120)
 
 
 class Running:
@@ -86,14 +97,14 @@ def test_the_plugin_starts_a_worker_before_the_first_statement(spark):
 def test_statements_at_once_run_in_workers_of_their_own(spark, warehouse):
     slow_uri, quick_uri = small_table(warehouse, "slow"), small_table(warehouse, "quick")
     expected = {u: content(lance.dataset(u)) for u in (slow_uri, quick_uri)}
-    slow = Running(spark, compact_sql("slow", slow=True))
-    [slow_pid] = wait_for_leased(spark)
-    started = time.monotonic()
-    quick = Running(spark, compact_sql("quick")).join()
-    # the quick one answered while the slow one still ran, in another process
-    assert slow.ended is None, "the slow statement ended first: nothing was shown"
-    assert quick.ended - started < SLOW_MS / 1000
+    slow = Running(spark, compact_sql("slow", held=True))
+    wait_held(slow_uri)
+    [slow_pid] = leased_pids(spark)
+    Running(spark, compact_sql("quick")).join()
+    # the quick one answered while the slow one was held, in another process
+    assert slow.ended is None, "the held statement ended"
     assert [w for w in workers(spark) if w["table"] == quick_uri and w["pid"] != slow_pid]
+    assert writers.release(slow_uri)
     slow.join()
     for uri in (slow_uri, quick_uri):
         ds = lance.dataset(uri)
@@ -107,16 +118,20 @@ def test_a_statement_waits_for_a_free_worker_when_all_are_leased(spark, warehous
     names = ["wait_a", "wait_b", "wait_c"]
     uris = {n: small_table(warehouse, n) for n in names}
     expected = {n: content(lance.dataset(u)) for n, u in uris.items()}
-    first = [Running(spark, compact_sql(n, slow=True)) for n in names[:2]]
-    wait_for_leased(spark, 2)
+    first = [Running(spark, compact_sql(n, held=True)) for n in names[:2]]
+    for n in names[:2]:
+        wait_held(uris[n])
     third = Running(spark, compact_sql(names[2]), progress_key="third")
     wait_for(lambda: pool(spark).queued() == 1, timeout=30)  # both workers leased: it waits its turn
     line = spark._jvm.io.github.lancecompact.spark.engine.Progress.line("third")
     assert line.startswith("waiting for a free engine worker: all 2 serve other statements (0 waiting before it"), line
+    time.sleep(1)
     assert third.ended is None and len(workers(spark)) == 2  # no third process beyond the size
-    for s in first + [third]:
-        s.join()
-    assert third.ended >= min(s.ended for s in first)  # it ran once one of them was free
+    assert writers.release(uris["wait_a"])
+    first[0].join()
+    third.join()  # it ran once a worker was free
+    assert writers.release(uris["wait_b"])
+    first[1].join()
     for n, u in uris.items():
         assert content(lance.dataset(u)) == expected[n]
     assert pool(spark).queued() == 0
@@ -125,9 +140,10 @@ def test_a_statement_waits_for_a_free_worker_when_all_are_leased(spark, warehous
 def test_a_statement_prefers_the_worker_that_last_read_its_table(spark, warehouse):
     a, b = small_table(warehouse, "aff_a"), small_table(warehouse, "aff_b")
     # one worker reads a while the other reads b: each worker's last table is its own
-    slow = Running(spark, compact_sql("aff_a", slow=True))
-    wait_for_leased(spark)
+    slow = Running(spark, compact_sql("aff_a", held=True))
+    wait_held(a)
     Running(spark, compact_sql("aff_b")).join()
+    assert writers.release(a)
     slow.join()
     by_table = {w["table"]: w["pid"] for w in workers(spark)}
     assert set(by_table) >= {a, b} and by_table[a] != by_table[b], workers(spark)
@@ -151,3 +167,65 @@ def test_a_worker_is_replaced_after_its_statements(spark, warehouse):
     assert len(pids) >= 2, pids  # the worker that served it was replaced by another
     assert all(w["served"] < MAX_STATEMENTS for w in workers(spark)), workers(spark)
 
+
+
+def _descendants(root: int) -> set[int]:
+    parents = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = open(f"/proc/{pid}/stat").read()
+            parents[int(pid)] = int(stat[stat.rfind(")") + 2:].split()[1])
+        except OSError:
+            continue
+    found, frontier = set(), {root}
+    while frontier:
+        frontier = {p for p, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def _python_workers(jvm_pid: int) -> dict[int, tuple[bool, set[int]]]:
+    """The Python worker processes of this session's JVM (its executors' in local mode): pid ->
+    (started for background tasks, the niceness of each of its threads)."""
+    found = {}
+    for pid in map(str, _descendants(jvm_pid)):
+        try:
+            cmd = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ")
+            if b"pyspark.daemon" not in cmd and b"pyspark.worker" not in cmd:
+                continue
+            env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+            nices = set()
+            for tid in os.listdir(f"/proc/{pid}/task"):
+                stat = open(f"/proc/{pid}/task/{tid}/stat").read()
+                nices.add(int(stat[stat.rfind(")") + 2:].split()[16]))
+        except OSError:  # it ended meanwhile
+            continue
+        found[int(pid)] = (b"LANCE_COMPACT_BACKGROUND_TASKS=10" in env, nices)
+    return found
+
+
+def test_index_segments_run_at_a_lower_priority_than_other_tasks(spark, warehouse):
+    import numpy as np
+    import pyarrow as pa
+
+    uri = str(warehouse / "db" / "vectors.lance")
+    vectors = np.random.default_rng(3).standard_normal((400, 8), dtype=np.float32)
+    for i in range(4):
+        part = vectors[i * 100:(i + 1) * 100]
+        lance.write_dataset(pa.table({"id": pa.array(range(i * 100, (i + 1) * 100), pa.int64()),
+                                      "v": pa.FixedSizeListArray.from_arrays(pa.array(part.reshape(-1)), 8)}),
+                            uri, mode="append" if i else "create")
+    row = spark.sql("CALL lance.create_index(table => 'db.vectors', column => 'v', index_type => 'IVF_FLAT', "
+                    "name => 'v_idx', options => map('num_partitions', '2'))").collect()[0]
+    assert row.built_by == "spark tasks", row
+    events = small_table(warehouse, "ordinary")
+    expected = content(lance.dataset(events))
+    assert spark.sql(compact_sql("ordinary")).collect()[0].fragments_added == 1  # a Spark job too
+    assert content(lance.dataset(events)) == expected
+    workers_now = _python_workers(spark._jvm.java.lang.ProcessHandle.current().pid())
+    background = [nices for bg, nices in workers_now.values() if bg]
+    ordinary = [nices for bg, nices in workers_now.values() if not bg]
+    # the workers that ran a segment lowered every thread; the daemon that forks them did not
+    assert any(nices == {10} for nices in background), workers_now
+    assert ordinary and all(nices == {0} for nices in ordinary), workers_now
+    assert lance.dataset(uri).describe_indices()[0].name == "v_idx"

@@ -112,8 +112,10 @@ class _Builder:
         self.job, self.model, self.pylance = job, model, pylance
 
     def __call__(self, outcomes: Any, rows: Iterator[tuple[int, tuple[int, ...]]]) -> Iterator[None]:
+        from ..runtime.spark_jobs import background_priority
         from ..runtime.tables import open_dataset
 
+        background_priority()  # a worker of background tasks only (run_job's background)
         job = self.job
         if lance.__version__ != self.pylance:  # segments of another pylance may not merge
             raise CompactionError(
@@ -159,7 +161,8 @@ def build_segments(sc: SparkContext, job: SegmentJob, groups: Sequence[Sequence[
     sc.setJobDescription(description)
     failure = None
     try:
-        run_job(sc.parallelize(items, max(1, len(items))).mapPartitions(lambda rows: builder(outcomes, rows)))
+        run_job(sc.parallelize(items, max(1, len(items))).mapPartitions(lambda rows: builder(outcomes, rows)),
+                background=True)
     except Exception as e:  # a task failed all its attempts, or the job was cancelled
         failure = _failure(e, job.table)
         if failure.cancelled:

@@ -5,6 +5,8 @@ compaction's rewrite jobs (compaction/spark_job.py) and the index builds (indexi
 from __future__ import annotations
 
 import logging
+import os
+import threading
 import time
 from typing import Any
 
@@ -20,15 +22,65 @@ def bind_bridge(bridge: Any) -> None:
     _bridge = bridge
 
 
-def run_job(rdd: Any) -> None:
+# The environment of background tasks' Python workers: Spark keys its Python worker pools by
+# their environment, so these tasks get worker processes of their own, which lower their CPU
+# priority once (:func:`background_priority`) and run nothing else.
+BACKGROUND_ENV = "LANCE_COMPACT_BACKGROUND_TASKS"
+BACKGROUND_NICE = 10
+_environment_lock = threading.Lock()
+
+
+def run_job(rdd: Any, background: bool = False) -> None:
     """Run ``rdd`` to its end as one Spark job of the request served on this thread (its tasks
     report through accumulators). In the engine through ``EngineBridge.runJob``, on the JVM
     thread paired with this one (under the request's job group, tags and pool). Raises the
-    job's failure, as an action does."""
+    job's failure, as an action does.
+
+    ``background``: heavy work whose cost is not the caller's to wait for (index segments): its
+    tasks run in Python workers of their own at a lower CPU priority, so another user's
+    statement on the same cores is not held up by it (its tasks call
+    :func:`background_priority`)."""
+    if not background:
+        _run(rdd)
+        return
+    with _environment_lock:  # the environment is read as the job's Python function is made
+        env = rdd.ctx.environment
+        env[BACKGROUND_ENV] = str(BACKGROUND_NICE)
+        try:
+            if _bridge is None:  # (outside the engine: count makes its function here)
+                rdd.count()
+                return
+            rdd._jrdd  # noqa: B018 - made now, with the environment
+        finally:
+            env.pop(BACKGROUND_ENV, None)
+    _run(rdd)
+
+
+def _run(rdd: Any) -> None:
     if _bridge is None:
         rdd.count()
     else:
         _bridge.runJob(rdd._jrdd)
+
+
+_lowered = False
+
+
+def background_priority() -> None:
+    """In a background task's Python worker (:func:`run_job` with ``background``): lower every
+    thread of this process to nice 10, once (Linux sets niceness per thread; threads made later,
+    Lance's among them, inherit it). A process of ordinary work never does: such workers are
+    started for background jobs only. Where the system refuses, the task runs as it is."""
+    global _lowered
+    if _lowered or not os.environ.get(BACKGROUND_ENV):
+        return
+    _lowered = True
+    try:
+        nice = int(os.environ[BACKGROUND_ENV])
+        for tid in os.listdir("/proc/self/task"):
+            os.setpriority(os.PRIO_PROCESS, int(tid), max(nice, os.getpriority(os.PRIO_PROCESS, int(tid))))
+    except (OSError, ValueError) as e:
+        log.debug("background priority not set: %s", e)
 
 
 def request_tag(sc: Any) -> str | None:
