@@ -402,3 +402,33 @@ def test_ctrl_c_at_the_spark_sql_prompt(tmp_path, warehouse, request):
         term.type("exit;\n")
     finally:
         term.close()
+
+
+def test_ctrl_c_during_spark_sql_e(tmp_path, warehouse, request):
+    """lance-spark-sql -e "CALL ...": spark-sql runs -e statements without its prompt's Ctrl-C
+    handler, so the terminal's Ctrl-C ends its JVM (exit code 130), whose shutdown stops the
+    pool's workers. The CALL was held before its commit: nothing lands, then or later, and no
+    worker is left."""
+    t, path = degraded_table_for(warehouse, request, fragments=24)
+    before = lance.dataset(str(path))
+    spark_environment()
+    term = Terminal([str(ROOT / "bin" / "lance-spark-sql"), "--warehouse", str(warehouse),
+                     "--master", "local[2]", "--conf", "spark.ui.enabled=false",
+                     "-e", f"CALL lance.compact(table => '{t}', target_rows_per_fragment => 300, "
+                           "options => map('test_before_commit', 'writers.mark_then_hold'))"],
+                    tmp_path, {**os.environ, "TERM": "dumb"})
+    try:
+        wait_for(lambda: held(path), timeout=240)
+        workers = engine_workers(term.process.pid)
+        assert workers, "no engine worker of spark-sql's JVM found"
+        sent = time.monotonic()
+        term.type(CTRL_C)
+        code = term.process.wait(120)
+        print(f"\nspark-sql -e: Ctrl-C -> the JVM exited ({code}) after {time.monotonic() - sent:.2f} s")
+        assert code == 130, code
+        wait_for(lambda: not any(os.path.exists(f"/proc/{pid}") for pid in workers), timeout=30)
+    finally:
+        term.close()
+        writers.release(str(path), timeout=0)
+    assert versions_after_the_grace(path) == before.version
+    assert content(lance.dataset(str(path))) == content(before)
