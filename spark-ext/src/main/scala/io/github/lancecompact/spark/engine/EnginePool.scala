@@ -6,7 +6,7 @@ import java.nio.file.Files
 import scala.collection.mutable
 import scala.jdk.CollectionConverters._
 
-import com.fasterxml.jackson.databind.ObjectMapper
+import com.fasterxml.jackson.databind.{JsonNode, ObjectMapper}
 import com.fasterxml.jackson.databind.node.ObjectNode
 import org.apache.spark.SparkContext
 import org.apache.spark.internal.Logging
@@ -210,7 +210,8 @@ final class EnginePool private (val sc: SparkContext, python: String, val logFil
     try {
       val request = Mapper.readTree(ended.request).asInstanceOf[ObjectNode]
       val discard = request.putObject("discard")
-      ended.staged.foreach { case (uri, paths) => discard.set(uri, Mapper.readTree(paths)) }
+      // set's result type given: inferred as Nothing, the cast of its ObjectNode failed every time
+      ended.staged.foreach { case (uri, paths) => discard.set[JsonNode](uri, Mapper.readTree(paths)) }
       call("discard_staged", Mapper.writeValueAsString(request))
       logInfo(s"removed the uncommitted files of ${ended.action} (its worker died)")
     } catch {
