@@ -64,3 +64,24 @@ def test_the_warehouse_at_scale_runs_on_both_stores_and_counts_its_requests(tmp_
         assert "the first dry run against the store serving its requests alone" in p.stdout
         assert ("maintain_warehouse against the pylance loop" in p.stdout) == (store == "s3proxy")
 
+
+
+def test_the_fragment_scale_benchmark_runs_every_step(tmp_path):
+    """benchmarks/scale_fragments.py on tiny tables (with deletions and an index): every step
+    timed through the catalog against pylance's planner, the compaction's content checked equal
+    to compact_files' (the benchmark asserts it), the memory peaks read."""
+    out = tmp_path / "scale.json"
+    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "scale_fragments.py"), "--sizes", "300",
+                        "--deletions", "--index", "--compact", "--repeat", "1", "--work", str(tmp_path / "work"),
+                        "--out", str(out)], capture_output=True, text=True, timeout=900)
+    assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+    figures = json.loads(out.read_text())
+    assert set(figures) == {"10", "300", "memory"}
+    for size in ("10", "300"):
+        assert set(figures[size]) == {"pylance Compaction.plan", "plan_compaction", "describe_layout",
+                                      "system.table_health", "system.maintenance_history", "versions table",
+                                      "fragments table (count)", "pylance Compaction.plan (after)",
+                                      "pylance compact_files", "compact"}
+        assert all(v > 0 for v in figures[size].values())
+    assert figures["memory"]["engine peak RSS MB"] > 0 and figures["memory"]["driver JVM peak RSS MB"] > 0
+    assert "| describe_layout |" in p.stdout

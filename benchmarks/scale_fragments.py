@@ -1,0 +1,210 @@
+"""The driver's cost per fragment (issue 45): tables of N fragments of 10 rows (made as the
+issue made them: ``write_fragments`` and one Append commit), and in one run, per size,
+
+* ``CALL lance.plan_compaction`` (target 1,048,576), ``CALL lance.describe_layout``,
+  ``lance.system.table_health`` and ``maintenance_history`` (filtered to the table), the
+  ``fragments`` and ``versions`` metadata tables, all through a warm PySpark session,
+  against pylance's own ``Compaction.plan`` in this process (the anchor of every ratio);
+* with ``--compact``: ``CALL lance.compact`` on a fresh copy against ``compact_files`` on
+  another (sizes up to ``--compact-max``), the content checked equal;
+* the engine's and the driver JVM's peak resident set (VmHWM) after the run.
+
+Each step is also run on a table of 10 fragments: that is its fixed cost (the statement,
+Spark's and the engine's round trip), taken off before the ratio to pylance's planner.
+
+``--deletions``: a tenth of the fragments get a deletion file (a row of each); ``--index``: a
+BTREE on ``id`` covers the table. Tables are kept in ``--work`` between runs.
+
+    source bin/env.sh && .venv/bin/python benchmarks/scale_fragments.py --sizes 10k          # a check
+    .venv/bin/python benchmarks/scale_fragments.py --sizes 10k,100k,300k --compact --repeat 3
+
+Absolute times on a shared machine drift; the ratios are against pylance in the same run.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from warehouse_scale import timed  # this folder is on the path when the script runs
+
+ROOT = Path(__file__).resolve().parents[1]
+TARGET = 1_048_576
+FIXED = 10
+
+
+def size_of(text: str) -> int:
+    text = text.strip().lower()
+    scale = {"k": 1_000, "m": 1_000_000}.get(text[-1], 1)
+    return int(float(text.rstrip("km")) * scale)
+
+
+def build(uri: str, fragments: int, deletions: bool, index: bool) -> None:
+    """``fragments`` fragments of 10 rows (ids 0..): one written as the table, the rest by
+    ``write_fragments`` and one Append commit; then the variant's deletes and index."""
+    import lance
+    import pyarrow as pa
+    from lance.fragment import write_fragments
+
+    rows = fragments * 10
+    data = pa.table({"id": pa.array(range(rows), pa.int64()),
+                     "v": pa.array([float(i) for i in range(rows)], pa.float64())})
+    lance.write_dataset(data.slice(0, 10), uri, mode="create")
+    if fragments > 1:
+        new = write_fragments(data.slice(10), uri, max_rows_per_file=10, schema=data.schema)
+        lance.LanceDataset.commit(uri, lance.LanceOperation.Append(new), read_version=1)
+    ds = lance.dataset(uri)
+    if deletions:
+        ds.delete("id % 100 = 5")  # one row in every tenth fragment
+    if index:
+        ds.create_scalar_index("id", "BTREE")
+
+
+def table_path(work: Path, n: int, deletions: bool, index: bool) -> Path:
+    suffix = ("_del" if deletions else "") + ("_idx" if index else "")
+    return work / "wh" / "db" / f"f{n}{suffix}.lance"
+
+
+def med(xs: list[float]) -> float:
+    return statistics.median(xs)
+
+
+def peak_rss_mb(pid: int) -> float | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def engine_pids(jvm_pid: int) -> list[int]:
+    """The engine processes the session's JVM started."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            ppid = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if "lance_compact.engine" in cmd and ppid == jvm_pid:
+            pids.append(int(proc.name))
+    return pids
+
+
+def same_content(a: str, b: str) -> bool:
+    import lance
+    x = lance.dataset(a).to_table().sort_by("id")
+    y = lance.dataset(b).to_table().sort_by("id")
+    return x.equals(y)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sizes", default="10k", help="comma-separated fragment counts (10k,100k,300k,1M)")
+    p.add_argument("--deletions", action="store_true", help="a deletion file on a tenth of the fragments")
+    p.add_argument("--index", action="store_true", help="a BTREE index on id")
+    p.add_argument("--compact", action="store_true", help="also CALL lance.compact against compact_files")
+    p.add_argument("--compact-max", default="100k", help="the largest size compacted (each run copies the table twice)")
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--skip", default="", help="comma-separated steps not run (e.g. 'fragments table (count)')")
+    p.add_argument("--work", default="/tmp/lance-compact-scale", help="where tables are built and kept")
+    p.add_argument("--out", help="write the figures as JSON here")
+    a = p.parse_args()
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    sys.path.insert(0, str(ROOT / "python"))
+    import lance
+    from lance.optimize import Compaction
+    from conftest import lance_session  # the tests' local session: same catalog settings
+
+    work = Path(a.work)
+    # The fixed cost: every step on a table of 10 fragments (a statement's own cost, Spark's and
+    # the engine's round trip), taken off before the ratio to pylance's planner.
+    sizes = [FIXED] + [size_of(s) for s in a.sizes.split(",")]
+    for n in sizes:
+        path = table_path(work, n, a.deletions, a.index)
+        if not path.exists():
+            t = time.perf_counter()
+            path.parent.mkdir(parents=True, exist_ok=True)
+            build(str(path), n, a.deletions, a.index)
+            print(f"built {path.name}: {n:,} fragments in {time.perf_counter() - t:.0f} s", flush=True)
+
+    spark = lance_session("local[2]", "lance-compact-scale", str(work / "wh"),
+                          {"spark.lance.compact.engine.log": str(work / "engine.log")})
+    spark.sql("SELECT * FROM lance.system.table_health WHERE namespace = 'none'").collect()  # warm
+    jvm = int(spark.sparkContext._jvm.ProcessHandle.current().pid())
+    figures: dict[str, dict] = {}
+    for n in sizes:
+        path = table_path(work, n, a.deletions, a.index)
+        name = path.name[:-len(".lance")]
+        ds = lance.dataset(str(path))
+        plan_options = {"target_rows_per_fragment": TARGET}
+        steps = {
+            "plan_compaction": f"CALL lance.plan_compaction(table => 'db.{name}', target_rows_per_fragment => {TARGET})",
+            "describe_layout": f"CALL lance.describe_layout(table => 'db.{name}')",
+            "system.table_health": f"SELECT * FROM lance.system.table_health WHERE namespace = 'db' AND `table` = '{name}'",
+            "system.maintenance_history": ("SELECT * FROM lance.system.maintenance_history "
+                                           f"WHERE namespace = 'db' AND `table` = '{name}'"),
+            "versions table": f"SELECT * FROM lance.db.{name}.versions",
+            "fragments table (count)": f"SELECT count(*), sum(live_rows) FROM lance.db.{name}.fragments",
+        }
+        for step in filter(None, a.skip.split(",")):
+            steps.pop(step.strip(), None)
+        row: dict[str, float] = {}
+        row["pylance Compaction.plan"] = med(timed(lambda: Compaction.plan(lance.dataset(str(path)), plan_options),
+                                                   a.repeat))
+        for step, sql in steps.items():
+            spark.sql(sql).collect()  # warm: the table's manifest in the engine's session
+            row[step] = med(timed(lambda: spark.sql(sql).collect(), a.repeat))
+        row["pylance Compaction.plan (after)"] = med(timed(
+            lambda: Compaction.plan(lance.dataset(str(path)), plan_options), a.repeat))
+        if a.compact and n <= size_of(a.compact_max):
+            ours, theirs = work / "wh" / "db" / f"{name}_c.lance", work / "pylance" / f"{name}.lance"
+            for copy in (ours, theirs):
+                shutil.rmtree(copy, ignore_errors=True)
+                shutil.copytree(path, copy)
+            t = time.perf_counter()
+            lance.dataset(str(theirs)).optimize.compact_files(target_rows_per_fragment=TARGET)
+            row["pylance compact_files"] = time.perf_counter() - t
+            t = time.perf_counter()
+            spark.sql(f"CALL lance.compact(table => 'db.{name}_c', target_rows_per_fragment => {TARGET})").collect()
+            row["compact"] = time.perf_counter() - t
+            assert same_content(str(ours), str(theirs)), "the compacted tables differ"
+            assert len(lance.dataset(str(ours)).get_fragments()) == len(lance.dataset(str(theirs)).get_fragments())
+            for copy in (ours, theirs):
+                shutil.rmtree(copy, ignore_errors=True)
+        anchor = (row["pylance Compaction.plan"] + row["pylance Compaction.plan (after)"]) / 2
+        fixed = figures.get(str(FIXED), {})
+        print(f"\n{n:,} fragments{' (deletions on a tenth)' if a.deletions else ''}"
+              f"{' (BTREE index)' if a.index else ''}, medians of {a.repeat}:")
+        print("| step | seconds | less the step on 10 fragments | that, x pylance's Compaction.plan |")
+        print("|---|---:|---:|---:|")
+        for step, seconds in row.items():
+            if step == "compact":
+                print(f"| {step} | {seconds:.2f} | | {seconds / row['pylance compact_files']:.2f} x compact_files |")
+                continue
+            less = seconds - fixed.get(step, 0.0) if not step.startswith("pylance") else seconds
+            print(f"| {step} | {seconds:.2f} | {less:.2f} | {less / anchor:.1f} |")
+        figures[str(n)] = row
+        del ds
+    engines = engine_pids(jvm)
+    memory = {"driver JVM peak RSS MB": peak_rss_mb(jvm),
+              "engine peak RSS MB": max((peak_rss_mb(p) or 0 for p in engines), default=None)}
+    print("\n" + ", ".join(f"{k}: {v:.0f}" for k, v in memory.items() if v is not None))
+    figures["memory"] = memory
+    if a.out:
+        Path(a.out).write_text(json.dumps(figures, indent=1))
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
