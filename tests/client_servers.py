@@ -172,6 +172,40 @@ def _killpg(pgid: int) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
+def served(tmp_path_factory, name: str, make) -> Iterator[tuple["SparkServer", Path]]:
+    """For a module's fixture: a server made by ``make(warehouse, workdir)`` over a fresh
+    warehouse (with a ``db`` namespace folder), started, and stopped however the module ends;
+    yields (server, warehouse)."""
+    workdir = tmp_path_factory.mktemp(name)
+    wh = workdir / "wh"
+    (wh / "db").mkdir(parents=True)
+    server = make(wh, workdir).start()
+    try:
+        yield server, wh
+    finally:
+        server.stop()
+
+
+@contextlib.contextmanager
+def remote_session(port: int) -> Iterator[object]:
+    """The PySpark Connect client's session on 127.0.0.1:``port``. pyspark marks the whole
+    process as a Connect client when it makes one; that is undone afterwards for the modules
+    that follow."""
+    from pyspark.sql import SparkSession
+
+    saved = {k: os.environ.get(k) for k in ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE")}
+    session = SparkSession.builder.remote(f"sc://127.0.0.1:{port}").getOrCreate()
+    try:
+        yield session
+    finally:
+        session.stop()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def connect_server(warehouse: Path, workdir: Path, extra: Sequence[str] = ()) -> SparkServer:
     """A Spark Connect server with the lance catalog (pyspark's package has no
     sbin/start-connect-server.sh: it is spark-submit with the server's class). ``extra``: more

@@ -26,7 +26,7 @@ import pytest
 
 import client_servers as cs
 import writers
-from conftest import ROOT, spark_environment, wait_for
+from conftest import spark_environment, wait_for
 from oracle import content, degraded_table
 from terminal import CTRL_C, Terminal
 
@@ -68,14 +68,7 @@ def engine_answer(log: Path, table: str, timeout: float = 30) -> str:
 
 def served(tmp_path_factory, name: str, make):
     spark_environment()  # the servers' engines find tests/writers.py (the hold hook)
-    workdir = tmp_path_factory.mktemp(name)
-    wh = workdir / "wh"
-    (wh / "db").mkdir(parents=True)
-    server = make(wh, workdir).start()
-    try:
-        yield server, wh
-    finally:
-        server.stop()
+    yield from cs.served(tmp_path_factory, name, make)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -221,20 +214,8 @@ def connect(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def remote(connect):
-    from pyspark.sql import SparkSession
-
-    server, _ = connect
-    saved = {k: os.environ.get(k) for k in ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE")}
-    session = SparkSession.builder.remote(f"sc://127.0.0.1:{server.port}").getOrCreate()
-    try:
+    with cs.remote_session(connect[0].port) as session:
         yield session
-    finally:
-        session.stop()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 class RemoteCall:
@@ -325,3 +306,25 @@ def test_connect_clients_ctrl_c(connect, remote):
         unchanged_after_the_grace(path, before)
         r = compact(remote, t, target_rows_per_fragment=300).collect()[0]  # the session still works
         assert r.new_version > before.version
+
+
+def test_connect_clients_ctrl_c_in_plain_sql(connect, remote):
+    """pyspark's Connect client on its own: Ctrl-C during spark.sql("CALL ...") on the main
+    thread makes the client interrupt its operation (interrupt_operation) and raise a plain
+    KeyboardInterrupt; the statement is cancelled before its commit and nothing lands."""
+    server, wh = connect
+    t, path, before = make_table(wh, "connect_plain_ctrl_c")
+
+    def interrupt() -> None:
+        wait_for(lambda: held(path), timeout=120)
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+        time.sleep(1)  # the client's interrupt_operation reaches the server
+        writers.release(str(path))
+
+    with server.logs_on_failure():
+        threading.Thread(target=interrupt, daemon=True).start()
+        with pytest.raises(KeyboardInterrupt):
+            remote.sql(f"CALL lance.compact(table => '{t}', target_rows_per_fragment => 300, {HOLD})").collect()
+        answer = engine_answer(server.workdir / "connect-engine.log", t)
+        assert "cancelled before a commit" in answer, answer
+        unchanged_after_the_grace(path, before)

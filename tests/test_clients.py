@@ -81,43 +81,18 @@ def result_line(stdout: str) -> dict:
 # ---------------------------------------------------------------------------------------------
 # Spark Connect
 
-def served(tmp_path_factory, name: str, make):
-    """A server made by ``make(warehouse, workdir)`` over a fresh warehouse, stopped however
-    the module ends; yields (server, warehouse)."""
-    workdir = tmp_path_factory.mktemp(name)
-    wh = workdir / "wh"
-    (wh / "db").mkdir(parents=True)
-    server = make(wh, workdir).start()
-    try:
-        yield server, wh
-    finally:
-        server.stop()
-
-
 @pytest.fixture(scope="module")
 def connect(tmp_path_factory):
     """A Spark Connect server with the lance catalog; yields (server, warehouse)."""
-    yield from served(tmp_path_factory, "connect", cs.connect_server)
+    yield from cs.served(tmp_path_factory, "connect", cs.connect_server)
 
 
 @pytest.fixture(scope="module")
 def remote(connect):
-    """The PySpark Connect client's session. pyspark marks the whole process as a Connect
-    client when it makes one; that is undone afterwards for the modules that follow."""
-    from pyspark.sql import SparkSession
-
+    """The PySpark Connect client's session (client_servers.remote_session)."""
     server, _ = connect
-    saved = {k: os.environ.get(k) for k in ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE")}
-    session = SparkSession.builder.remote(f"sc://127.0.0.1:{server.port}").getOrCreate()
-    try:
+    with cs.remote_session(server.port) as session:
         yield session
-    finally:
-        session.stop()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def test_connect_call(connect, remote):
@@ -361,7 +336,7 @@ def test_scala_application(scala_app, tmp_path):
 @pytest.fixture(scope="module")
 def thrift(tmp_path_factory):
     """The Thrift server with the lance catalog; yields (server, warehouse)."""
-    yield from served(tmp_path_factory, "thrift", cs.thrift_server)
+    yield from cs.served(tmp_path_factory, "thrift", cs.thrift_server)
 
 
 def tsv_results(stdout: str, header_start: str) -> list[dict]:
