@@ -22,7 +22,7 @@ from ..runtime.cancellation import job_cancelled
 from ..runtime.driver_conf import max_task_attempts
 from ..errors import MARKER, CompactionError
 from .execute import TaskOutcome, check_same_pylance, execute_task
-from ..runtime.failures import BUG, classify, first_part
+from ..runtime.failures import BUG, classify, first_part, lost
 from .request import CompactionRequest
 from ..runtime.secrets import redact
 from ..runtime.task_outcomes import drop as drop_outcomes, outcomes_accumulator
@@ -103,6 +103,11 @@ def job_failure(error: Exception, table: str) -> BatchFailure:
     if cancelled:
         return BatchFailure(cancelled, None, cancelled=True)
     m = _GAVE_UP.search(text)
+    attempts = f" failed all its {m.group(2)} attempts" if m else " failed"
+    dead = lost(text)  # its Python worker or its executor, not the task's own error
+    if dead is not None:
+        return BatchFailure(f"table {table}: a compaction task{attempts}: {dead.phrase} ({dead.detail})",
+                            int(m.group(1)) if m else None)
     if MARKER in text:
         return BatchFailure(text[text.index(MARKER) + len(MARKER):].strip().splitlines()[0].strip(),
                             int(m.group(1)) if m else None)
@@ -111,7 +116,6 @@ def job_failure(error: Exception, table: str) -> BatchFailure:
                   if not e.group(1).startswith(("org.", "py4j."))), None)
     if cause is None:
         cause = next((line.strip() for line in text.splitlines() if line.strip()), "unknown")
-    attempts = f" failed all its {m.group(2)} attempts" if m else " failed"
     kind = classify(cause)
     what = "" if kind.kind == BUG else f": {kind.phrase}"
     return BatchFailure(f"table {table}: a compaction task{attempts}{what} ({first_part(cause)})",

@@ -15,6 +15,10 @@ into one of:
 - ``corrupt``: a file the table references is corrupt, truncated or missing (Lance's file
   reader refusing a footer or metadata it cannot make sense of included: it calls that
   "invalid user input");
+- ``worker_lost``: a process doing a Spark task died or was lost: an executor's Python worker
+  (crashed or killed: Spark's "Python worker exited unexpectedly", the JVM's end of its socket
+  reset or at EOF) or the executor itself (``ExecutorLostFailure``: its JVM died, its heartbeat
+  timed out, "Remote RPC client disassociated"), after Spark's task retries (:func:`lost`);
 - ``config``: the table's config holds a ``lance.compaction.*`` value Lance cannot use
   (written by another tool): every compaction fails until it is fixed or removed;
 - ``bug``: anything else (not recognized: possibly a bug, ours or Lance's). Its phrase asks
@@ -23,6 +27,7 @@ into one of:
   classifying one writes its traceback there once (:func:`keep_traceback`).
 
 Messages built from a :class:`Failure` always contain, for other code and tests to rely on:
+"died" or "was lost" for a lost worker (:data:`WORKER_DIED`, :data:`EXECUTOR_LOST`),
 "object store" for storage faults ("storage failure" and "full" for a full disk or
 quota), "concurrent" and the operation for conflicts, "does not
 exist" for a missing table.
@@ -47,6 +52,18 @@ ENGINE_LOG_ENV = "LANCE_COMPACT_ENGINE_LOG"
 
 CONFLICT, STORAGE, MISSING, CORRUPT, BUG = "conflict", "storage", "missing", "corrupt", "bug"
 CONFIG = "config"
+WORKER_LOST = "worker_lost"
+
+# What a lost process is, for the user (engine.py's failure_kind knows them by these words).
+WORKER_DIED = "an executor's Python worker died (crashed, or killed: e.g. by the system's out-of-memory killer)"
+EXECUTOR_LOST = "the executor running the task was lost"
+# Spark's words for an executor lost (TaskEndReason ExecutorLostFailure and its reasons).
+_EXECUTOR_GONE = ("executorlostfailure", "executor heartbeat timed out", "remote rpc client disassociated",
+                  "executor decommission", "container killed", "container from a bad node")
+# The failure Spark gave up on: "most recent failure: Lost task 0.2 in stage 3.0 (TID 7) (host
+# executor 1): <its error>"; its error's first line.
+_LAST_FAILURE = re.compile(r"most recent failure: Lost task [\d.]+ in stage [\d.]+ \(TID \d+\) \([^)]*\): ([^\n]*)")
+_EXECUTOR_REASON = re.compile(r"(ExecutorLostFailure \([^)]*\))(?: Reason: ([^.\n]*))?")
 
 _BAD_PROPERTY = re.compile(r"invalid value for (lance\.compaction\.[\w.]+): ('[^']*'|\S+)", re.I)
 
@@ -161,10 +178,41 @@ def _full(low: str) -> str:
     return f"storage full: no space left on the device (ENOSPC); {what}"
 
 
+def lost(error: BaseException | str) -> Failure | None:
+    """A Spark job's failure (its Py4J error or text) that is a process lost, not the task's own
+    error: the executor running the task lost, or its Python worker dead. Spark words the
+    worker's death as "Python worker exited unexpectedly (crashed)", or as the JVM's end of the
+    worker's socket failing (``java.io.EOFException``, ``java.net.SocketException: Connection
+    reset`` / ``Broken pipe``): a JVM exception, where a Lance error (the object store's
+    "connection reset" included) always comes wrapped in a ``PythonException``. None when the
+    failure is anything else."""
+    text = str(error)
+    last = _LAST_FAILURE.search(text)
+    # Spark's task failure when there is one (the JVM exceptions below mean a death only there)
+    said = last.group(1) if last else text
+    low = said.lower()
+    if any(w in low for w in _EXECUTOR_GONE):
+        m = _EXECUTOR_REASON.search(said)
+        why = (f"{m.group(1)}: {m.group(2).strip()}" if m.group(2) else m.group(1)) if m else said
+        return Failure(WORKER_LOST, f"{EXECUTOR_LOST} (its JVM died or stopped answering)", None, first_part(why))
+    if last and said.startswith("org.apache.spark.api.python.PythonException"):
+        # the task's Python raised: a death only when the worker's own read of its socket ended
+        if re.search(r"^EOFError\b", text, re.M) and "pyspark/serializers.py" in text:
+            return Failure(WORKER_LOST, WORKER_DIED, None, "EOFError: the worker's connection to its executor ended")
+        return None
+    if ("python worker exited unexpectedly" in low or "crashed python worker" in low
+            or (last and said.startswith(("java.io.EOFException", "java.net.SocketException")))):
+        return Failure(WORKER_LOST, WORKER_DIED, None, first_part(said.split(". Consider setting")[0]))
+    return None
+
+
 def classify(error: BaseException | str, keep: bool = True) -> Failure:
     """Name what ``error`` (an exception from Lance, or its text) is. An unexpected one (BUG)
     has its traceback written to the engine's log (:func:`keep_traceback`) unless ``keep`` is
     false (the caller keeps the error it came from)."""
+    dead = lost(error)
+    if dead is not None:
+        return dead
     text = str(error)
     low = text.lower()
     detail = first_part(text)
@@ -309,6 +357,9 @@ def job_failure(error: BaseException | str) -> str:
     ``Type: message`` line of the Python traceback Spark wraps in a Py4JJavaError, whose
     first line only says which JVM call failed), named by :func:`describe`."""
     text = str(error)
+    dead = lost(text)
+    if dead is not None:
+        return _described(dead)
     said = text
     if "Traceback (most recent call last)" in text:
         lines = [m for m in _TASK_ERROR.finditer(text.split("Traceback (most recent call last)", 1)[1])

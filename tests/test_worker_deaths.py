@@ -1,0 +1,264 @@
+"""A death is said as a death (issue 42): the processes doing a statement's work SIGKILLed mid-task
+and around each commit, on one real local Spark session whose tasks get two attempts
+(``local[2,2]``) and whose batches and index segments run as Spark tasks.
+
+- An executor's Python worker killed while its task sleeps (``test_task_sleep_ms``; the task's
+  worker is found by the hook's marker, tests/worker_kills.py) in a compaction task and in an
+  index segment task: killed once, Spark's retry saves the statement (rows exact, one commit);
+  killed on both attempts, the statement fails as LANCE_WORKER_LOST naming the Python worker's
+  death (not the object store, not the input) and saying nothing was committed, which is true.
+- The statement's engine worker killed before the commit gate (held by ``writers.mark_then_hold``
+  as ``test_before_commit``), after a first commit, and inside the commit (held the same way by
+  ``test_fail_at 'commit:...'``, after the gate let it begin): LANCE_WORKER_LOST saying whether it
+  was committing and what landed before, checked against the table's versions; a statement on
+  another worker meanwhile is unaffected, the next statement on the table works, and what the
+  dead worker wrote and had not committed is removed."""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import threading
+import time
+
+import lance
+import pytest
+
+from conftest import compact_call, degraded_table_for, wait_for
+from engine_pool import leased_pids, wait_for_leased
+from oracle import content, degraded_table
+from worker_kills import TaskWorkerKiller
+import writers
+
+SPARK_MASTER = "local[2,2]"  # two attempts per task: one kill is retried, two exhaust it
+SPARK_CONF = {"spark.lance.compact.engineRewrite.maxBatchBytes": "0"}  # tasks on Spark, not in the engine
+SLEEP_MS = 3000  # a task's sleep before it writes: the moment its worker is killed
+STATEMENT_S = 180  # a statement's bound on 2 loaded cores
+
+
+def data_files(path) -> set[str]:
+    return set(os.listdir(path / "data"))
+
+
+@pytest.fixture
+def table(warehouse, request):
+    return degraded_table_for(warehouse, request, fragments=12, rows_per_fragment=50)
+
+
+@pytest.fixture
+def indexed(warehouse, request):
+    """A table whose BTREE build has three segments (rows_per_segment 1000, the least)."""
+    return degraded_table_for(warehouse, request, fragments=6, rows_per_fragment=500)
+
+
+class Statement:
+    """A statement run on a thread of its own: its rows or its error."""
+
+    def __init__(self, spark, sql: str) -> None:
+        self.rows, self.error = None, None
+
+        def body() -> None:
+            try:
+                self.rows = spark.sql(sql).collect()
+            except BaseException as e:  # noqa: B036 - asserted by the test
+                self.error = e
+
+        self.thread = threading.Thread(target=body, daemon=True)
+        self.thread.start()
+
+    def join(self, timeout: float = STATEMENT_S) -> "Statement":
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), f"the statement did not end within {timeout} s"
+        return self
+
+
+def compact_sql(t: str, args: str) -> str:
+    return f"CALL lance.compact(table => '{t}', target_rows_per_fragment => 300, {args})"
+
+
+def index_sql(t: str, options: str) -> str:
+    return (f"CALL lance.create_index(table => '{t}', column => 'id', index_type => 'BTREE', "
+            f"options => map('rows_per_segment', '1000', {options}))")
+
+
+def unchanged(path, before: lance.LanceDataset) -> None:
+    after = lance.dataset(str(path))
+    assert after.version == before.version and not after.describe_indices()
+    assert content(after) == content(before)
+
+
+# -- an executor's Python worker --------------------------------------------------------------
+
+
+def test_a_compaction_task_whose_python_worker_is_killed_once_is_retried(spark, table):
+    t, path = table
+    before = lance.dataset(str(path))
+    killer = TaskWorkerKiller(1)
+    r = compact_call(spark, t, f"options => map('test_task_sleep_ms', 'all:{SLEEP_MS}')")
+    assert len(killer.join()) == 1
+    after = lance.dataset(str(path))
+    assert r.commits == 1 and r.tasks_failed == 0 and r.new_version == after.version, r
+    assert len(after.get_fragments()) < len(before.get_fragments())
+    assert content(after) == content(before)
+
+
+def test_a_compaction_task_whose_python_worker_is_killed_on_every_attempt_says_so(spark, table):
+    t, path = table
+    before, files = lance.dataset(str(path)), data_files(path)
+    killer = TaskWorkerKiller(2)
+    with pytest.raises(Exception) as e:
+        compact_call(spark, t, f"options => map('test_task_sleep_ms', '0:{SLEEP_MS}')")
+    assert len(killer.join()) == 2
+    message = str(e.value).splitlines()[0]
+    print(f"\nexecutor's Python worker killed on every attempt (compaction): {message}")
+    assert "[LANCE_WORKER_LOST]" in message, message
+    assert "a compaction task failed all its 2 attempts: an executor's Python worker died" in message, message
+    assert "Python worker exited unexpectedly" in message and "nothing was committed" in message, message
+    assert "object store" not in message and "unexpected error" not in message, message
+    unchanged(path, before)
+    # what its finished tasks wrote is removed with the failure
+    wait_for(lambda: data_files(path) == files, timeout=60)
+
+
+def test_an_index_segment_task_whose_python_worker_is_killed_once_is_retried(spark, indexed):
+    t, path = indexed
+    before = lance.dataset(str(path))
+    killer = TaskWorkerKiller(1)
+    [row] = spark.sql(index_sql(t, f"'test_task_sleep_ms', '0:{SLEEP_MS}'")).collect()
+    assert len(killer.join()) == 1
+    after = lance.dataset(str(path))
+    assert len(after.describe_indices()) == 1 and after.version > before.version, row
+    assert content(after) == content(before)
+    for f in ("id = 7", "id < 30", "id >= 2990"):
+        assert after.to_table(filter=f, columns=["id"]).sort_by("id") == \
+            after.to_table(filter=f, columns=["id"], use_scalar_index=False).sort_by("id"), f
+
+
+def test_an_index_segment_task_whose_python_worker_is_killed_on_every_attempt_says_so(spark, indexed):
+    t, path = indexed
+    before = lance.dataset(str(path))
+    killer = TaskWorkerKiller(2)
+    with pytest.raises(Exception) as e:
+        spark.sql(index_sql(t, f"'test_task_sleep_ms', '0:{SLEEP_MS}'")).collect()
+    assert len(killer.join()) == 2
+    message = str(e.value).splitlines()[0]
+    print(f"\nexecutor's Python worker killed on every attempt (index segment): {message}")
+    assert "[LANCE_WORKER_LOST]" in message and "an index segment task failed" in message, message
+    assert "an executor's Python worker died" in message and "nothing was committed" in message, message
+    assert "object store" not in message and "unexpected error" not in message, message
+    unchanged(path, before)
+
+
+# -- the statement's engine worker ----------------------------------------------------------
+
+
+def _kill_held_worker(spark, path) -> int:
+    """Once the statement is held at its commit (writers.mark_then_hold's marker): SIGKILL its
+    engine worker, the one the pool has leased; its pid."""
+    wait_for(lambda: os.path.exists(writers.at_commit(str(path))), timeout=STATEMENT_S, step=0.05)
+    [pid] = wait_for_leased(spark)
+    os.kill(pid, signal.SIGKILL)
+    return pid
+
+
+def _lost(s: Statement, pid: int) -> str:
+    s.join()
+    assert s.error is not None, f"the statement answered: {s.rows}"
+    message = str(s.error).splitlines()[0]
+    assert "[LANCE_WORKER_LOST]" in message and f"(pid {pid}," in message and "killed by signal 9" in message, message
+    return message
+
+
+def _cleared(path, files: set) -> None:
+    """The dead worker's uncommitted files are removed (by another worker: discard_staged)."""
+    wait_for(lambda: data_files(path) <= files, timeout=60)
+    for marker in (writers.at_commit(str(path)),):
+        if os.path.exists(marker):
+            os.remove(marker)
+
+
+def test_an_engine_worker_killed_before_the_commit_gate_commits_nothing_and_others_go_on(
+        spark, table, warehouse, request):
+    t, path = table
+    other, other_path = f"{t}_beside", warehouse / "db" / f"{t.split('.')[1]}_beside.lance"
+    shutil.rmtree(other_path, ignore_errors=True)
+    degraded_table(str(other_path), fragments=8, rows_per_fragment=50)
+    before, files = lance.dataset(str(path)), data_files(path)
+    other_before = lance.dataset(str(other_path))
+    s = Statement(spark, compact_sql(t, "options => map('test_before_commit', 'writers.mark_then_hold')"))
+    wait_for(lambda: os.path.exists(writers.at_commit(str(path))), timeout=STATEMENT_S, step=0.05)
+    [pid] = leased_pids(spark)
+    beside = Statement(spark, compact_sql(other, "options => map('test_task_sleep_ms', 'all:2000')"))
+    wait_for(lambda: len(leased_pids(spark)) == 2, timeout=60, step=0.05)
+    os.kill(pid, signal.SIGKILL)
+    message = _lost(s, pid)
+    print(f"\nengine worker killed before the gate: {message[:400]}")
+    assert "it was not committing: nothing was committed by it" in message and "before that" not in message, message
+    assert "are being removed" in message, message
+    unchanged(path, before)
+    _cleared(path, files)
+    # the statement beside it, on another worker, finished as if nothing happened
+    beside.join()
+    assert beside.error is None, beside.error
+    other_after = lance.dataset(str(other_path))
+    assert beside.rows[0].commits == 1 and other_after.version == beside.rows[0].new_version
+    assert content(other_after) == content(other_before)
+    # and the next statement on the table works
+    r = compact_call(spark, t)
+    assert r.commits == 1 and content(lance.dataset(str(path))) == content(before)
+
+
+def test_an_engine_worker_killed_after_a_first_commit_says_what_landed(spark, warehouse, request):
+    t, path = degraded_table_for(warehouse, request, fragments=60)  # several tasks: two commits
+    before = lance.dataset(str(path))
+    s = Statement(spark, compact_sql(t, "partial_progress => true, max_commits => 2, "
+                                        "options => map('test_before_commit', 'writers.mark_then_hold')"))
+    wait_for(lambda: os.path.exists(writers.at_commit(str(path))), timeout=STATEMENT_S, step=0.05)
+    assert writers.release(str(path))  # the first commit goes ahead
+    pid = _kill_held_worker(spark, path)  # held before the second
+    landed = lance.dataset(str(path)).version
+    files = data_files(path)
+    message = _lost(s, pid)
+    print(f"\nengine worker killed after a first commit: {message[:400]}")
+    assert landed > before.version
+    assert "it was not committing: nothing was committed by it after its last commit" in message, message
+    assert f"before that it committed version {landed}" in message, message
+    after = lance.dataset(str(path))
+    assert after.version == landed and content(after) == content(before)
+    _cleared(path, files)
+    r = compact_call(spark, t)
+    assert r.commits == 1 and content(lance.dataset(str(path))) == content(before)
+
+
+def test_an_engine_worker_killed_inside_the_commit_says_it_may_have_landed(spark, table):
+    t, path = table
+    before, files = lance.dataset(str(path)), data_files(path)
+    s = Statement(spark, compact_sql(t, "options => map('test_fail_at', 'commit:writers.mark_then_hold')"))
+    pid = _kill_held_worker(spark, path)
+    message = _lost(s, pid)
+    print(f"\nengine worker killed inside the commit: {message[:400]}")
+    assert f"it died while committing (table {t}: committing a compaction of" in message, message
+    assert "that commit may or may not have landed" in message, message
+    # the truth: Lance's commit had not begun, so it did not land
+    unchanged(path, before)
+    _cleared(path, files)
+    r = compact_call(spark, t)
+    assert r.commits == 1 and content(lance.dataset(str(path))) == content(before)
+
+
+def test_an_engine_worker_killed_before_an_index_commit_commits_nothing(spark, indexed):
+    t, path = indexed
+    before = lance.dataset(str(path))
+    s = Statement(spark, index_sql(t, "'test_before_commit', 'writers.mark_then_hold'"))
+    pid = _kill_held_worker(spark, path)
+    message = _lost(s, pid)
+    print(f"\nengine worker killed before an index commit: {message[:400]}")
+    assert "it was not committing: nothing was committed by it" in message, message
+    unchanged(path, before)
+    # its segments, written by executors and not committed, are removed
+    indices = path / "_indices"
+    wait_for(lambda: not indices.exists() or not os.listdir(indices), timeout=60)
+    if os.path.exists(writers.at_commit(str(path))):
+        os.remove(writers.at_commit(str(path)))
+    [row] = spark.sql(index_sql(t, "'merge_fan_in', '8'")).collect()
+    assert len(lance.dataset(str(path)).describe_indices()) == 1, row
