@@ -89,7 +89,8 @@ def main() -> int:
     def jar_loads():
         nonlocal spark
         builder = (SparkSession.builder.master("local[2]").appName(f"spark-{version}-check")
-                   .config("spark.ui.enabled", "false")
+                   .config("spark.ui.enabled", "true").config("spark.ui.port", "0")  # the Lance tab's check
+                   .config("spark.ui.showConsoleProgress", "false")
                    .config("spark.sql.shuffle.partitions", "2"))
         # Also starts the engine plugin (a class of the jar) with the session.
         spark = configure_spark_with_lance_compact(builder, warehouse=str(wh)).getOrCreate()
@@ -131,6 +132,27 @@ def main() -> int:
         got = sorted(r.id for r in df.collect())
         assert got == sorted(lance.dataset(str(path)).to_table(columns=["id"])["id"].to_pylist())
         return f"{len(got)} rows in {df.rdd.getNumPartitions()} partitions"
+
+    def tab():
+        """The Lance tab's pages on this Spark (its header and handler are reached by reflection,
+        their signatures differ across 4.x) and the history server's plugin class."""
+        import urllib.request
+        spark.sql("SELECT * FROM lance.system.table_health").collect()
+        ui = spark.sparkContext.uiWebUrl
+        pages = {p: urllib.request.urlopen(f"{ui}/lance/{p}", timeout=30).read().decode()
+                 for p in ("", "running/", "history/", "table/?name=lance.db.t")}
+        assert 'id="lance-warehouse"' in pages[""] and "db.t" in pages[""], pages[""][:300]
+        assert "compact" in pages["history/"] and "describe_layout" in pages["history/"]
+        assert "lance-table-facts" in pages["table/?name=lance.db.t"]
+        # the history server finds the plugin as Spark does: a service of the jar, made by its loader
+        jvm = spark._jvm
+        loader = jvm.org.apache.spark.util.Utils.getContextOrSparkClassLoader()
+        service = jvm.java.lang.Class.forName("org.apache.spark.status.AppHistoryServerPlugin", True, loader)
+        found, it = [], jvm.java.util.ServiceLoader.load(service, loader).iterator()
+        while it.hasNext():
+            found.append(it.next().getClass().getName())
+        assert "org.apache.spark.ui.LanceCompactHistoryPlugin" in found, found
+        return f"{len(pages)} pages, history server plugin found"
 
     def observer():
         """The cancel watch's observer of Spark's scheduler (CancelWatch.scala) is installed by
@@ -217,6 +239,7 @@ def main() -> int:
         check("CALL via PySpark", call)
         check("cancel observer", observer)
         check("describe_layout", layout)
+        check("Lance tab", tab)
         check("SELECT", select)
         check("SHOW NAMESPACES", namespaces)
         check("SHOW PROCEDURES", procedures)

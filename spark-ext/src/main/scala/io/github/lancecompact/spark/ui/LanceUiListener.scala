@@ -15,9 +15,12 @@ import org.apache.spark.util.kvstore.KVStore
  * A statement's cost in tasks comes from Spark's own events: its jobs carry its job tag, so their
  * stages' tasks (done, planned) and executor run time are summed here. Its bytes come from its
  * result rows. Called on one listener thread: its maps need no locks; they hold running
- * statements only.
+ * statements only. The store keeps the newest [[RetainedStatements]] ended statements and
+ * [[RetainedLayouts]] layouts (a service maintaining every ten minutes runs for weeks), and one
+ * health row per table.
  */
-final class LanceUiListener(store: KVStore) extends SparkListener {
+final class LanceUiListener(store: KVStore, retainedStatements: Int = LanceUiListener.RetainedStatements,
+                            retainedLayouts: Int = LanceUiListener.RetainedLayouts) extends SparkListener {
   private val mapper = new ObjectMapper()
   private val byTag = mutable.Map.empty[String, Long]
   private val byStage = mutable.Map.empty[Int, Long]
@@ -32,6 +35,7 @@ final class LanceUiListener(store: KVStore) extends SparkListener {
 
   override def onOtherEvent(event: SparkListenerEvent): Unit = event match {
     case s: LanceStatementStarted =>
+      trim(classOf[LanceStatementRecord], retainedStatements)(_.outcome != "running")
       byTag(s.tag) = s.id
       store.write(LanceStatementRecord(s.id, s.procedure, s.table, s.user, s.startedAt, 0L, "", "running",
         "", "", s.budgetMs, 0, 0, 0L))
@@ -45,13 +49,33 @@ final class LanceUiListener(store: KVStore) extends SparkListener {
     case h: LanceHealthEvaluated =>
       LanceUiListener.rows(mapper, h.rowsJson).foreach { row =>
         val key = s"${h.catalog}.${text(row, "namespace")}.${text(row, "table")}"
-        store.write(LanceTableHealthRecord(key, h.catalog, h.at, row.toString))
+        store.write(LanceTableHealthRecord(key, h.catalog, h.at, row.toString,
+          Option(row.get("health_score")).filter(_.isNumber).map(_.asInt).getOrElse(-1),
+          PageHtml.html(WarehousePage.line(key, h.catalog, h.at, row))))
       }
     case l: LanceLayoutDescribed =>
+      trim(classOf[LanceLayoutRecord], retainedLayouts)(_ => true)
       LanceUiListener.rows(mapper, l.rowsJson).headOption.foreach { row =>
         store.write(LanceLayoutRecord(s"${l.catalog}.${l.table}@${l.at}", l.catalog, l.table, l.at, row.toString))
       }
     case _ =>
+  }
+
+  /** Make room for one more record of `kind`: the oldest (by natural key: statements by number)
+   * that `removable` allows go beyond `keep - 1`. */
+  private def trim[T](kind: Class[T], keep: Int)(removable: T => Boolean): Unit = {
+    val over = store.count(kind) - (keep - 1)
+    if (over > 0) {
+      val it = store.view(kind).closeableIterator()
+      try {
+        val gone = it.asScala.filter(removable).take(over.toInt).toList
+        gone.foreach {
+          case r: LanceStatementRecord => store.delete(kind, r.id)
+          case r: LanceLayoutRecord => store.delete(kind, r.key)
+          case _ =>
+        }
+      } finally it.close()
+    }
   }
 
   private def text(row: com.fasterxml.jackson.databind.JsonNode, field: String): String =
@@ -88,6 +112,9 @@ final class LanceUiListener(store: KVStore) extends SparkListener {
 }
 
 object LanceUiListener {
+  val RetainedStatements = 1000
+  val RetainedLayouts = 500
+
   /** The rows of an event's `rowsJson` (a JSON array of objects). */
   def rows(mapper: ObjectMapper, json: String): Seq[com.fasterxml.jackson.databind.JsonNode] =
     if (json == null || json.isEmpty) Nil else mapper.readTree(json).elements().asScala.toSeq

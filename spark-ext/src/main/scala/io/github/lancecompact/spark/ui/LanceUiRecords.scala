@@ -15,9 +15,11 @@ final case class LanceStatementRecord(@(KVIndex @getter) id: Long, procedure: St
                                       tasksDone: Int, tasksAll: Int, taskMs: Long)
 
 /** A table's row of the last `system.table_health` evaluation that included it (`key`:
- * catalog.namespace.table; `rowJson`: the row as a JSON object by column name). */
+ * catalog.namespace.table; `rowJson`: the row as a JSON object by column name; `score` its
+ * health score, -1 for none; `line`: its Warehouse page row, made once as it is written, so a
+ * page of a thousand tables parses and builds nothing). */
 final case class LanceTableHealthRecord(@(KVIndex @getter) key: String, catalog: String, evaluatedAt: Long,
-                                        rowJson: String)
+                                        rowJson: String, score: Int, line: String)
 
 /** A table's layout as `describe_layout` returned it, at `at` (`key`: catalog.table@at). */
 final case class LanceLayoutRecord(@(KVIndex @getter) key: String, catalog: String, table: String, at: Long,

@@ -73,5 +73,10 @@ object PageHtml {
          |  });
          |})();""".stripMargin)}</script>
 
+  /** `node` as HTML text: every element closed by its own end tag (`<td></td>`, never `<td/>`,
+   * which HTML reads as an open tag). */
+  def html(node: Node): String =
+    scala.xml.Utility.serialize(node, minimizeTags = scala.xml.MinimizeMode.Never).toString
+
   def empty(what: String): Node = <p class="text-muted">{what}</p>
 }

@@ -86,8 +86,8 @@ final class HistoryPage(store: KVStore) extends LanceCompactPage {
 }
 
 object HistoryPage {
-  /** A statement's row and, for a warehouse run, a row per table it reported on. */
-  def lines(s: LanceStatementRecord): Seq[Node] = {
+  /** A statement's row and, for a warehouse run, a row per table it reported on (`only`: that table's alone). */
+  def lines(s: LanceStatementRecord, only: Option[String] = None): Seq[Node] = {
     val rs = StatementFigures.results(s)
     val (read, written) = (StatementFigures.bytesRead(rs), StatementFigures.bytesWritten(rs))
     val elapsed = StatementFigures.elapsed(s, s.endedAt)
@@ -100,12 +100,14 @@ object HistoryPage {
         {cell(Text(f"${s.taskMs / 1000.0}%.1f"), s.taskMs, "lance-task-seconds")}{cell(Text(duration(elapsed)), elapsed, "lance-elapsed")}
         <td class="small text-danger">{s.error}</td>
       </tr>
-    val perTable = if (s.procedure != "maintain_warehouse") Nil else rs.groupBy(text(_, "table")).toSeq.sortBy(_._1).map { case (t, tr) =>
+    val perTable = if (s.procedure != "maintain_warehouse") Nil else rs.groupBy(text(_, "table")).toSeq.filter(t => only.forall(_ == t._1)).sortBy(_._1).map { case (t, tr) =>
       val w = StatementFigures.bytesWritten(tr)
       val ms = tr.flatMap(long(_, "elapsed_ms")).sum
       val steps = tr.map(r => s"${text(r, "step")}: ${StatementFigures.outcome(r)}").mkString(", ")
+      // the version its steps left: the one system.maintenance_history lists for them
+      val version = tr.filter(r => text(r, "ran") == "true").flatMap(long(_, "version")).maxOption
       <tr class="lance-table-step small" data-id={s.id.toString}>
-        {cell(Text(""), s.id)}{cell(Text(""), s.endedAt)}<td>↳ {steps}</td><td>{t}</td><td></td>
+        {cell(Text(""), s.id)}{cell(Text(""), s.endedAt)}<td>↳ {steps}{version.map(v => s" (version $v)").getOrElse("")}</td><td>{t}</td><td></td>
         <td>{if (tr.exists(r => text(r, "error").nonEmpty)) "failed" else if (tr.exists(r => text(r, "ran") == "true")) "maintained" else "skipped"}</td>
         {cell(Text(""), 0)}{cell(Text(w.map(bytes).getOrElse("")), w.getOrElse(-1L))}{cell(Text(""), 0)}{cell(Text(duration(ms)), ms)}
         <td class="small text-danger">{tr.map(text(_, "error")).filter(_.nonEmpty).mkString("; ")}</td>

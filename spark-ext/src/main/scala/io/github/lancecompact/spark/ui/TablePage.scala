@@ -39,7 +39,7 @@ final class TablePage(store: KVStore) extends LanceCompactPage {
         (if (statements.isEmpty) empty("No statement of this application named it.")
          else <table class="table table-sm table-bordered"><thead><tr>{Seq("#", "ended", "procedure", "table", "user",
            "outcome", "bytes read", "bytes written", "task-seconds", "elapsed", "message").map(h => <th>{h}</th>)}</tr></thead>
-           <tbody>{statements.filter(_.outcome != "running").flatMap(HistoryPage.lines)}</tbody></table>)
+           <tbody>{statements.filter(_.outcome != "running").flatMap(s => HistoryPage.lines(s, Some(short)))}</tbody></table>)
     }
   }
 
@@ -60,7 +60,7 @@ final class TablePage(store: KVStore) extends LanceCompactPage {
     }</tbody></table>
   }
 
-  /** The health row's indices: [name, type, unindexed fragments, unindexed rows, segments]. */
+  /** The health row's indices (structs: name, type, unindexed_fragments, unindexed_rows, segments). */
   private def indices(j: JsonNode): NodeSeq = {
     val rows = j.path("rows").asLong(0L)
     val list = field(j, "indices").map(_.elements().asScala.toSeq).getOrElse(Nil)
@@ -69,9 +69,9 @@ final class TablePage(store: KVStore) extends LanceCompactPage {
       <table class="table table-sm table-bordered" id="lance-table-indices" style="max-width: 60em">
         <thead><tr><th>name</th><th>type</th><th>segments</th><th>unindexed fragments</th><th>unindexed rows</th><th>coverage</th></tr></thead>
         <tbody>{list.map { ix =>
-          val unindexed = ix.path(3).asLong(0L)
-          <tr><td>{ix.path(0).asText}</td><td>{ix.path(1).asText}</td><td>{ix.path(4).asText}</td>
-            <td>{ix.path(2).asText}</td><td>{unindexed.toString}</td>
+          val unindexed = ix.path("unindexed_rows").asLong(0L)
+          <tr><td>{text(ix, "name")}</td><td>{text(ix, "type")}</td><td>{text(ix, "segments")}</td>
+            <td>{text(ix, "unindexed_fragments")}</td><td>{unindexed.toString}</td>
             <td>{if (rows > 0) f"${100.0 * (rows - unindexed) / rows}%.1f%%" else ""}</td></tr>
         }}</tbody>
       </table>)

@@ -1,7 +1,7 @@
 package io.github.lancecompact.spark.ui
 
 import scala.jdk.CollectionConverters._
-import scala.xml.{Node, NodeSeq}
+import scala.xml.{Node, NodeSeq, Unparsed}
 
 import jakarta.servlet.http.HttpServletRequest
 import org.apache.spark.util.kvstore.KVStore
@@ -19,19 +19,21 @@ final class WarehousePage(store: KVStore) extends LanceCompactPage {
     "small fragments", "deleted rows", "unindexed rows", "clustering depth", "evaluated")
 
   override def render(request: HttpServletRequest, canModify: Boolean, base: String): Seq[Node] = {
-    val records = store.view(classOf[LanceTableHealthRecord]).asScala.toSeq
-    val rows = records.map(r => (r, row(r.rowJson))).sortBy { case (r, j) => (long(j, "health_score").getOrElse(-1L), r.key) }
+    val records = store.view(classOf[LanceTableHealthRecord]).asScala.toSeq.sortBy(r => (r.score, r.key))
     val latest = if (records.isEmpty) 0L else records.map(_.evaluatedAt).max
-    val body = rows.map { case (r, j) => line(base, r, j) }
     nav(base, "") ++
     <p id="lance-evaluated">{
       if (records.isEmpty) "No evaluation yet: SELECT * FROM lance.system.table_health (or a maintain_warehouse dry run, then that query) fills this page."
       else s"${records.size} tables, as of the last evaluation of system.table_health: ${when(latest)}."
     }</p> ++
-    (if (records.isEmpty) NodeSeq.Empty else table("lance-warehouse", headers, body, "filter tables"))
+    (if (records.isEmpty) NodeSeq.Empty else table("lance-warehouse", headers, Seq(Unparsed(records.map(_.line).mkString)), "filter tables"))
   }
+}
 
-  private def line(base: String, r: LanceTableHealthRecord, j: com.fasterxml.jackson.databind.JsonNode): Node = {
+object WarehousePage {
+  /** A table's row on the page, from its health row `j`. Its link is relative (the page is
+   * always at `.../lance/`), so the row is the same behind any proxy or in the history server. */
+  def line(key: String, catalog: String, evaluatedAt: Long, j: com.fasterxml.jackson.databind.JsonNode): Node = {
     val name = s"${text(j, "namespace")}.${text(j, "table")}"
     val error = text(j, "error")
     val score = long(j, "health_score")
@@ -44,15 +46,15 @@ final class WarehousePage(store: KVStore) extends LanceCompactPage {
       n("unindexed_fragments").filter(_ > 0).map(v => s"unindexed fragments $v"),
       n("reclaimable_versions").filter(_ > 0).map(v => s"old versions $v")).flatten.mkString(", ")
     <tr data-table={name}>
-      <td sorttable_customkey={name}><a href={s"$base/lance/table/?name=${java.net.URLEncoder.encode(r.key, "UTF-8")}"}>{name}</a>
-        <span class="text-muted small"> ({r.catalog})</span>{if (error.nonEmpty) <div class="text-danger small">{error}</div> else NodeSeq.Empty}</td>
+      <td sorttable_customkey={name}><a href={s"table/?name=${java.net.URLEncoder.encode(key, "UTF-8")}"}>{name}</a>
+        <span class="text-muted small"> ({catalog})</span>{if (error.nonEmpty) <div class="text-danger small">{error}</div> else NodeSeq.Empty}</td>
       {cell(scala.xml.Text(score.map(_.toString).getOrElse("")), score.getOrElse(-1L), "lance-score")}
       <td class="small">{parts}</td>
       <td>{text(j, "due")}</td>
       {cell(scala.xml.Text(hours.map(h => s"${duration((h * 3600000).toLong)} ago (version ${text(j, "last_compacted_version")})").getOrElse("never compacted")), hours.getOrElse(Double.MaxValue))}
       {num("rows")}{num("fragments")}{num("small_fragments")}{num("deleted_rows")}{num("unindexed_rows")}
       {cell(scala.xml.Text(double(j, "clustering_depth").map(d => f"$d%.2f").getOrElse("")), double(j, "clustering_depth").getOrElse(-1.0))}
-      {cell(scala.xml.Text(when(r.evaluatedAt)), r.evaluatedAt)}
+      {cell(scala.xml.Text(when(evaluatedAt)), evaluatedAt)}
     </tr>
   }
 }
