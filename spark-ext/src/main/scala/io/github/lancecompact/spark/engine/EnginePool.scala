@@ -127,6 +127,11 @@ final class EnginePool private (val sc: SparkContext, python: String, val logFil
     }
     if (build) {
       val w = try startWorker(synchronized(numbered)) catch {
+        case _: InterruptedException =>
+          synchronized { starting -= 1; notifyAll() }
+          Thread.currentThread().interrupt()
+          throw new EngineFailure(s"$action was cancelled while an engine worker started for it: nothing ran and " +
+            "nothing was committed", LanceCompactException.Cancelled)
         case e: Throwable => synchronized { starting -= 1; notifyAll() }; throw e
       }
       synchronized { starting -= 1; leased += w }
@@ -201,7 +206,11 @@ final class EnginePool private (val sc: SparkContext, python: String, val logFil
 
   private def startWorker(number: Int): EngineProcess = {
     val w = new EngineProcess(sc, python, logFile, number)
-    w.start()
+    try w.start() catch {
+      case e: Throwable =>  // never left running unowned (e.g. its caller was interrupted meanwhile)
+        try w.stop() catch { case _: Exception => () }
+        throw e
+    }
     w
   }
 
