@@ -318,3 +318,69 @@ def test_driver_killed_during_an_index_build_commits_nothing_and_cleanup_removes
     for f in ("id = 7", "id < 30", "id >= 3990"):
         assert ds.to_table(filter=f, columns=["id"]).sort_by("id") == \
             ds.to_table(filter=f, columns=["id"], use_scalar_index=False).sort_by("id"), f
+
+
+def _engine_workers(jvm: int) -> set[int]:
+    """The engine workers the driver JVM ``jvm`` started (its children running
+    lance_compact.engine; they leave its session: os.setsid)."""
+    out = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            parent = int(stat[stat.rindex(")") + 2:].split()[1])
+            if parent == jvm and b"lance_compact.engine" in (entry / "cmdline").read_bytes():
+                out.add(int(entry.name))
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
+
+
+def _gone(pids: set[int], timeout: float = GONE_TIMEOUT) -> set[int]:
+    """Those of ``pids`` still alive (not zombies) after at most ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        alive = set()
+        for pid in pids:
+            try:
+                if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                    alive.add(pid)
+            except OSError:
+                pass
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.2)
+
+
+def test_driver_killed_during_a_build_in_its_engine_worker_leaves_no_worker_and_no_files(chaos_warehouse, tmp_path):
+    """The pool's parent killed (issue 42): spark-sql's JVM SIGKILLed while its engine worker
+    builds the issue's heavy IVF_HNSW_FLAT itself (engineMaxSeconds raised): the worker exits
+    (its stdin's end closed, or orphaned), nothing is committed, and the worker removed the
+    segment folder it had staged before exiting (no pool is left to do it)."""
+    uri = str(chaos_warehouse / "db" / "hnsw.lance")
+    degraded_table(uri, fragments=5, rows_per_fragment=1000, delete_every=0)
+    version = lance.dataset(uri).version
+    p = lance_spark_sql(chaos_warehouse, "CREATE INDEX hnsw ON lance.db.hnsw USING IVF_HNSW_FLAT (vector) "
+                        "OPTIONS (num_partitions 1, m 256, ef_construction 5000)", tmp_path / "engine-hnsw.log",
+                        {"spark.lance.compact.index.engineMaxSeconds": "1000000"})
+    try:
+        deadline = time.monotonic() + CALL_TIMEOUT
+        while not _segments(uri) and p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert p.poll() is None and _segments(uri), "the build did not start: " + p.communicate()[1][-3000:]
+        workers = _engine_workers(p.pid)
+        assert workers, "no engine worker of the driver found"
+        time.sleep(1)
+        os.kill(p.pid, signal.SIGKILL)
+        p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate(timeout=60)
+    left = _gone(workers)
+    assert not left, {pid: diagnose(pid) for pid in left}
+    assert not wait_until_gone(p.pid)
+    ds = lance.dataset(uri)
+    assert ds.version == version and not ds.describe_indices()
+    assert not _segments(uri), "the killed build's staged folder was left behind"

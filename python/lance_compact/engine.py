@@ -530,6 +530,7 @@ def run() -> None:
         logging.getLogger("lance_compact.engine").error(
             "engine: ending: the main loop failed (the JVM is gone or cannot be reached): %s: %s",
             type(e).__name__, e)
+        _remove_own_staged()  # no pool is left to remove them (also when stdin's EOF came second)
     finally:
         for stream in (sys.stdout, sys.stderr):
             try:
