@@ -141,17 +141,8 @@ def mark_then_hold(uri, storage_options):
     test calls :func:`release` (at most 120 s): a cancel sent meanwhile lands at a known moment
     right before the commit, and the commit's own check (the gate) decides after the release.
     Each commit of the run is held so; the marker is gone once a release was taken."""
-    import time
-    marker, release_file = _state(uri, "at-commit"), _state(uri, "release")
-    open(marker, "w").close()
-    deadline = time.monotonic() + 120
-    while not os.path.exists(release_file) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    for f in (release_file, marker):
-        try:
-            os.remove(f)
-        except FileNotFoundError:
-            pass
+    from lance_compact.runtime.hooks import hold
+    hold(_state(uri, "at-commit"), _state(uri, "release"))
 
 
 def release(uri, timeout: float = 30) -> bool:

@@ -88,8 +88,10 @@ def restore(request: Any, lost: set[str], versions: list[int], dataset: Any = No
                                  "compact", request.hooks)
     except upkeep.UpkeepConflict as e:
         return IndexCoverage(lost_now, False, found=found, conflict=e.message.split(" (")[0][:200])
-    except Cancelled as e:  # the restore's Spark jobs were cancelled with the statement
-        raise Cancelled(f"{e.message}; {committed_phrase(versions, 'the cancel')}; the index restore did not land "
+    except Cancelled as e:  # the restore's Spark jobs, or its commit gate, refused with the statement's cancel
+        # the gate's refusal already says what the statement committed before (runtime/commit_gate.py)
+        before = "" if "before the cancel" in e.message else f"; {committed_phrase(versions, 'the cancel')}"
+        raise Cancelled(f"{e.message}{before}; the index restore did not land "
                         f"(queries stay correct, scanning what an index does not cover)") from None
     except Exception as e:  # noqa: B902 - Lance's (OSError, ValueError, ...) or the store's
         if is_retryable_conflict(e):

@@ -169,7 +169,7 @@ def _in_engine(target: Target, ds: lance.LanceDataset, req: specs.IndexRequest, 
         commit_gate.add(uri, [f"_indices/{folder}"], storage)
     try:
         try:
-            segment = _bounded(lambda: build_one(ds, job, fragment_ids, job.params, folder), timeout, table)
+            segment = run_bounded(lambda: build_one(ds, job, fragment_ids, job.params, folder), timeout, table)
             if folder is None:  # Lance named it: known only now
                 written.append(str(segment.uuid))
                 commit_gate.add(uri, [f"_indices/{segment.uuid}"], storage)
@@ -192,12 +192,12 @@ def _in_engine(target: Target, ds: lance.LanceDataset, req: specs.IndexRequest, 
         commit_gate.stage(uri, [])  # committed, removed, or (not removable) left for cleanup
 
 
-def _bounded(build: Any, timeout: float, table: str) -> Any:
-    """``build()`` on a thread of its own, waited for at most ``timeout`` seconds; past it the
-    statement cancels itself: no commit of it begins, and its worker, still inside Lance's build,
-    is killed at the cancel grace (the pool then removes what it staged). A cancel of the
-    statement meanwhile is waited out the same way: Lance's build cannot be stopped, the kill
-    stops it."""
+def run_bounded(build: Any, timeout: float | None, table: str, what: str = "create_index") -> Any:
+    """``build()`` (an index build in this worker; ``what``: the procedure) on a thread of its own,
+    waited for at most ``timeout`` seconds (None: no bound); past it the statement cancels itself:
+    no commit of it begins, and its worker, still inside Lance's build, is killed at the cancel
+    grace (the pool then removes what it staged). A cancel of the statement meanwhile is waited
+    out the same way: Lance's build cannot be stopped, the kill stops it."""
     done: list[Any] = []
     failed: list[BaseException] = []
     statement = cancellation.current_probe()
@@ -212,17 +212,17 @@ def _bounded(build: Any, timeout: float, table: str) -> Any:
     worker = threading.Thread(target=run, daemon=True, name="index-build")
     worker.start()
     worker.join(timeout)
-    if worker.is_alive():
+    if worker.is_alive() and timeout is not None:
         why = (f"the index build in the engine ran past its time limit of {timeout:g} s "
                f"({driver_conf.INDEX_TIMEOUT})")
-        log.warning("table %s: create_index: %s: cancelling the statement", table, why)
+        log.warning("table %s: %s: %s: cancelling the statement", table, what, why)
         cancellation.cancel_statement(why)
         worker.join()
     if failed:
         raise failed[0]
     why = cancellation.reason()
     if why:
-        raise Cancelled(f"table {table}: create_index cancelled while building ({why}); nothing was committed")
+        raise Cancelled(f"table {table}: {what} cancelled while building ({why}); nothing was committed")
     return done[0]
 
 

@@ -39,7 +39,7 @@ from lance.dataset import Index
 
 from ..errors import CompactionError
 from ..runtime import cancellation, commit_gate, identifiers, progress
-from ..runtime.driver_conf import INDEX_MAX_BYTES, index_engine_limits, max_task_attempts
+from ..runtime.driver_conf import INDEX_MAX_BYTES, INDEX_TIMEOUT, index_engine_limits, max_task_attempts
 from ..runtime import hooks as test_hooks
 from ..runtime.cancellation import Cancelled
 from ..runtime.catalog_service import commit_arguments
@@ -219,7 +219,7 @@ def _segments(target: Target, ds: lance.LanceDataset, ups: list[Upkeep], procedu
 
 def _once(target: Target, ds: lance.LanceDataset, ups: list[Upkeep], procedure: str, sc: Any,
           outcomes: dict[str, Outcome], written: list[str], hooks: dict[str, Any]) -> None:
-    from .build import engine_limit
+    from .build import engine_limit, run_bounded
     from .segments import SegmentJob, build_one, build_segments
 
     table = target.table
@@ -240,8 +240,9 @@ def _once(target: Target, ds: lance.LanceDataset, ups: list[Upkeep], procedure: 
         if groups:
             progress.report(f"{table}: {procedure}: {identifiers.escape(ix.name)}: building {up.rows:,} rows in {len(groups)} segments")
             if in_engine:
-                for g in groups:
-                    shard = build_one(ds, job, g, model)
+                timeout = index_engine_limits(sc)[INDEX_TIMEOUT] if sc is not None else None
+                for g in groups:  # bounded in time as create_index's worker builds (build.run_bounded)
+                    shard = run_bounded(lambda g=g: build_one(ds, job, g, model), timeout, table, procedure)
                     written.append(str(shard.uuid))
                     _stage(target, [str(shard.uuid)])
                     shards.append(shard)

@@ -259,9 +259,14 @@ def cleanup(target: Target, args: Mapping[str, Any], options: Mapping[str, Any] 
         kwargs["retain_versions"] = args["retain_versions"]
     ds = target.open()
     with ExitStack() as gated:
+        landed = None
         if not dry_run:  # the gate: nothing is deleted once a cancel is recorded; a cancel after it waits
-            gated.enter_context(commit_gate.gate(table, "cleanup (removing old versions and files)"))
-        return _cleanup(target, ds, args, kwargs, dry_run, unverified, min_age)
+            landed = gated.enter_context(commit_gate.gate(table, "cleanup (removing old versions and files)"))
+        row = _cleanup(target, ds, args, kwargs, dry_run, unverified, min_age)
+        if landed is not None and row["files_total"]:
+            files = row["files_total"] - row["old_versions"]
+            landed(f"the removal of {row['old_versions']} old versions and {files} files")
+        return row
 
 
 def _cleanup(target: Target, ds: Any, args: Mapping[str, Any], kwargs: dict[str, Any], dry_run: bool,

@@ -25,28 +25,46 @@ def gate(table: str, step: str, earlier: Sequence[int] = ()) -> Iterator[Callabl
     """The block is ``step`` of ``table`` (a commit, or a deletion of files): it runs only if the
     statement was not cancelled before the gate was asked; inside, call the yielded
     ``landed("version 12")``. ``earlier``: versions this statement committed before (said in a
-    refusal)."""
+    refusal; else what its gated steps said they landed)."""
     def refused(why: str) -> Cancelled:
-        return Cancelled(f"table {table}: {step} cancelled before it began ({why}); "
-                         f"{committed_phrase(list(earlier), 'the cancel')}")
+        said = committed_phrase(list(earlier), "the cancel") if earlier else landed_before()
+        return Cancelled(f"table {table}: {step} cancelled before it began ({why}); {said}")
 
-    hooks.at_gate()  # tests: a cancel lands here, at a known moment before the gate decides
-    with cancellation.committing(f"table {table}: {step}", refused) as landed:
+    with committing(f"table {table}: {step}", refused) as landed:
         yield landed
+
+
+def landed_before() -> str:
+    """What the current statement's gated steps landed so far, for a refusal: "nothing was
+    committed", or "version 12 (table db.t: ...) was committed before the cancel; nothing after"."""
+    with _lock:
+        said = list(_landed.get(id(cancellation.current_probe()), ()))
+    if not said:
+        return "nothing was committed"
+    return f"{'; '.join(said)} {'were' if len(said) > 1 else 'was'} committed before the cancel; nothing after"
 
 
 @contextmanager
 def committing(what: str, cancelled: Callable[[str], BaseException]) -> Iterator[Callable[[str], None]]:
     """:func:`cancellation.committing` for a site that says its own refusal (``cancelled(why)``:
     a compaction's, with the files it removed), with the test hold of :func:`gate`."""
-    hooks.at_gate()
+    hooks.at_gate()  # tests: a cancel lands here, at a known moment before the gate decides
+    me = id(cancellation.current_probe())
+
+    def said(text: str) -> None:
+        landed(text)
+        with _lock:
+            _landed.setdefault(me, []).append(f"{text} ({what})")
+
     with cancellation.committing(what, cancelled) as landed:
-        yield landed
+        yield said
 
 
 # Files staged by the requests this process serves: (statement, uri) -> (paths, storage options).
 _lock = threading.Lock()
 _staged: dict[tuple[int, str], tuple[tuple[str, ...], dict[str, str]]] = {}
+# What each statement's gated steps landed (statement -> texts), for a later refusal's words.
+_landed: dict[int, list[str]] = {}
 
 
 def stage(uri: str, paths: Sequence[str], storage_options: Mapping[str, str] | None = None) -> None:
@@ -96,3 +114,4 @@ def forget() -> None:
     with _lock:
         for key in [k for k in _staged if k[0] == me]:
             del _staged[key]
+        _landed.pop(me, None)

@@ -143,12 +143,16 @@ def at_gate() -> None:
     ``<folder>/at-gate`` and waits (at most 120 s) until the test writes ``<folder>/release``, so a
     cancel lands at a known moment before the gate decides; both files are then removed."""
     folder = os.environ.get("LANCE_COMPACT_TEST_GATE_HOLD") if hooks_enabled() else None
-    if not folder:
-        return
+    if folder:
+        hold(os.path.join(folder, "at-gate"), os.path.join(folder, "release"))
+
+
+def hold(marker: str, release: str, seconds: float = 120) -> None:
+    """Test-only: write ``marker``, wait (at most ``seconds``) until ``release`` exists, then
+    remove both (the release first: a test that sees the marker gone knows it was taken)."""
     import time
-    marker, release = os.path.join(folder, "at-gate"), os.path.join(folder, "release")
     open(marker, "w").close()
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + seconds
     while not os.path.exists(release) and time.monotonic() < deadline:
         time.sleep(0.02)
     for f in (release, marker):
