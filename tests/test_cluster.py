@@ -93,6 +93,11 @@ def test_spark_sql_on_a_cluster_over_the_object_store(cluster, s3, tmp_path):
     uris = {t: f"{wh}/db/{t}.lance" for t in ("spread", "killed", "clustered")}
     before = {t: degraded_table(u, fragments=60, rows_per_fragment=40, storage_options=s3.storage_options)
               for t, u in uris.items()}
+    # an index build whose executor is killed mid-segment (retried), a compaction whose executor
+    # is killed on every attempt (named as an executor lost, nothing committed)
+    deaths = {t: f"{wh}/db/{t}.lance" for t in ("indexed", "lost")}
+    deaths_before = {t: degraded_table(u, fragments=6, rows_per_fragment=500, storage_options=s3.storage_options)
+                     for t, u in deaths.items()}
     expected = {t: content(ds) for t, ds in before.items()}
     events = tmp_path / "events"
     events.mkdir()
@@ -111,12 +116,34 @@ def test_spark_sql_on_a_cluster_over_the_object_store(cluster, s3, tmp_path):
          "options => map('test_fail_task', '0:0:kill_executor')); "
          "CALL lance.compact(table => 'db.clustered', sort_order => 'zorder(category, id)', "
          "target_rows_per_fragment => 600); "
+         "CALL lance.create_index(table => 'db.indexed', column => 'id', index_type => 'BTREE', "
+         "options => map('rows_per_segment', '1000', 'test_fail_task', '0:0:kill_executor')); "
          "SET spark.sql.files.maxPartitionBytes=20000; "
-         "SELECT count(*) AS n, sum(id) AS total FROM lance.db.spread WHERE id >= 0;"],
+         "SELECT count(*) AS n, sum(id) AS total FROM lance.db.spread WHERE id >= 0; "
+         # the last statement: spark-sql stops at a failed one
+         "CALL lance.compact(table => 'db.lost', target_rows_per_fragment => 300, "
+         "options => map('test_fail_task', '0:all:kill_executor'));"],
         capture_output=True, text=True, timeout=900, env=env)
-    assert p.returncode == 0, p.stderr[-4000:]
+    # every statement answered but the last, whose executor was killed on each of its 3 attempts
+    lost = [line for line in p.stderr.splitlines() if "[LANCE_WORKER_LOST]" in line]
+    assert p.returncode != 0 and lost, p.stderr[-4000:]
+    print(f"\nan executor killed on every attempt: {lost[0]}")
+    assert ("table db.lost: a compaction task failed all its 3 attempts: the executor running the task was lost"
+            in lost[0] and "ExecutorLostFailure" in lost[0] and "nothing was committed" in lost[0]), lost[0]
+    for t, uri in deaths.items():
+        after = lance.dataset(uri, storage_options=s3.storage_options)
+        assert content(after) == content(deaths_before[t]), t
+        indices = after.describe_indices()
+        if t == "lost":  # nothing half-committed
+            assert after.version == deaths_before[t].version and not indices
+        else:  # the killed segment task was retried on an executor that lived: one index, exact answers
+            assert [i.field_names for i in indices] == [["id"]], indices
+            for f in ("id = 7", "id < 30", "id >= 2990"):
+                assert after.to_table(filter=f, columns=["id"]).sort_by("id") == \
+                    after.to_table(filter=f, columns=["id"], use_scalar_index=False).sort_by("id"), f
     header, *rows = [line.split("\t") for line in p.stdout.strip().splitlines() if line.strip()]
-    results = [dict(zip(header, r)) for r in rows if r != header and len(r) == len(header)]
+    results = [dict(zip(header, r)) for r in rows if r != header and len(r) == len(header) and r[0] in
+               ("db.spread", "db.killed", "db.clustered")]  # the compactions' rows (create_index has its own)
     counted = rows[rows.index(["n", "total"]) + 1]
     assert len(results) == 3 and all(r["tasks_failed"] == "0" for r in results)
     assert [r["commits"] for r in results[:2]] == ["1", "1"]

@@ -262,3 +262,48 @@ def test_an_engine_worker_killed_before_an_index_commit_commits_nothing(spark, i
         os.remove(writers.at_commit(str(path)))
     [row] = spark.sql(index_sql(t, "'merge_fan_in', '8'")).collect()
     assert len(lance.dataset(str(path)).describe_indices()) == 1, row
+
+
+_ABORTED = ("An error occurred while calling t.runJob.\n: org.apache.spark.SparkException: Job aborted due to stage "
+            "failure: Task 0 in stage 3.0 failed 2 times, most recent failure: Lost task 0.1 in stage 3.0 (TID 4) "
+            "({where}): {error}\n\tat org.apache.spark.scheduler.DAGScheduler.failJobAndIndependentStages("
+            "DAGScheduler.scala:3122)\nDriver stacktrace:")
+
+
+@pytest.mark.parametrize("where,error,phrase", [
+    ("localhost executor driver", "org.apache.spark.SparkException: Python worker exited unexpectedly (crashed). "
+     "Consider setting 'spark.python.worker.faulthandler.enabled' configuration to 'true' for the better Python "
+     "traceback.", "an executor's Python worker died"),
+    ("localhost executor driver", "java.net.SocketException: Connection reset", "an executor's Python worker died"),
+    ("localhost executor driver", "java.io.EOFException", "an executor's Python worker died"),
+    ("127.0.0.1 executor 2", "ExecutorLostFailure (executor 2 exited caused by one of the running tasks) Reason: "
+     "Remote RPC client disassociated. Likely due to containers exceeding thresholds, or network issues.",
+     "the executor running the task was lost"),
+    ("127.0.0.1 executor 1", "ExecutorLostFailure (executor 1 exited caused by one of the running tasks) Reason: "
+     "Executor heartbeat timed out after 125017 ms", "the executor running the task was lost"),
+])
+def test_spark_words_for_a_lost_process_name_it(where, error, phrase):
+    """Spark's words for a task whose Python worker or executor was lost (as PySpark 4.2 raises
+    them from runJob) name a lost worker, never the object store ("Connection reset" here is the
+    JVM's end of the worker's socket) or an unexpected error."""
+    from lance_compact.engine import failure_kind
+    from lance_compact.errors import CompactionError
+    from lance_compact.runtime.failures import WORKER_LOST, classify, job_failure
+
+    text = _ABORTED.format(where=where, error=error)
+    said = job_failure(text)
+    assert classify(text).kind == WORKER_LOST and said.startswith(phrase), said
+    assert "object store" not in said and "an unexpected error" not in said, said
+    assert failure_kind(CompactionError(f"table db.t: a task failed: {said}; nothing was committed")) == WORKER_LOST
+
+
+def test_a_lance_error_inside_a_python_exception_stays_what_it_is():
+    """The object store's own "connection reset", raised by Lance in the task (a PythonException),
+    is still the object store's."""
+    from lance_compact.runtime.failures import STORAGE, classify, job_failure
+
+    text = _ABORTED.format(where="localhost executor driver", error=(
+        "org.apache.spark.api.python.PythonException: Traceback (most recent call last):\n"
+        "  File \"/x/segments.py\", line 131, in __call__\n"
+        "OSError: LanceError(IO): Generic S3 error: Error performing GET http://127.0.0.1:1/b: connection reset"))
+    assert classify(text).kind == STORAGE and job_failure(text).startswith("object store unreachable"), job_failure(text)
