@@ -25,6 +25,7 @@ serialization Lance ships tasks to executors in) without building the task's fra
 from __future__ import annotations
 
 import re
+from array import array
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator
 
@@ -83,17 +84,25 @@ class FragmentFacts:
     def of(dataset: Any) -> "FragmentFacts":
         """The facts of ``dataset`` (a ``LanceDataset``) at its version: one fragment handle
         at a time, so what the pass holds besides the columns does not grow with the table."""
-        n = len(dataset.fragment_ids())
-        ids = np.empty(n, np.int64)
-        physical = np.empty(n, np.int64)
-        deleted = np.zeros(n, np.int64)
-        for i, (fid, f) in enumerate(handles(dataset)):
-            ids[i] = fid
-            physical[i] = f.physical_rows
-            if f.deletion_file() is not None:  # the count only where there is a deletion file
-                deleted[i] = f.num_deletions or 0
-        size = (dataset.get_version().get("metadata") or {}).get("total_files_size")
-        return FragmentFacts(ids, physical, deleted, int(size) if size is not None else None)
+        every = dataset.fragment_ids()  # a bitmap: ascending order
+        ids = np.fromiter(every, np.int64, len(every))
+        summary = dataset.get_version().get("metadata") or {}
+        handle = _handle(dataset)
+        physical = array("q")  # typed: 8 bytes a fragment, no Python int kept
+        if str(summary.get("total_deletion_files")) == "0":  # the summary says none: not asked
+            for fid in every:
+                physical.append(handle(fid).physical_rows)
+            deleted = np.zeros(len(ids), np.int64)
+        else:
+            counts = array("q")
+            for fid in every:
+                f = handle(fid)
+                physical.append(f.physical_rows)
+                counts.append((f.num_deletions or 0) if f.deletion_file() is not None else 0)
+            deleted = np.frombuffer(counts, np.int64).copy()
+        size = summary.get("total_files_size")
+        return FragmentFacts(ids, np.frombuffer(physical, np.int64).copy(), deleted,
+                             int(size) if size is not None else None)
 
     @staticmethod
     def of_metadata(fragments: Iterable[Any]) -> "FragmentFacts":

@@ -26,7 +26,7 @@ from ..compaction import rules
 from ..options import convert_value, specs_of
 from ..maintenance.policy import resolve_policy
 from ..compaction.request import CompactionRequest
-from ..compaction.clustering.state import clustering_columns
+from ..compaction.clustering.state import clustering_columns, measure_table
 from ..runtime.envelope import Envelope, Result, Target
 
 
@@ -173,6 +173,6 @@ def _layout(request: CompactionRequest, t: Target) -> tuple[dict[str, Any], Any,
         "fragment_deleted_rows": deleted_rows,
         "health_score": health.score,
         "due": list(health.due),
-        **clustering_columns(ds),  # compaction/clustering/state.py
+        **clustering_columns(ds, measure_table(ds, facts)),  # compaction/clustering/state.py
     }
     return row, ds, live_rows, deleted_rows, target
