@@ -353,7 +353,7 @@ def _retrain(target: Target, ds: lance.LanceDataset, up: Upkeep, procedure: str,
     from .train import sample_size
 
     ix = up.index
-    if sc is None or up.estimated_bytes <= building.engine_limit(sc):
+    if sc is None:
         return _pylance(target, ds, up, retrain=True)
     lance_kwargs: dict[str, Any] = {}
     model, metric = existing.model(ds, ix, target.uri, target.storage_options)
@@ -365,6 +365,14 @@ def _retrain(target: Target, ds: lance.LanceDataset, up: Upkeep, procedure: str,
                              lance_kwargs, {}, {}, dimension)
     sizes = [f for f in fragment_sizes(ds, ix.column)]
     rows = sum(f.rows for f in sizes)
+    row: dict[str, Any] = {"sample_rows": 0, "train_ms": 0, "build_ms": 0, "commit_ms": 0, "segments_built": 0,
+                           "segments_committed": 0, "retries": 0, "new_version": ds.version, "groups": []}
+    if up.estimated_bytes <= min(building.engine_limit(sc), index_engine_limits(sc)[INDEX_MAX_BYTES]):
+        # small: one uncommitted segment in this worker, Lance training afresh, committed through the
+        # gate (as create_index's worker builds; pylance's own retrain would commit by itself)
+        building._in_engine(target, ds, req, model.get("num_partitions"), row,
+                            index_engine_limits(sc)[INDEX_TIMEOUT], [f.fragment_id for f in sizes])
+        return Outcome(ENGINE, rows, 1, len(ix.segments), row["new_version"])
     if ix.build_type in existing.ONE_SHARD:
         groups = [Group(tuple(f.fragment_id for f in sizes), rows, sum(f.estimated_bytes for f in sizes))]
     else:
@@ -372,8 +380,6 @@ def _retrain(target: Target, ds: lance.LanceDataset, up: Upkeep, procedure: str,
                        allowed("max_index_segments", rows))
     partitions = model.get("num_partitions")
     sample_rows = sample_size(req, rows, partitions, allowed("max_training_rows", rows)) if ix.is_vector else 0
-    row: dict[str, Any] = {"sample_rows": 0, "train_ms": 0, "build_ms": 0, "commit_ms": 0, "segments_built": 0,
-                           "segments_committed": 0, "retries": 0, "new_version": ds.version, "groups": []}
     building._on_spark(sc, target, ds, req, groups, partitions, sample_rows, row)
     return Outcome(SPARK, rows, row["segments_built"], len(ix.segments), row["new_version"], row["retries"])
 
