@@ -53,8 +53,9 @@ def committing(what: str, cancelled: Callable[[str], BaseException]) -> Iterator
 
     def said(text: str) -> None:
         landed(text)
-        with _lock:
-            _landed.setdefault(me, []).append(f"{text} ({what})")
+        if cancellation.current_probe() is not None:  # a statement of the engine's (forget() ends it)
+            with _lock:
+                _landed.setdefault(me, []).append(f"{text} ({what})")
 
     with cancellation.committing(what, cancelled) as landed:
         yield said
@@ -71,7 +72,10 @@ def stage(uri: str, paths: Sequence[str], storage_options: Mapping[str, str] | N
     """The current request has written (or is about to write) ``paths`` (relative to table
     location ``uri``: ``_indices/<uuid>``, ``data/<file>``) and not committed them; the list
     replaces what it staged before under ``uri`` (empty: nothing any more)."""
-    key = (id(cancellation.current_probe()), uri)
+    statement = cancellation.current_probe()
+    if statement is None:  # outside the engine: no pool to tell, no statement to forget it
+        return
+    key = (id(statement), uri)
     with _lock:
         if paths:
             _staged[key] = (tuple(sorted(set(paths))), dict(storage_options or {}))
