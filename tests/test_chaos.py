@@ -271,6 +271,22 @@ def test_two_applications_compacting_one_table_at_once(chaos_warehouse, tmp_path
 pytestmark = pytest.mark.serial
 
 
+def _kill_driver_when(p: subprocess.Popen, ready, what: str) -> None:
+    """SIGKILL spark-sql's JVM ``p`` once ``ready()`` holds (within CALL_TIMEOUT; ``what`` is
+    said if it ended or timed out first); ``p`` is reaped either way."""
+    try:
+        deadline = time.monotonic() + CALL_TIMEOUT
+        while not ready() and p.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert p.poll() is None and ready(), f"{what}: " + p.communicate()[1][-3000:]
+        os.kill(p.pid, signal.SIGKILL)
+        p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate(timeout=60)
+
+
 def _segments(uri: str) -> set[str]:
     folder = Path(uri) / "_indices"
     return {p.name for p in folder.iterdir()} if folder.exists() else set()
@@ -289,18 +305,7 @@ def test_driver_killed_during_an_index_build_commits_nothing_and_cleanup_removes
              "options => map('rows_per_segment', '1000'{}))")
     p = lance_spark_sql(chaos_warehouse, build.format(", 'test_task_sleep_ms', '0:120000'"), log,
                         {"spark.lance.compact.engineRewrite.maxBatchBytes": "0"})
-    try:
-        deadline = time.monotonic() + CALL_TIMEOUT
-        while len(_segments(uri)) < 3 and p.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert p.poll() is None, "the build ended before the kill: " + p.communicate()[1][-3000:]
-        assert len(_segments(uri)) == 3, "tasks 1-3 did not write their segments in time"
-        os.kill(p.pid, signal.SIGKILL)
-        p.communicate(timeout=60)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.communicate(timeout=60)
+    _kill_driver_when(p, lambda: len(_segments(uri)) >= 3, "tasks 1-3 did not write their segments before the end")
     assert not wait_until_gone(p.pid)
     ds = lance.dataset(uri)
     assert ds.version == version and not ds.describe_indices()
@@ -364,20 +369,14 @@ def test_driver_killed_during_a_build_in_its_engine_worker_leaves_no_worker_and_
     p = lance_spark_sql(chaos_warehouse, "CREATE INDEX hnsw ON lance.db.hnsw USING IVF_HNSW_FLAT (vector) "
                         "OPTIONS (num_partitions 1, m 256, ef_construction 5000)", tmp_path / "engine-hnsw.log",
                         {"spark.lance.compact.index.engineMaxSeconds": "1000000"})
-    try:
-        deadline = time.monotonic() + CALL_TIMEOUT
-        while not _segments(uri) and p.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert p.poll() is None and _segments(uri), "the build did not start: " + p.communicate()[1][-3000:]
-        workers = _engine_workers(p.pid)
-        assert workers, "no engine worker of the driver found"
-        time.sleep(1)
-        os.kill(p.pid, signal.SIGKILL)
-        p.communicate(timeout=60)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.communicate(timeout=60)
+    workers: set[int] = set()
+
+    def building() -> bool:  # the worker's segment folder is there: its workers, before the kill
+        if _segments(uri):
+            workers.update(_engine_workers(p.pid))
+        return bool(workers)
+
+    _kill_driver_when(p, building, "the build did not start (or no engine worker of the driver was found)")
     left = _gone(workers)
     assert not left, {pid: diagnose(pid) for pid in left}
     assert not wait_until_gone(p.pid)
