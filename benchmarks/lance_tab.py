@@ -138,10 +138,11 @@ def main() -> None:
                    browser_navigation_ms={k: round(v) for k, v in timing.items()})
         spark.stop()
 
-        # the history server over the finished application's event log
-        with history_server(events, work) as base:
-            wait_for(lambda: lists(base, app), timeout=180, step=1)
-            shoot(b, f"{base}/history/{app}/lance/history/", args.shots / "history-server.png")
+    # the history server over the finished application's event log, in a browser of its own
+    # (nothing of the live UI's pages left in it)
+    with history_server(events, work) as base, Browser(height=1000) as b:
+        wait_for(lambda: lists(base, app), timeout=180, step=1)
+        shoot(b, f"{base}/history/{app}/lance/history/", args.shots / "history-server.png")
     shutil.rmtree(work, ignore_errors=True)
     print(json.dumps(out))
 
