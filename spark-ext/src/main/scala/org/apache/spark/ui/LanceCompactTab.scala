@@ -13,12 +13,13 @@ import io.github.lancecompact.spark.ui.{LanceCompactPage, LanceTabPages, LanceUi
 /** The Lance tab (`/lance/`) in a Spark UI: Spark's tab, page and header classes are
  * `private[spark]`, so this shim lives in Spark's package and the pages are the product's.
  * Spark's view ACLs apply to every page (its filter guards each handler); the one handler that
- * acts, `/lance/cancel` (POST, live only), checks the modify ACL itself. */
+ * acts, `/lance/cancel` (POST, live only), checks the modify ACL (and `spark.ui.killEnabled`) itself. */
 final class LanceCompactTab(ui: SparkUI, pages: Seq[LanceCompactPage]) extends SparkUITab(ui, "lance") {
   override val name: String = "Lance"
 
+  /** As Spark's own kill links: `spark.ui.killEnabled` and the viewer's modify ACL. */
   private def canModify(request: HttpServletRequest): Boolean =
-    ui.securityManager.checkModifyPermissions(request.getRemoteUser)
+    ui.killEnabled && ui.securityManager.checkModifyPermissions(request.getRemoteUser)
 
   pages.foreach { p =>
     attachPage(new WebUIPage(p.prefix) {
