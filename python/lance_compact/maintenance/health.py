@@ -123,7 +123,8 @@ def _score(parts: Mapping[str, Any], due: list[str]) -> int:
 
 def table_health(ds: lance.LanceDataset, policy: Policy, now: datetime | None = None,
                  history: bool = True, storage_options: Mapping[str, str] | None = None,
-                 facts: FragmentFacts | None = None) -> Health:
+                 facts: FragmentFacts | None = None,
+                 indices: dict[str, dict[str, Any]] | None = None) -> Health:
     """The health of ``ds`` under ``policy`` (see the module's doc for the rules and the
     score). Pure: reads metadata only, writes nothing. ``parts['reclaimable_bytes']`` is
     always None: the bytes only old versions hold are not in the current manifest, and
@@ -135,7 +136,7 @@ def table_health(ds: lance.LanceDataset, policy: Policy, now: datetime | None = 
     what cleanup would remove are read (version_ages.py), and the last compaction is found
     newest first (history.py), not from every manifest (``versions()`` decodes each in full:
     seconds for a few versions of 300,000 fragments). ``facts``: the table's fragments when the caller read them already
-    (fragment_facts.py)."""
+    (fragment_facts.py), and ``indices`` their index coverage (fragments.index_state)."""
     now = (now or datetime.now(timezone.utc)).astimezone(timezone.utc)
     table = policy.table
     config = ds.config() or {}
@@ -150,7 +151,7 @@ def table_health(ds: lance.LanceDataset, policy: Policy, now: datetime | None = 
     compact, small, heavy = need.due, need.small, need.heavy
     live, deleted = facts.rows, facts.deleted_rows
 
-    state = index_state(ds, facts)
+    state = indices if indices is not None else index_state(ds, facts)
     min_unindexed = int(policy.get("min_unindexed_fragments"))
     lagging = rules.lagging_indices(state, min_unindexed)
 

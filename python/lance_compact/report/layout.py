@@ -141,15 +141,15 @@ def _layout(request: CompactionRequest, t: Target) -> tuple[dict[str, Any], Any,
     facts = FragmentFacts.of(ds)  # one pass over the fragments, shared by every figure below
     ids, live_rows, deleted_rows, physical, size = _fragments(ds, facts)
 
-    indices = [(name, e["type"], e["fields"], e["unindexed"])
-               for name, e in sorted(index_state(ds, facts).items())]
+    state = index_state(ds, facts)
+    indices = [(name, e["type"], e["fields"], e["unindexed"]) for name, e in sorted(state.items())]
 
     last = last_compaction(ds)
     # The score and due steps of lance.system.table_health: the table's policy, not the
     # target or threshold given to describe_layout.
     # (history=False: the last compaction is above; versions from a listing, not every manifest)
     health = table_health(ds, resolve_policy(None, config, t.maintain_settings, t.table, t.catalog),
-                          history=False, storage_options=t.storage_options, facts=facts)
+                          history=False, storage_options=t.storage_options, facts=facts, indices=state)
     how = None  # also when the counts cannot be known (see history.rewrite_counts)
     if last and last.fragments_removed is not None:
         how = f"{last.fragments_removed} fragments -> {last.fragments_added}"
