@@ -120,6 +120,16 @@ def lance_session(master: str, app: str, warehouse: str, conf: dict | None = Non
     return session
 
 
+def logged_session(warehouse, tmp_path_factory, app: str, conf: dict):
+    """A local[2] session whose engine workers log to a file of the test's (``session.engine_log``),
+    with ``conf`` (for a module's own ``spark`` fixture)."""
+    log = tmp_path_factory.mktemp("engine") / "engine.log"
+    session = lance_session("local[2]", app, str(warehouse),
+                            {"spark.sql.shuffle.partitions": "2", "spark.lance.compact.engine.log": str(log), **conf})
+    session.engine_log = log
+    return session
+
+
 @pytest.fixture(scope="module")
 def spark(warehouse, request):
     """A module may set SPARK_MASTER (e.g. local[2,3] to give tasks 3 attempts) and SPARK_CONF

@@ -30,14 +30,10 @@ BOUND_MIB = 2
 
 @pytest.fixture(scope="module")
 def spark(warehouse, tmp_path_factory):
-    from conftest import lance_session
+    from conftest import logged_session
 
-    log = tmp_path_factory.mktemp("engine") / "engine.log"
-    session = lance_session("local[2]", "lance-compact-memory", str(warehouse),
-                            {"spark.sql.shuffle.partitions": "2", **NO_CLEANUP_FLOOR,
-                             "spark.lance.compact.engine.log": str(log),
-                             "spark.lance.compact.engine.metadataCacheBytes": f"{BOUND_MIB}m"})
-    session.engine_log = log
+    session = logged_session(warehouse, tmp_path_factory, "lance-compact-memory", {
+        **NO_CLEANUP_FLOOR, "spark.lance.compact.engine.metadataCacheBytes": f"{BOUND_MIB}m"})
     yield session
     session.stop()
 

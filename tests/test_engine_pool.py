@@ -35,13 +35,9 @@ SPARK_CONF = {"spark.lance.compact.engine.workers": "2", "spark.lance.compact.en
 
 @pytest.fixture(scope="module")
 def spark(warehouse, tmp_path_factory):
-    from conftest import lance_session
+    from conftest import logged_session
 
-    log = tmp_path_factory.mktemp("engine") / "engine.log"
-    session = lance_session("local[2]", "lance-compact-engine-pool", str(warehouse),
-                            {"spark.sql.shuffle.partitions": "2", "spark.lance.compact.engine.log": str(log),
-                             **SPARK_CONF})
-    session.engine_log = log
+    session = logged_session(warehouse, tmp_path_factory, "lance-compact-engine-pool", SPARK_CONF)
     yield session
     session.stop()
 

@@ -23,13 +23,9 @@ CEILING = {"spark.lance.compact.engine.memoryCeiling": "1m",
 
 @pytest.fixture(scope="module")
 def spark(warehouse, tmp_path_factory):
-    from conftest import lance_session
+    from conftest import logged_session
 
-    log = tmp_path_factory.mktemp("engine") / "engine.log"
-    session = lance_session("local[2]", "lance-compact-engine-replaced", str(warehouse),
-                            {"spark.sql.shuffle.partitions": "2", "spark.lance.compact.engine.log": str(log),
-                             **CEILING})
-    session.engine_log = log
+    session = logged_session(warehouse, tmp_path_factory, "lance-compact-engine-replaced", CEILING)
     yield session
     session.stop()
 
