@@ -46,18 +46,39 @@ def lance_spark_sql(warehouse: Path, sql: str, engine_log: Path, conf: dict[str,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
 
 
+# Processes seen in a session so far, by session: engine workers leave the driver's session
+# (os.setsid, so a terminal's Ctrl-C is the JVM's to handle) and are re-parented when it dies;
+# once seen they are watched until gone.
+_SEEN: dict[int, set[int]] = {}
+
+
 def session_processes(sid: int) -> dict[int, str]:
-    """Live (not zombie) processes of session ``sid``: pid -> command line."""
-    out = {}
+    """Live (not zombie) processes of session ``sid``, their descendants (the pool's engine
+    workers, in sessions of their own) and every such process seen before: pid -> command line."""
+    table = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             stat = (entry / "stat").read_text()
             fields = stat[stat.rindex(")") + 2:].split()  # after "pid (comm) "
-            if int(fields[3]) == sid and fields[0] != "Z":
-                out[int(entry.name)] = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            if fields[0] != "Z":
+                table[int(entry.name)] = (int(fields[1]), int(fields[3]))  # ppid, session
         except (OSError, ValueError, IndexError):
+            continue
+    members = {pid for pid, (_, session) in table.items() if session == sid}
+    while True:
+        more = {pid for pid, (ppid, _) in table.items() if ppid in members} - members
+        if not more:
+            break
+        members |= more
+    seen = _SEEN.setdefault(sid, set())
+    seen |= members
+    out = {}
+    for pid in seen & set(table):
+        try:
+            out[pid] = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
             continue
     return out
 
