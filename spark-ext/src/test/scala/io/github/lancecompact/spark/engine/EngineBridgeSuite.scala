@@ -9,9 +9,7 @@ import org.scalatest.funsuite.AnyFunSuite
  * failed at once; one still queued, or taken but not yet counted by the engine, never is. */
 class EngineBridgeSuite extends AnyFunSuite {
   test("a request the engine took and no longer serves is failed, no other") {
-    val sc = new SparkContext(new SparkConf().setMaster("local[1]").setAppName("bridge")
-      .set("spark.ui.enabled", "false"))
-    try {
+    withContext("bridge") { sc =>
       val bridge = new EngineBridge(sc)
       val (first, lost) = bridge.submit("plan", "{}")
       val (_, queued) = bridge.submit("layout", "{}")
@@ -25,13 +23,11 @@ class EngineBridgeSuite extends AnyFunSuite {
       assert(!queued.isDone) // still in the queue: not the engine's yet
       bridge.heartbeat("garbage") // an unreadable report fails nothing
       assert(!queued.isDone)
-    } finally sc.stop()
+    }
   }
 
   test("the commit gate: no commit begins once a cancel is recorded; a cancel during a commit waits for it") {
-    val sc = new SparkContext(new SparkConf().setMaster("local[1]").setAppName("gate")
-      .set("spark.ui.enabled", "false"))
-    try {
+    withContext("gate") { sc =>
       val bridge = new EngineBridge(sc)
       val (a, _) = bridge.submit("compact", "{}")
       assert(bridge.beginCommit(a, "table t: commit of batch 1") == null) // not cancelled: it may commit
@@ -54,6 +50,11 @@ class EngineBridgeSuite extends AnyFunSuite {
       assert(bridge.stagedOf(b) == Map("/w/u.lance" -> """["_indices/1"]"""))
       bridge.staged(b, "/w/u.lance", "[]")
       assert(bridge.stagedOf(b).isEmpty)
-    } finally sc.stop()
+    }
+  }
+
+  private def withContext(app: String)(body: SparkContext => Unit): Unit = {
+    val sc = new SparkContext(new SparkConf().setMaster("local[1]").setAppName(app).set("spark.ui.enabled", "false"))
+    try body(sc) finally sc.stop()
   }
 }
