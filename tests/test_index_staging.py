@@ -219,3 +219,62 @@ def test_a_worker_whose_driver_died_removes_its_own_folder(vectors, warehouse):
         p.wait(30)
     after = lance.dataset(str(path))
     assert after.version == before.version and not after.describe_indices()
+
+
+def _held_commit(uri: str):
+    """A statement of this process inside the commit gate with a compaction of ``uri`` staged
+    (its new data file written, Lance's commit not yet called), as a worker is when its JVM
+    dies mid-commit: (its thread, the staged paths, the event that lets it commit, the results)."""
+    import threading
+    from lance.optimize import Compaction
+    from lance_compact.runtime import cancellation, commit_gate
+
+    ds = lance.dataset(uri)
+    results = [t.execute(ds) for t in Compaction.plan(ds, {"target_rows_per_fragment": 1 << 20}).tasks]
+    new = [f"data/{d.path}" for r in results for f in r.new_fragments for d in f.files]
+    inside, go = threading.Event(), threading.Event()
+
+    def statement():
+        with cancellation.serving(lambda: None):  # a statement whose JVM said no cancel
+            commit_gate.stage(uri, new)
+            with commit_gate.committing("table t: committing a compaction", RuntimeError):
+                inside.set()
+                go.wait(60)
+                Compaction.commit(ds, results, {"target_rows_per_fragment": 1 << 20})
+            commit_gate.stage(uri, [])
+            commit_gate.forget()
+
+    t = threading.Thread(target=statement, daemon=True)
+    t.start()
+    assert inside.wait(30)
+    return t, new, go
+
+
+@pytest.mark.parametrize("wait_s", [30.0, 0.5])
+def test_a_worker_whose_driver_died_never_removes_files_a_commit_under_way_lands(warehouse, request, wait_s):
+    """The JVM died while a commit of the worker was under way (nothing kills the worker then):
+    the worker's removal of its own staged files (the stdin watcher's remove_own) waits for that
+    commit, and a commit still under way when its time is up keeps its files. Was: the files were
+    removed at once and the commit landed a version whose data file was gone (reads failed
+    'Not found')."""
+    import threading
+    from lance_compact.maintenance.staged_files import remove_own
+
+    path = degraded_table_for(warehouse, request, fragments=4, rows_per_fragment=100)[1]
+    before = content(lance.dataset(str(path)))
+    t, new, go = _held_commit(str(path))
+    removing = threading.Thread(target=remove_own, args=(wait_s,), daemon=True)
+    removing.start()
+    removing.join(wait_s + 5 if wait_s < 1 else 1.0)
+    if wait_s < 1:  # its time was up first: the commit's files are left alone
+        assert not removing.is_alive()
+    else:  # it waits for the commit under way
+        assert removing.is_alive()
+    assert all((path / p).exists() for p in new)
+    go.set()
+    t.join(30)
+    removing.join(30)
+    after = lance.dataset(str(path))
+    assert [f"data/{d.path}" for f in after.get_fragments() for d in f.metadata.files if f"data/{d.path}" in new]
+    assert all((path / p).exists() for p in new)
+    assert content(after) == before  # every file the committed version reads is there

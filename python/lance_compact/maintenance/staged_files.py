@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import threading
+import time
 from typing import Any, Iterable, Mapping
 
 from ..errors import CompactionError
@@ -106,8 +107,11 @@ def discard_staged(request: Envelope) -> Result:
 
 def remove_own(seconds: float = 10.0) -> None:
     """What this process's requests staged and have not committed, removed (a worker whose JVM
-    died, before it exits), waiting at most ``seconds``."""
-    staged = commit_gate.own_staged()
+    died, before it exits), waiting at most ``seconds`` in all: first for commits still under
+    way (a statement whose commit has not ended by then keeps its files: they may be committed),
+    then for the removal."""
+    deadline = time.monotonic() + seconds
+    staged = commit_gate.own_staged(wait=seconds)
     if not staged:
         return
 
@@ -120,4 +124,4 @@ def remove_own(seconds: float = 10.0) -> None:
 
     t = threading.Thread(target=work, daemon=True, name="remove-own-staged")
     t.start()
-    t.join(seconds)
+    t.join(max(1.0, deadline - time.monotonic()))

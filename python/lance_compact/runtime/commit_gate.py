@@ -57,8 +57,19 @@ def committing(what: str, cancelled: Callable[[str], BaseException]) -> Iterator
             with _lock:
                 _landed.setdefault(me, []).append(f"{text} ({what})")
 
-    with cancellation.committing(what, cancelled) as landed:
-        yield said
+    # In flight until it ends: a worker whose JVM died waits for it before it removes what the
+    # statement staged (own_staged), or that commit could land referencing files just removed.
+    with _lock:
+        _in_flight[me] = _in_flight.get(me, 0) + 1
+    try:
+        with cancellation.committing(what, cancelled) as landed:
+            yield said
+    finally:
+        with _lock:
+            _in_flight[me] -= 1
+            if not _in_flight[me]:
+                del _in_flight[me]
+            _settled.notify_all()
 
 
 # Files staged by the requests this process serves: (statement, uri) -> (paths, storage options).
@@ -66,6 +77,9 @@ _lock = threading.Lock()
 _staged: dict[tuple[int, str], tuple[tuple[str, ...], dict[str, str]]] = {}
 # What each statement's gated steps landed (statement -> texts), for a later refusal's words.
 _landed: dict[int, list[str]] = {}
+# Gated steps under way, by statement, and their end (own_staged waits for them).
+_in_flight: dict[int, int] = {}
+_settled = threading.Condition(_lock)
 
 
 def stage(uri: str, paths: Sequence[str], storage_options: Mapping[str, str] | None = None) -> None:
@@ -101,12 +115,19 @@ def drop(uri: str, paths: Sequence[str]) -> None:
     stage(uri, [p for p in known if p not in gone], storage)
 
 
-def own_staged() -> dict[str, tuple[list[str], dict[str, str]]]:
+def own_staged(wait: float = 0.0) -> dict[str, tuple[list[str], dict[str, str]]]:
     """Everything the requests of this process staged and have not committed, by table
-    location (what a worker whose JVM died removes before it exits)."""
+    location (what a worker whose JVM died removes before it exits). Gated steps under way (a
+    commit begun before the JVM died, which no kill stops now) are waited for, at most ``wait``
+    seconds: what a statement whose step is still under way staged is left out (left for
+    cleanup), since that commit may yet land referencing it. No step begins any more: the gate
+    cannot ask the dead JVM, so it refuses."""
     out: dict[str, tuple[list[str], dict[str, str]]] = {}
     with _lock:
-        for (_, uri), (paths, storage) in _staged.items():
+        _settled.wait_for(lambda: not _in_flight, timeout=max(0.0, wait))
+        for (statement, uri), (paths, storage) in _staged.items():
+            if statement in _in_flight:
+                continue
             known = out.setdefault(uri, ([], storage))[0]
             known += [p for p in paths if p not in known]
     return out
