@@ -40,6 +40,12 @@ def spark_env(**extra: str) -> dict[str, str]:
     env.update(SPARK_HOME=spark_home(), PYSPARK_PYTHON=sys.executable,
                PYSPARK_DRIVER_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
     env.update(extra)
+    # beeline's JVM compiles with C1 only, as the drivers do (conftest's SPARK_SUBMIT_OPTS, which
+    # spark-class does not pass to beeline): a client that lives seconds; measured 2.5 -> 1.6 s of
+    # CPU a run, and the suite runs beeline about 60 times
+    beeline_opts = env.get("SPARK_BEELINE_OPTS", "")
+    if "TieredStopAtLevel" not in beeline_opts:
+        env["SPARK_BEELINE_OPTS"] = " ".join(filter(None, ["-XX:TieredStopAtLevel=1", beeline_opts]))
     return env
 
 
