@@ -6,7 +6,11 @@ the index cache 256 more) before it stopped growing. Here the bound is 2 MiB: th
 shows the cache within it, and once the cache is full its resident set grows by no more than
 noise. The residual once measured here (about 28 KiB a round of 5 tables) was glibc's
 per-thread arenas, each fragmented on its own: the engine caps them (runtime/memory.py;
-docs/benchmark.md, benchmarks/memory_soak.py and memory_plateau.py)."""
+docs/benchmark.md, benchmarks/memory_soak.py and memory_plateau.py).
+
+Not a `serial` module: it measures its own engine worker's resident set, which other processes
+beside it do not change (the growth bound below holds at load 40), so bin/test runs it side by
+side with the others."""
 from __future__ import annotations
 
 import re
@@ -142,7 +146,3 @@ def test_the_engine_caps_glibc_malloc_arenas():
                           "print(limit_arenas())"], env={**env, "MALLOC_ARENA_MAX": "4"},
                          capture_output=True, text=True, check=True).stdout.strip()
     assert out == "False", "the operator's MALLOC_ARENA_MAX must win"
-
-
-# Times or measures the machine: run alone, not beside other modules (bin/test).
-pytestmark = pytest.mark.serial
