@@ -27,6 +27,14 @@ from oracle import degraded_table
 
 KEY_ID = "AKIAOPERATOR0KEY0ID77"
 SECRET = "operator-secret-key-do-not-leak-0123456789"
+# The attackers' slow queries. A stage Spark submits just after a cancel runs to its end
+# (docs/shared-servers.md), holding both task slots: each such leftover costs what the whole query
+# costs. Measured with the tests' JVMs (C1 only): 60,000,000 rows 3.9 s of CPU, 600,000,000 35 s
+# (about 17 s on 2 idle cores). Thrift's are cut by a 2 s query timeout, so they must outlast it
+# many times over (600,000,000; was 6,000,000,000: a leftover took minutes of both slots); Connect's
+# are interrupted 0.5 s after they start, and one of up to four must still be running then.
+SLOW_THRIFT_ROWS = 600_000_000
+SLOW_CONNECT_ROWS = 150_000_000
 
 
 class Listener:
@@ -452,14 +460,17 @@ def test_one_user_cannot_cancel_another_users_statement(shared):
                          for c in ["id", "k"] * (calls // 2))
     tags = ",".join(f"lance-compact-{e}-request-{r}" for e in (1, 2, 3) for r in range(1, 1500))
     mallory_sql = (f"SET spark.job.tags={tags};\nSET spark.sql.thriftServer.queryTimeout=2;\n"
-                   + "SELECT count(*) FROM range(0, 6000000000, 1, 2);\n" * 12)
+                   + f"SELECT count(*) FROM range(0, {SLOW_THRIFT_ROWS}, 1, 2);\n" * 12)
     victim: list[subprocess.CompletedProcess] = []
     thread = threading.Thread(target=lambda: victim.append(cs.beeline(
         shared["server"].port, victim_sql, shared["workdir"], "--force=true", "-n", "victim")))
     thread.start()
     time.sleep(2)
-    cs.beeline(shared["server"].port, mallory_sql, shared["workdir"], "--force=true", "-n", "mallory")
+    mallory = cs.beeline(shared["server"].port, mallory_sql, shared["workdir"], "--force=true", "-n", "mallory")
     thread.join(timeout=600)
+    # her queries outlast her timeout: the server cancelled them, so her cancels (with victim's tags) were sent
+    said = mallory.stdout + mallory.stderr
+    assert "timed out" in said.lower() or "cancel" in said.lower(), said[-3000:]
     out = victim[0].stdout + victim[0].stderr
     assert "LANCE_CANCELLED" not in out, [line[:300] for line in out.splitlines() if "CANCELLED" in line]
     assert sum(line.startswith("db.busy\tclustering") for line in victim[0].stdout.splitlines()) == calls, out[-3000:]
@@ -601,7 +612,7 @@ def _thrift_user_script(me: str, other: str, columns: tuple[str, str], priority:
         # tags naming the other's work, cancelled by the query timeout on slow queries of mine
         f"SET spark.job.tags=lance-compact,{other},spark-session,SparkConnect_OperationTag",
         "SET spark.sql.thriftServer.queryTimeout=2",
-        "SELECT count(*) FROM range(0, 6000000000, 1, 2)",
+        f"SELECT count(*) FROM range(0, {SLOW_THRIFT_ROWS}, 1, 2)",
         "SET spark.sql.thriftServer.queryTimeout=0",
         f"CALL lance.compact(table => 'db.race', sort_order => '{columns[0]}')",
         f"ALTER TABLE lance.db.race SET TBLPROPERTIES ('lance_compact.maintain.priority' = '{priority}')",
@@ -755,7 +766,7 @@ def test_two_connect_users_cannot_see_or_cancel_each_others_work(shared, operato
         def slow() -> None:
             try:
                 # short: a stage Spark submits just after the interrupt runs to its end (docs/shared-servers.md)
-                attack[me].sql("SELECT count(*) FROM range(0, 600000000, 1, 2)").collect()
+                attack[me].sql(f"SELECT count(*) FROM range(0, {SLOW_CONNECT_ROWS}, 1, 2)").collect()
                 mine[me].append("finished")
             except Exception as e:  # noqa: BLE001
                 mine[me].append(str(e)[:200])
