@@ -121,23 +121,35 @@ def _score(parts: Mapping[str, Any], due: list[str]) -> int:
     return max(0, min(100, round(100 - penalty)))
 
 
-def table_health(ds: lance.LanceDataset, policy: Policy, now: datetime | None = None,
-                 history: bool = True, storage_options: Mapping[str, str] | None = None,
-                 facts: FragmentFacts | None = None,
-                 indices: dict[str, dict[str, Any]] | None = None) -> Health:
-    """The health of ``ds`` under ``policy`` (see the module's doc for the rules and the
-    score). Pure: reads metadata only, writes nothing. ``parts['reclaimable_bytes']`` is
-    always None: the bytes only old versions hold are not in the current manifest, and
-    finding them means reading every old manifest. ``history=False``: the last compaction
-    is not looked up (``last_compacted_version`` and ``hours_since_compaction`` are None):
-    neither the score nor what is due depends on it, and finding it reads transactions
-    (maintain_warehouse's evaluation skips it). Given the table's ``storage_options``, the
-    versions are counted from one listing of ``_versions/`` and only the manifests that decide
-    what cleanup would remove are read (version_ages.py), and the last compaction is found
-    newest first (history.py), not from every manifest (``versions()`` decodes each in full:
-    seconds for a few versions of 300,000 fragments). ``facts``: the table's fragments when the caller read them already
-    (fragment_facts.py), and ``indices`` their index coverage (fragments.index_state)."""
-    now = (now or datetime.now(timezone.utc)).astimezone(timezone.utc)
+@dataclass(frozen=True)
+class VersionHealth:
+    """What a table's version alone decides of its health under a policy: every part but the
+    versions and how old they are (a later evaluation of the same version and versions list
+    finishes it with :func:`assemble`, health_cache.py). ``when``: the last compaction's commit
+    time (``hours_since_compaction`` is counted from it at each evaluation)."""
+
+    parts: Mapping[str, Any]
+    compact: bool
+    lagging: bool
+    reasons: Mapping[str, str]
+    when: datetime | None
+    older_than: str
+    retain: int | None
+    table: str
+
+    def cutoff(self, now: datetime) -> datetime:
+        """Versions committed before this are old enough for cleanup."""
+        return now - parse_older_than(self.older_than, self.table)
+
+
+def version_health(ds: lance.LanceDataset, policy: Policy, history: bool = True,
+                   storage_options: Mapping[str, str] | None = None,
+                   facts: FragmentFacts | None = None,
+                   indices: dict[str, dict[str, Any]] | None = None,
+                   versions: list[dict[str, Any]] | None = None) -> VersionHealth:
+    """The part of :func:`table_health` that ``ds``'s version decides (its arguments are
+    table_health's; ``versions``: ``ds.versions()`` when the caller read them, where the last
+    compaction is looked up without ``storage_options``)."""
     table = policy.table
     config = ds.config() or {}
     thresholds = rules.Thresholds.of_maintenance(config, policy)
@@ -148,32 +160,25 @@ def table_health(ds: lance.LanceDataset, policy: Policy, now: datetime | None = 
     need = rules.compaction_need(facts, thresholds, min_small, clustering.unclustered_share,
                                  clustering.clustered_ids, clustering.depth, clustering.unclustered_fragments,
                                  policy.get("max_clustering_depth"))
-    compact, small, heavy = need.due, need.small, need.heavy
+    small, heavy = need.small, need.heavy
     live, deleted = facts.rows, facts.deleted_rows
 
     state = indices if indices is not None else index_state(ds, facts)
     min_unindexed = int(policy.get("min_unindexed_fragments"))
     lagging = rules.lagging_indices(state, min_unindexed)
 
-    older_than = str(policy.get("older_than"))
-    retain = policy.get("retain_versions")
-    when = None
-    if storage_options is None:
-        versions = ds.versions()  # every manifest, decoded in full
-        count, old = len(versions), reclaimable(versions, older_than, retain, now, table)
-        # its version only (its counts would open two more manifests), from the versions read above
-        last = last_compaction_version(ds, versions) if history else None
+    when = last = None
+    if history and storage_options is None:
+        versions = versions if versions is not None else ds.versions()
+        # its version only (its counts would open two more manifests), from the versions read
+        last = last_compaction_version(ds, versions)
         if last is not None:
             when = next((v["timestamp"] for v in versions if v["version"] == last), None)
-    else:
-        count, old = version_facts(ds, storage_options, now - parse_older_than(older_than, table), retain)
+    elif history:
         # newest first, a transaction read only where the live rows stayed (history.py)
-        last = last_compaction_version(ds) if history else None
+        last = last_compaction_version(ds)
         if last is not None:
             when = commit_time(ds, last)
-    hours = None
-    if when is not None:
-        hours = max(0.0, (now - when.astimezone(timezone.utc)).total_seconds() / 3600)
 
     parts: dict[str, Any] = {
         "version": ds.version,
@@ -192,15 +197,54 @@ def table_health(ds: lance.LanceDataset, policy: Policy, now: datetime | None = 
         "indices": {n: {"type": e["type"], "unindexed_fragments": e["unindexed"],
                         "unindexed_rows": e["unindexed_rows"], "segments": e["segments"]}
                     for n, e in sorted(state.items())},
-        "versions": count,
-        "reclaimable_versions": len(old),
+        "versions": None,
+        "reclaimable_versions": None,
         "reclaimable_bytes": None,
-        "hours_since_compaction": hours,
+        "hours_since_compaction": None,
         "last_compacted_version": last,
         **clustering_columns(ds, clustering),  # compaction/clustering/state.py
     }
-    due = [s for s, d in zip(STEPS, (compact, bool(lagging), bool(old))) if d]
     reasons = {"compact": need.reason,
-               "optimize_indices": rules.optimize_indices_reason(state, lagging, min_unindexed),
-               "cleanup": rules.cleanup_reason(old, older_than, retain)}
+               "optimize_indices": rules.optimize_indices_reason(state, lagging, min_unindexed)}
+    return VersionHealth(parts=parts, compact=need.due, lagging=bool(lagging), reasons=reasons, when=when,
+                         older_than=str(policy.get("older_than")), retain=policy.get("retain_versions"),
+                         table=table)
+
+
+def assemble(v: VersionHealth, versions: int, old: list[int], now: datetime) -> Health:
+    """The health from what the version decides (``v``), the table's number of ``versions``
+    and those cleanup would remove (``old``) at ``now``."""
+    hours = None
+    if v.when is not None:
+        hours = max(0.0, (now - v.when.astimezone(timezone.utc)).total_seconds() / 3600)
+    parts = {**v.parts, "versions": versions, "reclaimable_versions": len(old), "hours_since_compaction": hours}
+    due = [s for s, d in zip(STEPS, (v.compact, v.lagging, bool(old))) if d]
+    reasons = {**v.reasons, "cleanup": rules.cleanup_reason(old, v.older_than, v.retain)}
     return Health(score=_score(parts, due), parts=parts, due=due, reasons=reasons)
+
+
+def table_health(ds: lance.LanceDataset, policy: Policy, now: datetime | None = None,
+                 history: bool = True, storage_options: Mapping[str, str] | None = None,
+                 facts: FragmentFacts | None = None,
+                 indices: dict[str, dict[str, Any]] | None = None) -> Health:
+    """The health of ``ds`` under ``policy`` (see the module's doc for the rules and the
+    score). Pure: reads metadata only, writes nothing. ``parts['reclaimable_bytes']`` is
+    always None: the bytes only old versions hold are not in the current manifest, and
+    finding them means reading every old manifest. ``history=False``: the last compaction
+    is not looked up (``last_compacted_version`` and ``hours_since_compaction`` are None):
+    neither the score nor what is due depends on it, and finding it reads transactions
+    (maintain_warehouse's evaluation skips it). Given the table's ``storage_options``, the
+    versions are counted from one listing of ``_versions/`` and only the manifests that decide
+    what cleanup would remove are read (version_ages.py), and the last compaction is found
+    newest first (history.py), not from every manifest (``versions()`` decodes each in full:
+    seconds for a few versions of 300,000 fragments). ``facts``: the table's fragments when the caller read them already
+    (fragment_facts.py), and ``indices`` their index coverage (fragments.index_state).
+    A later evaluation of an unchanged table is served by health_cache.py."""
+    now = (now or datetime.now(timezone.utc)).astimezone(timezone.utc)
+    versions = ds.versions() if storage_options is None else None  # every manifest, decoded in full
+    v = version_health(ds, policy, history, storage_options, facts, indices, versions)
+    if versions is not None:
+        count, old = len(versions), rules.reclaimable(versions, v.cutoff(now), v.retain)
+    else:
+        count, old = version_facts(ds, storage_options, v.cutoff(now), v.retain)
+    return assemble(v, count, old, now)

@@ -33,7 +33,7 @@ import re
 import threading
 from collections import OrderedDict
 from datetime import datetime, timezone
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import lance
 
@@ -153,17 +153,25 @@ def reclaimable(ds: lance.LanceDataset, versions: list[int], cutoff: datetime,
     committed before ``cutoff``) among ``versions`` (sorted, the listing's), and how many
     manifests were read to know it. ``known``: commit times read before, by version; the ones
     read now are added to it."""
+    time = _Times(ds, known)
+    return reclaimable_by(versions, ds.version, cutoff, retain, time), time.reads
+
+
+def reclaimable_by(versions: list[int], current: int, cutoff: datetime, retain: int | None,
+                   time: Callable[[int], datetime]) -> list[int]:
+    """:func:`reclaimable`'s answer with the commit time of a version given by ``time`` (which
+    may raise ``KeyError`` for one it does not know: health_cache.py's known times only);
+    ``current``: the open version, whose time is asked first."""
     keep = max(1, retain or 1)
     candidates = versions[:-keep]
     if not candidates:
-        return [], 0
-    time = _Times(ds, known)
-    if candidates[-1] <= ds.version and time(ds.version) < cutoff:
-        return candidates, 0
+        return []
+    if candidates[-1] <= current and time(current) < cutoff:
+        return candidates
     if time(candidates[0]) >= cutoff:
-        return [], time.reads
+        return []
     if time(candidates[-1]) < cutoff:
-        return candidates, time.reads
+        return candidates
     older, younger = 0, len(candidates) - 1  # candidates[older] is older than the cutoff, [younger] not
     while younger - older > 1:
         mid = (older + younger) // 2
@@ -171,23 +179,31 @@ def reclaimable(ds: lance.LanceDataset, versions: list[int], cutoff: datetime,
             older = mid
         else:
             younger = mid
-    return candidates[:younger], time.reads
+    return candidates[:younger]
 
 
 def version_facts(ds: lance.LanceDataset, storage_options: Mapping[str, str] | None,
-                  cutoff: datetime, retain: int | None) -> tuple[int, list[int]]:
+                  cutoff: datetime, retain: int | None, listed: list[int] | None = None,
+                  times: dict[int, datetime] | None = None) -> tuple[int, list[int]]:
     """(how many versions the table has, those cleanup would remove), from the listing when it
-    can be read (with the commit times this process read before), else from ``versions()``."""
-    listed = listed_versions(ds.uri, storage_options)
+    can be read (with the commit times this process read before), else from ``versions()``.
+    ``listed``: the listing when the caller made it already (health_cache.py's probe);
+    ``times``: a dict given to be filled with the commit times known of the listed versions."""
+    listed = listed if listed is not None else listed_versions(ds.uri, storage_options)
     if listed and ds.version in listed:
         try:
             where = table_key(ds.uri, storage_options)
             known = COMMIT_TIMES.known(where, ds.version)
             old = reclaimable(ds, listed, cutoff, retain, known)[0]
             COMMIT_TIMES.remember(where, ds.version, known, listed)
+            if times is not None:
+                present = set(listed)
+                times.update((v, t) for v, t in known.items() if v in present)
             return len(listed), old
         except (OSError, ValueError) as e:
             if not version_gone(e):  # a concurrent cleanup removed a listed version: read them all
                 raise
+    if times is not None:
+        times.clear()  # not from the listing: nothing the caller may keep
     versions: list[dict[str, Any]] = ds.versions()
     return len(versions), rules.reclaimable(versions, cutoff, retain)

@@ -43,7 +43,8 @@ from ..runtime.failures import describe
 from . import retention
 from ..compaction import rules
 from ..compaction.fragment_facts import FragmentFacts, data_bytes_of
-from .health import METADATA_THREADS, STEPS as HEALTH_STEPS, table_health
+from .health import METADATA_THREADS, STEPS as HEALTH_STEPS
+from .health_cache import HEALTH
 from .table_maintenance import SHOWN_FAILURES, STEPS, Target, committed_steps, failed_tasks, run_step, shorten
 from ..options import result_columns
 from .policy import resolve_policy
@@ -155,17 +156,24 @@ def _evaluate(t: Table, call_args: dict[str, Any], settings: dict[str, str], cat
     if budget is not None and budget.spent():
         return  # t.health stays None: plan_tables leaves it, saying why
     clock = time.monotonic()
-    policy = health = error = None
+    policy = health = error = ds = None
     estimate = 0
     try:
-        ds = t.target.open()
-        policy = resolve_policy(call_args, ds.config() or {}, settings, t.target.table, catalog)
-        # no history lookup: neither the score nor what is due depends on the last compaction
-        health = table_health(ds, policy, history=False, storage_options=t.target.storage_options)
-        own_policy = resolve_policy(None, ds.config() or {}, settings, t.target.table, catalog)
-        if own_policy.values != policy.values:  # the call overrides a threshold: score as table_health does
-            t.own = table_health(ds, own_policy, history=False, storage_options=t.target.storage_options)
+        def policies(config: Mapping[str, str]) -> list:
+            """The call's policy, and the table's own when the call overrides a threshold (the
+            score is measured with the table's own, as table_health shows it)."""
+            call = resolve_policy(call_args, config, settings, t.target.table, catalog)
+            own = resolve_policy(None, config, settings, t.target.table, catalog)
+            return [call] if own.values == call.values else [call, own]
+
+        # no history lookup: neither the score nor what is due depends on the last compaction;
+        # the table is read again only when it changed since this worker last evaluated it
+        ev = HEALTH.evaluate(t.target.uri, t.target.storage_options, t.target.open, policies, history=False)
+        ds, policy, health = ev.ds, ev.policies[0], ev.healths[0]
+        if len(ev.healths) > 1:
+            t.own = ev.healths[1]
         if "compact" in health.due and estimate_bytes:  # only max_total_rewrite_bytes asks (reads every fragment's metadata)
+            ds = ds if ds is not None else t.target.open()
             estimate = _compaction_bytes(ds, policy)
     except Exception as e:  # unreadable table, invalid policy: its row says so
         error = _error_text(e, t.target.storage_options)
@@ -266,10 +274,14 @@ def _maintain_steps(t: Table, jobs: SharedJobs, dry: bool, budget: Budget, chose
         try:
             # the last step's open: at the table's version (cleanup commits nothing); its
             # versions and indices are read afresh
-            ds = ds if ds is not None else t.target.open()
-            own = resolve_policy(None, ds.config() or {}, t.target.maintain_settings, t.target.table,
-                                 t.target.catalog)  # as score measures it
-            t.health_after = table_health(ds, own, history=False, storage_options=t.target.storage_options).score
+            # kept for the next evaluation (through HEALTH): a maintained table is not read again
+            # by the next dry run unless it changes after this
+            after = HEALTH.evaluate(
+                t.target.uri, t.target.storage_options, lambda: ds if ds is not None else t.target.open(),
+                lambda config: [resolve_policy(None, config, t.target.maintain_settings, t.target.table,
+                                               t.target.catalog)],  # as score measures it
+                history=False)
+            t.health_after = after.healths[0].score
         except Exception as e:
             log.warning("maintain_warehouse: table %s: health after: %s", t.target.table,
                         _error_text(e, t.target.storage_options))

@@ -1,0 +1,206 @@
+"""A table's health evaluated again only when the table changed: one listing of its
+``_versions/`` per evaluation, and the rest from what this engine worker read before.
+
+``lance.system.table_health``, ``maintain_warehouse`` (its evaluation, dry run or not) and the
+maintenance service's rounds evaluate every table of the warehouse each time; most tables did not
+change in between. What a table's health is made of is decided by its version (the manifest:
+fragments, deletions, indices, config and so the policy's table properties), by the versions
+it keeps (how many, and which are older than ``older_than``: time) and by the policy. So each
+evaluation probes the table with one listing of ``_versions/`` (the request the evaluation
+makes anyway to count the versions: version_ages.py) and:
+
+* when the listing is the one this worker evaluated last for the table (the same versions,
+  so the same newest version and nothing cleaned up since), the policy is resolved again from
+  the table's config as read then (with the call's arguments and the catalog's settings of
+  now), and, for a policy seen then, the health is assembled from what that version decided
+  (:class:`~.health.VersionHealth`) with the time-dependent parts counted again at this
+  evaluation's ``now``: which versions are older than ``older_than`` (from the commit times read
+  then; the cutoff moves on) and ``hours_since_compaction``. Nothing else is read: the row is
+  what a fresh evaluation gives (tests/test_health_cache.py checks it row for row);
+* otherwise (a commit, a cleanup, a policy not seen, a commit time not read before) the table is
+  opened and evaluated in full, and what it decided is kept for the next time.
+
+What ``lance.system.table_health`` kept (with the last compaction) also answers
+``maintain_warehouse``'s evaluation (without it) under the same policy; not the other way round.
+
+The probe costs one request on an object store where a full evaluation of a small table costs
+about five (Lance's open: a LIST and a GET; the listing; a HEAD and a GET of the manifest that
+decides cleanup) and the CPU of reading its fragments and indices.
+
+A version's manifest is named by its number only, so a table dropped and created again at the
+same location with exactly the same version numbers between two evaluations is not told apart
+(pylance's listing gives names, not the objects' tags or times); its next commit is.
+
+Kept per engine worker (each statement runs in a worker of the driver's pool): a warehouse-wide
+statement goes to the most recently used free worker, so one user's statements one after the
+other find the same worker's cache; statements at the same time run in different workers,
+each with a cache of its own (a second worker's first evaluation reads every table). Bounded:
+at most :data:`TABLES` tables, the least recently evaluated forgotten first.
+"""
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+from typing import Any, Callable, Mapping, Sequence
+
+import lance
+
+from ..compaction.fragment_facts import FragmentFacts
+from ..compaction.fragments import index_state
+from .health import Health, VersionHealth, assemble, table_health, version_health
+from .policy import Policy
+from .version_ages import listed_versions, reclaimable_by, table_key, version_facts
+
+# About 3.5 KB a table (measured: a small table's health under its policy, with and without the
+# last compaction, and its commit times): 16,384 tables are some 56 MB at most, a warehouse of
+# ten thousand tables kept whole.
+TABLES = 16_384
+
+
+@dataclass
+class _Entry:
+    """What one full evaluation of a table read: its listing, version, config, the commit
+    times known of its listed versions, and each policy's :class:`VersionHealth`."""
+
+    listed: tuple[int, ...]
+    config: Mapping[str, str]
+    times: dict[int, datetime]
+    decided: dict[tuple, VersionHealth] = field(default_factory=dict)
+
+    @property
+    def version(self) -> int:
+        return self.listed[-1]
+
+
+@dataclass
+class Evaluation:
+    """A table's health under each policy asked for. ``ds``: the open the evaluation read the
+    table through (None when it was served from what was read before: the caller opens the
+    table itself if it needs it); ``config``: the table's config it was evaluated with."""
+
+    healths: list[Health]
+    policies: list[Policy]
+    config: Mapping[str, str]
+    ds: lance.LanceDataset | None
+    served: bool
+
+
+def _policy_key(policy: Policy, history: bool) -> tuple:
+    """What of a policy a table's health depends on: its values, where they came from (the
+    reasons name them) and the table's name (the messages do)."""
+    return (policy.table, history, repr(sorted(policy.values.items())), repr(sorted(policy.origins.items())))
+
+
+class HealthCache:
+    """What this worker's full evaluations of each table decided (see the module's doc)."""
+
+    def __init__(self, tables: int = TABLES) -> None:
+        self._lock = threading.Lock()
+        self._tables = tables
+        self._by_table: OrderedDict[str, _Entry] = OrderedDict()
+        self.served = 0  # evaluations answered from what was read before
+        self.read = 0  # evaluations that opened the table
+
+    def _get(self, key: str) -> _Entry | None:
+        with self._lock:
+            entry = self._by_table.get(key)
+            if entry is not None:
+                self._by_table.move_to_end(key)
+            return entry
+
+    def _put(self, key: str, entry: _Entry) -> None:
+        with self._lock:
+            self._by_table.pop(key, None)
+            self._by_table[key] = entry
+            while len(self._by_table) > self._tables:
+                self._by_table.popitem(last=False)
+
+    def forget(self) -> None:
+        """Forget every table (tests; a worker's caches are otherwise bounded, not cleared)."""
+        with self._lock:
+            self._by_table.clear()
+
+    def figures(self) -> str:
+        """What is kept and how often it answered, for the engine's log."""
+        with self._lock:
+            kept = len(self._by_table)
+        return (f"health of {kept} tables kept (at most {self._tables}); {self.served} evaluations "
+                f"served from it, {self.read} read the table")
+
+    def _count(self, served: bool) -> None:
+        with self._lock:
+            if served:
+                self.served += 1
+            else:
+                self.read += 1
+
+    def _served(self, entry: _Entry, policies: Sequence[Policy], history: bool,
+                now: datetime) -> list[Health] | None:
+        """The healths from ``entry`` alone, or None when it does not hold all they need."""
+        listed = list(entry.listed)
+        out = []
+        for policy in policies:
+            v = entry.decided.get(_policy_key(policy, history))
+            if v is None and not history:  # lance.system.table_health's, without the last compaction
+                w = entry.decided.get(_policy_key(policy, True))
+                v = None if w is None else replace(w, when=None, parts={**w.parts, "last_compacted_version": None})
+            if v is None:
+                return None
+            try:
+                old = reclaimable_by(listed, entry.version, v.cutoff(now), v.retain, entry.times.__getitem__)
+            except KeyError:  # the cutoff moved to a version whose time was not read
+                return None
+            out.append(assemble(v, len(listed), old, now))
+        return out
+
+    def evaluate(self, uri: str, storage_options: Mapping[str, str] | None,
+                 open_table: Callable[[], lance.LanceDataset],
+                 policies: Callable[[Mapping[str, str]], Sequence[Policy]],
+                 history: bool = True, now: datetime | None = None) -> Evaluation:
+        """The health of the table at ``uri`` under each of ``policies(config)`` (resolved from
+        the table's config), at ``now``: from what was read before when the table did not change
+        (one listing), else read with ``open_table()`` (health.table_health's rules and reads)."""
+        now = (now or datetime.now(timezone.utc)).astimezone(timezone.utc)
+        options = storage_options if storage_options is not None else {}
+        listed = listed_versions(uri, options)  # the probe: one LIST
+        key = table_key(uri, options)
+        entry = self._get(key) if listed else None
+        if entry is not None and entry.listed == tuple(listed):
+            chosen = list(policies(entry.config))
+            healths = self._served(entry, chosen, history, now)
+            if healths is not None:
+                self._count(True)
+                return Evaluation(healths, chosen, entry.config, None, True)
+        self._count(False)
+        ds = open_table()
+        config = ds.config() or {}
+        chosen = list(policies(config))
+        if not listed or ds.version != listed[-1]:
+            # a commit between the listing and the open (or no listing): evaluated as before, not kept
+            healths = [table_health(ds, p, now, history, options) for p in chosen]
+            return Evaluation(healths, chosen, config, ds, False)
+        facts = FragmentFacts.of(ds)  # read once for every policy
+        indices = index_state(ds, facts)
+        times: dict[int, datetime] = {}
+        keep = _Entry(tuple(listed), config, times)
+        healths = []
+        for policy in chosen:
+            v = version_health(ds, policy, history, options, facts, indices)
+            count, old = version_facts(ds, options, v.cutoff(now), v.retain, listed, times)
+            if not times:  # not from this listing (a concurrent cleanup): nothing to keep
+                keep = None
+            elif keep is not None:
+                keep.decided[_policy_key(policy, history)] = v
+            healths.append(assemble(v, count, old, now))
+        if keep is not None:
+            previous = entry if entry is not None and entry.listed == keep.listed else None
+            if previous is not None:  # the same table state: keep the other policies' too
+                keep.decided = {**previous.decided, **keep.decided}
+                keep.times = {**previous.times, **keep.times}
+            self._put(key, keep)
+        return Evaluation(healths, chosen, config, ds, False)
+
+
+HEALTH = HealthCache()  # this engine worker's
