@@ -13,6 +13,7 @@ import json
 import os
 import threading
 import time
+from datetime import timezone
 import urllib.request
 from pathlib import Path
 
@@ -47,7 +48,12 @@ def spark(warehouse, events):
         "spark.ui.enabled": "true", "spark.ui.port": "0", "spark.ui.showConsoleProgress": "false",
         "spark.eventLog.enabled": "true", "spark.eventLog.dir": str(events),
         "spark.eventLog.compress": "false", "spark.eventLog.rolling.enabled": "false",
-        "spark.sql.catalog.lance.storage.aws_secret_access_key": SECRET})
+        "spark.sql.catalog.lance.storage.aws_secret_access_key": SECRET,
+        # Spark's ACLs on, two people told apart by a cookie (a test-only filter, refused unless
+        # the JVM was started for tests): "viewer" may look, "operator" may also act; a request
+        # without the cookie has no user, which Spark lets do everything (the tests before).
+        "spark.acls.enable": "true", "spark.ui.view.acls": "viewer,operator", "spark.modify.acls": "operator",
+        "spark.ui.filters": "io.github.lancecompact.spark.ui.TestUserFilter"})
     yield session
     session.stop()
 
@@ -76,6 +82,13 @@ def maintained(spark):
     return rows, health, (before, after)
 
 
+@pytest.fixture(scope="module")
+def history(spark, maintained):
+    """lance.system.maintenance_history after the maintenance, read once."""
+    return spark.sql("""SELECT `table`, version, operation, bytes_read, bytes_written, task_seconds, elapsed_ms
+        FROM lance.system.maintenance_history""").collect()
+
+
 def load(browser: Browser, url: str, shot: str | None = None):
     page = browser.load(url)
     assert page.errors == [], f"{url}: console errors {page.errors}"
@@ -101,6 +114,10 @@ def test_warehouse_page_shows_the_last_health_evaluation(browser, ui, maintained
                               ("deleted rows", "deleted_rows"), ("unindexed rows", "unindexed_rows")):
             assert number(row[column]) == h[field], (column, row, h)
         assert row["due"] == ", ".join(h["due"])
+    # each table's size, as its health row says (the cell's sort key holds the bytes)
+    sizes = browser.evaluate("""Object.fromEntries([...document.querySelectorAll('#lance-warehouse tbody tr')]
+        .map(r => [r.dataset.table, r.cells[5].getAttribute('sorttable_customkey')]))""")
+    assert {f"{h['namespace']}.{h['table']}": str(h["bytes"]) for h in health} == sizes and all(h["bytes"] > 0 for h in health)
     assert "as of the last evaluation" in browser.evaluate("document.getElementById('lance-evaluated').textContent")
     # a table's name leads to its page (a relative link: the same behind a proxy or in the history server)
     assert browser.evaluate("document.querySelector('#lance-warehouse tr[data-table=\"db.t0\"] a').href") == \
@@ -112,7 +129,7 @@ def test_warehouse_page_shows_the_last_health_evaluation(browser, ui, maintained
     assert visible == 1
 
 
-def test_history_page_shows_each_statement_with_its_cost(browser, ui, maintained, spark):
+def test_history_page_shows_each_statement_with_its_cost(browser, ui, maintained, history):
     rows, _, _ = maintained
     load(browser, f"{ui}/lance/history/", "history")
     shown = browser.table("#lance-history")
@@ -129,12 +146,30 @@ def test_history_page_shows_each_statement_with_its_cost(browser, ui, maintained
         steps = [x for x in rows if x["table"] == r["table"]]
         assert r["outcome"] == ("maintained" if any(x["ran"] for x in steps) else "skipped")
     # the same compactions as the tables' own history: each table maintained at the version of its Rewrite
-    history = spark.sql("SELECT `table`, version FROM lance.system.maintenance_history WHERE operation = 'Rewrite'").collect()
+    rewrites = [h for h in history if h["operation"] == "Rewrite"]
     shown_versions = {r["table"]: r["procedure"].rsplit("(version ", 1)[1].rstrip(")") for r in per_table if r["outcome"] == "maintained"}
-    assert {f"db.{h['table']}": str(h["version"]) for h in history} == shown_versions
+    assert {f"db.{h['table']}": str(h["version"]) for h in rewrites} == shown_versions
+    # each maintenance version's cost: the same figures as lance.system.maintenance_history,
+    # which reads them back from where they are kept with the table
+    costs = browser.evaluate("""[...document.querySelectorAll('#lance-history tr.lance-version-cost')].map(r =>
+        [r.dataset.table, Number(r.dataset.version), ...[6, 7, 8, 9].map(i => Number(r.cells[i].getAttribute('sorttable_customkey')))])""")
+    kept = [h for h in history if h["elapsed_ms"] is not None]
+    def key(x):
+        return -1 if x is None else x
+    assert sorted(tuple(c[:4]) + (c[5],) for c in costs) == sorted(
+        (f"db.{k['table']}", k["version"], key(k["bytes_read"]), key(k["bytes_written"]), k["elapsed_ms"]) for k in kept)
+    assert {(f"db.{k['table']}", k["version"]) for k in kept} >= {(t, int(v)) for t, v in shown_versions.items()}
+    assert all(k["bytes_read"] > 0 and k["bytes_written"] > 0 and k["task_seconds"] is not None
+               for k in kept if (f"db.{k['table']}", k["version"]) in {(t, int(v)) for t, v in shown_versions.items()})
+    for c in costs:  # task-seconds: the page shows the table's task_ms in seconds
+        k = next(k for k in kept if f"db.{k['table']}" == c[0] and k["version"] == c[1])
+        assert c[4] == (-1 if k["task_seconds"] is None else round(k["task_seconds"] * 1000))
+    # other versions (a compaction's reservation of fragment ids, writes): no cost (NULL)
+    others = [h for h in history if h["operation"] not in ("Rewrite", "CreateIndex")]
+    assert others and all(h["elapsed_ms"] is None and h["bytes_read"] is None for h in others)
 
 
-def test_table_page_shows_health_indices_and_layouts(browser, ui, maintained, spark):
+def test_table_page_shows_health_indices_and_layouts(browser, ui, maintained, history):
     _, health, (before, after) = maintained
     load(browser, f"{ui}/lance/table/?name=lance.db.t0", "table")
     assert browser.evaluate("document.getElementById('lance-table-name').textContent").startswith("db.t0")
@@ -143,8 +178,13 @@ def test_table_page_shows_health_indices_and_layouts(browser, ui, maintained, sp
     h = next(x for x in health if x["table"] == "t0")
     assert number(pairs["health score"]) == h["health_score"] and number(pairs["fragments"]) == h["fragments"]
     captions = browser.evaluate("[...document.querySelectorAll('figure.lance-layout figcaption')].map(c => c.textContent)")
-    assert [c.split(":")[0] for c in captions] == [f"version {before['version']}", f"version {after['version']}"]
-    assert f"{before['fragments']} fragments" in captions[0] and f"{after['fragments']} fragments" in captions[1]
+    # describe_layout's before and after, and between them the compaction's own (no call needed)
+    assert [c.split(":")[0] for c in captions] == [
+        f"version {before['version']}", f"version {before['version']} (before compaction)",
+        f"version {after['version']} (after compaction)", f"version {after['version']}"]
+    assert f"{before['fragments']} fragments" in captions[0] and f"{after['fragments']} fragments" in captions[3]
+    assert captions[1].split(":")[1].split("(")[0] == captions[0].split(":")[1].split("(")[0]
+    assert captions[2].split(":")[1].split("(")[0] == captions[3].split(":")[1].split("(")[0]
     bars = browser.evaluate("[...document.querySelectorAll('figure.lance-layout')].map(f => f.querySelectorAll('rect').length)")
     assert all(n >= 1 for n in bars)
     # an indexed table's indices as its health row lists them
@@ -153,15 +193,28 @@ def test_table_page_shows_health_indices_and_layouts(browser, ui, maintained, sp
     shown = browser.table("#lance-table-indices")
     assert [(r["name"], r["type"], number(r["segments"]), number(r["unindexed rows"])) for r in shown] == \
         [(i["name"], i["type"], i["segments"], i["unindexed_rows"]) for i in h1["indices"]] != []
+    # each index's age: when its newest segment was built, as the health row says
+    assert [r["built"].split("(")[1].rstrip(")") for r in shown] == \
+        [i["built_at"].astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC") for i in h1["indices"]]
+    # a maintained table never described: its layout before and after the compaction all the same
+    load(browser, f"{ui}/lance/table/?name=lance.db.t2")
+    captions = browser.evaluate("[...document.querySelectorAll('figure.lance-layout figcaption')].map(c => c.textContent)")
+    version = max(h["version"] for h in history if h["table"] == "t2" and h["operation"] == "Rewrite")
+    h2 = next(x for x in health if x["table"] == "t2")
+    assert [c.split(":")[0] for c in captions] == [f"version {version - 2} (before compaction)", f"version {version} (after compaction)"]
+    assert captions[0].startswith(f"version {version - 2} (before compaction): 12 fragments, ")
+    assert f": {h2['fragments']} fragments, {h2['rows']} rows" in captions[1]
 
 
 def test_running_page_cancel_cancels_the_statement(browser, ui, spark, warehouse):
-    degraded_table(str(warehouse / "db" / "held.lance"), fragments=12, rows_per_fragment=40)
+    degraded_table(str(warehouse / "db" / "held.lance"), fragments=12, rows_per_fragment=40, delete_every=0)
     outcome = {}
 
     def run():
         try:
-            spark.sql("CALL lance.compact(table => 'db.held', options => map('test_task_sleep_ms', 'all:60000'))").collect()
+            # two tasks (6 fragments each): the first finishes, the second is held
+            spark.sql("CALL lance.compact(table => 'db.held', options => map('target_rows_per_fragment', '240', "
+                      "'test_task_sleep_ms', '1:60000'))").collect()
             outcome["ok"] = True
         except Exception as e:
             outcome["error"] = str(e)
@@ -174,8 +227,28 @@ def test_running_page_cancel_cancels_the_statement(browser, ui, spark, warehouse
         return [r for r in (browser.table("#lance-running") or []) if r["table"] == "db.held"]
     held = wait_for(running, timeout=60, step=0.5)[0]
     assert held["procedure"] == "compact"
+    # its bytes so far: the finished task's, while the other is held
+    held = wait_for(lambda: [r for r in running() if "written" in r["bytes"] and r["tasks"] == "1 of 2"],
+                    timeout=60, step=0.5)[0]  # 480 rows at 240 a fragment: two tasks
+    assert held["bytes"].startswith("read "), held
     if SHOTS:
         browser.screenshot(str(Path(SHOTS) / "running.png"))
+    # a viewer without Spark's modify ACL sees the statement but no cancel, and cannot post one
+    browser.evaluate("document.cookie = 'lance_test_user=viewer; path=/'")
+    try:
+        load(browser, f"{ui}/lance/running/")
+        assert [r["table"] for r in browser.table("#lance-running")] == ["db.held"]
+        assert browser.evaluate("document.querySelectorAll('#lance-running form, #lance-running button').length") == 0
+        status = browser.evaluate(f"""fetch('{ui}/lance/cancel/', {{method: 'POST', redirect: 'manual',
+            body: new URLSearchParams({{id: '{held["#"]}'}})}}).then(r => r.status)""")
+        assert status == 403
+        time.sleep(1)
+        assert thread.is_alive() and [r["table"] for r in running()] == ["db.held"]
+    finally:
+        browser.evaluate("document.cookie = 'lance_test_user=operator; path=/'")
+    # the operator, who holds it, gets the button
+    load(browser, f"{ui}/lance/running/")
+    assert browser.evaluate("document.querySelectorAll('#lance-running form').length") == 1
     started = time.monotonic()
     # the page's own form, as its button posts it (the confirm dialog aside)
     after = browser.submit("#lance-running form")
@@ -186,6 +259,7 @@ def test_running_page_cancel_cancels_the_statement(browser, ui, spark, warehouse
     load(browser, f"{ui}/lance/history/")
     ended = [r for r in browser.table("#lance-history") if r["table"] == "db.held" and r["procedure"] == "compact"]
     assert ended and ended[0]["outcome"] == "cancelled"
+    browser.evaluate("document.cookie = 'lance_test_user=; path=/; max-age=0'")
 
 
 def test_history_server_shows_the_same_pages(browser, ui, spark, maintained, events, tmp_path):
@@ -207,7 +281,8 @@ def test_history_server_shows_the_same_pages(browser, ui, spark, maintained, eve
             assert shown == live[path], path
         load(browser, f"{base}/history/{app}/lance/running/")
         load(browser, f"{base}/history/{app}/lance/table/?name=lance.db.t0")
-        assert browser.evaluate("document.querySelectorAll('figure.lance-layout').length") == 2
+        # describe_layout's two and the compaction's own two
+        assert browser.evaluate("document.querySelectorAll('figure.lance-layout').length") == 4
         # no cancel in the history server
         assert browser.evaluate("document.querySelectorAll('form').length") == 0
 

@@ -417,9 +417,7 @@ def _memory_figures() -> str:
     from .runtime.tables import session_figures
     figures = session_figures()
     ages = sys.modules.get(f"{__package__}.maintenance.version_ages")  # only once a request used it
-    kept = sys.modules.get(f"{__package__}.maintenance.health_cache")
-    return (figures + (f"; {ages.COMMIT_TIMES.figures()}" if ages is not None else "")
-            + (f"; {kept.HEALTH.figures()}" if kept is not None else ""))
+    return figures + (f"; {ages.COMMIT_TIMES.figures()}" if ages is not None else "")
 
 
 def _detach_from_terminal() -> None:
@@ -482,7 +480,8 @@ def main() -> None:
         try:
             bridge.adopt(request_id)
             with checking_cancellation(lambda: bridge.cancelled(request_id), Gate(bridge, request_id)), \
-                    progress.serving(progress.Reporter(lambda said, ui: bridge.progress(request_id, said, ui))):
+                    progress.serving(progress.Reporter(lambda said, ui: bridge.progress(request_id, said, ui),
+                                                       lambda figures: bridge.figures(request_id, figures))):
                 try:
                     text = json.dumps(handle(handlers, action, request))
                 finally:

@@ -130,6 +130,18 @@ def _segment_times(ds) -> dict[str, list]:
     return {n: sorted(t) for n, t in times.items()}
 
 
+def index_built_at(ds) -> dict[str, int]:
+    """Per index name, when its newest segment was built (by a build or an optimization), in
+    microseconds: Lance's ``created_at`` of the segments, from the manifest (no index file is
+    read). A segment Lance did not date is left out (no version is opened to guess it)."""
+    out: dict[str, int] = {}
+    for d in ds.describe_indices():
+        times = [micros(s.created_at) for s in d.segments if s.created_at is not None]
+        if times:
+            out[d.name] = max(times)
+    return out
+
+
 def _metrics(ds) -> dict[str, str]:
     """Per vector index, its distance type (Lance's index details ``metric_type``)."""
     out = {}

@@ -18,18 +18,20 @@ from __future__ import annotations
 
 import logging
 import operator
+import threading
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Sequence
 
 from ..errors import CompactionError
-from ..maintenance.health import METADATA_THREADS
-from ..maintenance.health_cache import HEALTH
+from ..maintenance.health import METADATA_THREADS, table_health
 from ..maintenance.warehouse_maintenance import listed_namespaces
-from .metadata_tables import micros, version_records
+from .metadata_tables import index_built_at, micros, version_records
 from ..options import columns_ddl, result_columns
 from ..maintenance.policy import resolve_policy
 from ..runtime.envelope import Envelope, TableEntry
 from ..runtime.secrets import redact
+from ..runtime import cost_records
 from ..runtime.catalog_service import for_entry
 from ..runtime.tables import open_dataset
 
@@ -94,6 +96,29 @@ def _each_table(request: Envelope, rows_of: Callable[[str, str, str], list[dict[
     return [tuple(r.get(c) for c, _ in columns) for rows in results for r in rows]
 
 
+_BUILT: "OrderedDict[tuple[str, int], dict[str, int]]" = OrderedDict()
+_BUILT_MOST = 10_000
+_built_lock = threading.Lock()
+
+
+def _built_at(uri: str, version: int, dataset: Any) -> dict[str, int]:
+    """:func:`index_built_at` of the table at ``version``, kept per table version in this
+    process: an evaluation served from the health cache opens no table, and neither does this
+    (``dataset``: the table as opened, or how to open it)."""
+    key = (uri, version)
+    with _built_lock:
+        if key in _BUILT:
+            _BUILT.move_to_end(key)
+            return _BUILT[key]
+    ds = dataset() if callable(dataset) else dataset
+    built = index_built_at(ds)
+    with _built_lock:
+        _BUILT[key] = built
+        while len(_BUILT) > _BUILT_MOST:
+            _BUILT.popitem(last=False)
+    return built
+
+
 def table_health_rows(request: Envelope) -> tuple[str, list[tuple]]:
     """``lance.system.table_health``: one row per table (parameters.json ``health_columns``)."""
     storage = dict(request.storage_options)
@@ -103,14 +128,14 @@ def table_health_rows(request: Envelope) -> tuple[str, list[tuple]]:
     def rows_of(namespace: str, name: str, uri: str) -> list[dict[str, Any]]:
         table = f"{namespace}.{name}"
         options = for_entry(storage, namespace, name)
-        # read again only when the table changed since this worker's last evaluation of it
-        e = HEALTH.evaluate(uri, options, lambda: open_dataset(table, uri, options),
-                            lambda config: [resolve_policy(None, config, settings, table, catalog)])
-        h, policy = e.healths[0], e.policies[0]
+        ds = open_dataset(table, uri, options)
+        policy = resolve_policy(None, ds.config() or {}, settings, table, catalog)
+        h = table_health(ds, policy, storage_options=options)  # versions from a listing
         p = h.parts
+        built = _built_at(uri, p["version"], ds) if p["indices"] else {}
         return [{**{k: p[k] for k in p if k != "indices"},
                  "namespace": namespace, "table": name, "health_score": h.score, "due": list(h.due),
-                 "indices": [[n, e["type"], e["unindexed_fragments"], e["unindexed_rows"], e["segments"]]
+                 "indices": [[n, e["type"], e["unindexed_fragments"], e["unindexed_rows"], e["segments"], built.get(n)]
                              for n, e in p["indices"].items()],
                  "reasons": dict(h.reasons), "enabled": policy.enabled, "priority": policy.priority}]
 
@@ -163,6 +188,11 @@ def _details(r: dict[str, Any], indexed: set[str]) -> str | None:
     return None
 
 
+# The operations whose versions this product keeps a cost for (runtime/cost_records.py): only
+# their records are looked for.
+_COSTED = {"Rewrite", "CreateIndex"}
+
+
 def maintenance_history_rows(request: Envelope) -> tuple[str, list[tuple]]:
     """``lance.system.maintenance_history``: a row per version of each table, from Lance's
     own transactions (parameters.json ``history_columns``); the same versions, operations and
@@ -177,14 +207,21 @@ def maintenance_history_rows(request: Envelope) -> tuple[str, list[tuple]]:
         if wanted is not None and any(r["operation"] == "CreateIndex" for r in records):
             # whether an index was built or optimized depends on the versions before: read them all
             records = version_records(ds)
+        options = for_entry(storage, namespace, name)
+        kept = cost_records.read(uri, options, [r["version"] for r in records if r["operation"] in _COSTED
+                                               and (wanted is None or wanted(r["version"]))])
         out, indexed = [], set()
         for r in records:
             details = _details(r, indexed)
             if wanted is not None and not wanted(r["version"]):
                 continue
             kind, maintenance = _kind(r["operation"])
+            cost = kept.get(r["version"])
             out.append({**r, "namespace": namespace, "table": name, "timestamp": micros(r["timestamp"]),
-                        "kind": kind, "maintenance": maintenance, "details": details})
+                        "kind": kind, "maintenance": maintenance, "details": details,
+                        **({"bytes_read": cost.bytes_read, "bytes_written": cost.bytes_written,
+                            "task_seconds": cost.task_ms / 1000 if cost.task_ms is not None else None,
+                            "elapsed_ms": cost.elapsed_ms} if cost else {})})
         return out
 
     columns = result_columns("history_columns")

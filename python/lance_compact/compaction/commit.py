@@ -98,6 +98,15 @@ class CommitOutcome:
             self.versions.append(metrics["new_version"])
 
 
+def result_bytes(results: Iterable[RewriteResult]) -> tuple[int, int]:
+    """Bytes the tasks of ``results`` read (their original fragments' data files) and wrote
+    (their new ones), as a commit of them reports them; an unknown size counts 0."""
+    results = list(results)
+    read = sum(o.bytes or 0 for o in (original_facts(r) for r in results))
+    written = data_bytes([f for r in results for f in r.new_fragments]) or 0
+    return read, written
+
+
 def _commit(dataset: lance.LanceDataset, request: CompactionRequest,
             results: list[RewriteResult]) -> dict[str, Any]:
     hooks.fault_at(request, "commit")  # tests: a failure of the commit itself, as Lance raises it

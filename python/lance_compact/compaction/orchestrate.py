@@ -22,7 +22,8 @@ from typing import Any, Protocol
 import lance
 from lance.optimize import Compaction, RewriteResult
 
-from ..runtime import cancellation, commit_gate, progress
+from ..runtime import cancellation, commit_gate, cost_records, progress
+from . import layout_figures
 from . import bounds
 from ..options import effective
 
@@ -51,6 +52,8 @@ class Batch:
     tasks: list[str]
     rows: list[list]
     carried: list[TaskOutcome] = field(default_factory=list)
+    # bytes read and written by the run's earlier commits, for the "so far" its runner says
+    so_far: tuple[int, int] = (0, 0)
 
     def subset(self, keep: list[int], carried: list[TaskOutcome]) -> "Batch":
         return Batch(self.read_version, [self.ids[i] for i in keep], [self.tasks[i] for i in keep],
@@ -196,6 +199,7 @@ class Run:
         self.task_errors: list[str] = []  # why tasks failed all their attempts (partial progress)
         self.committed_versions: list[int] = []  # in the order they were committed
         self.coverage: Any = None  # index_restore.IndexCoverage: indices found covering less than the table
+        self.batch_clock = time.monotonic()  # when the batch being committed started (its cost's elapsed time)
 
     def execute(self, runner: BatchRunner) -> None:
         """Run every batch. A failure or a cancel ends the run with a message that says what
@@ -242,9 +246,10 @@ class Run:
             self._check_cancelled(f"before batch {number + 1}", self.pending[0].carried)
             batch = self.pending.pop(0)
             number += 1
-            clock = time.monotonic()
+            clock = self.batch_clock = time.monotonic()
             progress.report(f"{self.request.table}: batch {number} of {number + len(self.pending)}, "
                             f"rewriting {len(batch.ids)} tasks")
+            batch.so_far = (self.totals.get("bytes_read") or 0, self.totals.get("bytes_written") or 0)
             outcomes, failure = runner.run(self.request, batch, number, self.dataset)
             _stage(self.request, [o for o in outcomes if o.result_json] + batch.carried)
             ran = time.monotonic()
@@ -373,6 +378,20 @@ class Run:
             self.totals[k] = v if k == "new_version" else (
                 None if v is None or self.totals.get(k, 0) is None else self.totals.get(k, 0) + v)
         _unstage(request, results)  # committed; conflicted ones are removed next (or re-staged by a re-plan)
+        if outcome.versions:
+            self._keep_cost(outcome, [o for o in outcomes if o.error is None] + batch.carried)
+
+    def _keep_cost(self, outcome: CommitOutcome, done: list[TaskOutcome]) -> None:
+        """The batch's cost, kept with the table under the version its commit left (a commit
+        that carried concurrent deletions over made more than one: the last holds it), and the
+        statement's bytes so far said to the Lance tab."""
+        m = outcome.metrics
+        cost_records.record(self.request.table, self.request.uri, self.request.storage_options, cost_records.Cost(
+            version=outcome.versions[-1], step="compaction", bytes_read=m.get("bytes_read"),
+            bytes_written=m.get("bytes_written"), task_ms=sum(o.elapsed_ms for o in done),
+            elapsed_ms=int((time.monotonic() - self.batch_clock) * 1000)), self.request.catalog)
+        progress.figures({"kind": "progress", "bytes_read": self.totals.get("bytes_read"),
+                          "bytes_written": self.totals.get("bytes_written")})
         if outcome.conflicted:
             remove_new_files(request, outcome.conflicted)
             replanned = (_replan(request, outcome.conflicted)
@@ -472,6 +491,8 @@ def compact(request: CompactionRequest, runner: BatchRunner, task_errors: list[s
         return cluster(request, sc)
     progress.report(f"{request.table}: planning")
     run = Run(request, *make_plan(request, dataset), started)
+    if run.pending:  # the layout this compaction starts from, as the plan read it (no extra read)
+        layout_figures.said(request.table, request.catalog, dataset, "before compaction")
     log.info("table %s: planned %d tasks in %d ms", request.table,
              sum(len(b.ids) for b in run.pending), (time.time() - started) * 1000)
     try:
@@ -481,4 +502,6 @@ def compact(request: CompactionRequest, runner: BatchRunner, task_errors: list[s
             task_errors.extend(run.task_errors)
     progress.report(f"{request.table}: checking index coverage")
     run.restore_indices()
+    if run.committed_versions:  # and the one it left, from the table as its last commit returned it
+        layout_figures.said(request.table, request.catalog, run.dataset, "after compaction")
     return run.result_row()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -17,7 +18,7 @@ import lance
 from pyspark import SparkContext, TaskContext
 
 from ..runtime import hooks
-from ..runtime import cancellation
+from ..runtime import cancellation, progress
 from ..runtime.cancellation import job_cancelled
 from ..runtime.driver_conf import max_task_attempts
 from ..errors import MARKER, CompactionError
@@ -155,6 +156,7 @@ class SparkBatchRunner:
             f"lance.compact {request.table}: rewriting {len(items)} tasks planned at version "
             f"{batch.read_version} (batch {number})")
         failure = None
+        watch = _BytesSoFar(outcomes, batch.so_far)
         try:
             run_job(sc.parallelize(items, len(items)).mapPartitions(lambda rows: executor(outcomes, rows)))
         except Exception as e:  # a task failed all its attempts, or the job was cancelled
@@ -167,12 +169,47 @@ class SparkBatchRunner:
             settled = _settle(sc, _request_tag(sc))
             failure = BatchFailure(failed.message, position, failed.cancelled, settled)
         finally:
+            watch.stop()
             sc.setJobDescription(None)
             drop_outcomes(outcomes)
         done = list(outcomes.value)
         log.info("table %s: batch %d: task times %s ms", request.table, number,
                  [o.elapsed_ms for o in sorted(done, key=lambda o: o.task_id)])
         return done, failure
+
+
+class _BytesSoFar:
+    """While a batch's Spark job runs: every second in which more of its tasks finished, the
+    statement's bytes read and written so far (``so_far``, its earlier commits', plus the
+    finished tasks' results, which reach the driver's accumulator as each task ends) said to
+    the Lance tab's Running page (progress.figures). A view only."""
+
+    def __init__(self, outcomes: Any, so_far: tuple[int, int]) -> None:
+        self._stop = threading.Event()
+        reporter = progress.current()
+        if reporter is None:
+            return
+
+        def watch() -> None:
+            from lance.optimize import RewriteResult
+            from .commit import result_bytes
+            seen = 0
+            while not self._stop.wait(1.0):
+                done = [o for o in list(outcomes.value) if o.result_json]
+                if len(done) == seen:
+                    continue
+                seen = len(done)
+                try:
+                    read, written = result_bytes(RewriteResult.from_json(o.result_json) for o in done)
+                except Exception:  # a view only
+                    continue
+                reporter.figures({"kind": "progress", "bytes_read": so_far[0] + read,
+                                  "bytes_written": so_far[1] + written})
+
+        threading.Thread(target=watch, name="lance-compact-bytes-so-far", daemon=True).start()
+
+    def stop(self) -> None:
+        self._stop.set()
 
 
 class _Tagged:

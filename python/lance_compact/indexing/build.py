@@ -33,7 +33,7 @@ from typing import Any
 import lance
 
 from ..errors import CompactionError
-from ..runtime import cancellation, commit_gate, driver_conf, hooks, progress
+from ..runtime import cancellation, commit_gate, cost_records, driver_conf, hooks, progress
 from ..runtime.cancellation import Cancelled
 from ..runtime.driver_conf import max_task_attempts
 from ..runtime.envelope import Envelope, Target
@@ -186,6 +186,7 @@ def _in_engine(target: Target, ds: lance.LanceDataset, req: specs.IndexRequest, 
         clock = time.monotonic()
         row["new_version"] = _commit(ds, req, merged)
         row["commit_ms"] = int((time.monotonic() - clock) * 1000)
+        _keep_cost(req, uri, storage, row)
         row["segments_built"] = row["segments_committed"] = 1
     finally:
         remove_unreferenced(target, written, "create_index")
@@ -240,6 +241,14 @@ def _commit(ds: lance.LanceDataset, req: specs.IndexRequest, segments: list[Any]
                                   f"({classify(e).detail}); nothing was committed") from None
         landed(f"version {version}")
         return version
+
+
+def _keep_cost(req: specs.IndexRequest, uri: str, storage: dict[str, str], row: dict[str, Any]) -> None:
+    """The build's cost kept with the table under the version it committed (cost_records.py):
+    its elapsed time (building and committing); its bytes and task time are not measured here."""
+    cost_records.record(req.table, uri, storage, cost_records.Cost(
+        version=row["new_version"], step="index build", bytes_read=None, bytes_written=None, task_ms=None,
+        elapsed_ms=int(row.get("build_ms") or 0) + int(row.get("commit_ms") or 0)))
 
 
 def _lance_params(req: specs.IndexRequest) -> dict[str, Any]:
@@ -315,6 +324,7 @@ def _on_spark(sc: Any, target: Target, ds: lance.LanceDataset, req: specs.IndexR
                 row["segments_committed"] = len(merged)
                 row["commit_ms"] += int((time.monotonic() - clock) * 1000)
                 row["groups"] = [g.as_row() for g in groups] if not kept else row["groups"]
+                _keep_cost(req, target.uri, dict(target.storage_options), row)
                 return
             except CompactionError:  # the gate's refusal (a cancel), or the commit's own failure, said
                 raise

@@ -29,6 +29,7 @@ removed (local tables; ``cleanup`` elsewhere)."""
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any, Mapping
@@ -38,7 +39,7 @@ from lance import LanceOperation
 from lance.dataset import Index
 
 from ..errors import CompactionError
-from ..runtime import cancellation, commit_gate, identifiers, progress
+from ..runtime import cancellation, commit_gate, cost_records, identifiers, progress
 from ..runtime.driver_conf import INDEX_MAX_BYTES, INDEX_TIMEOUT, index_engine_limits, max_task_attempts
 from ..runtime import hooks as test_hooks
 from ..runtime.cancellation import Cancelled
@@ -223,6 +224,7 @@ def _once(target: Target, ds: lance.LanceDataset, ups: list[Upkeep], procedure: 
     from .segments import SegmentJob, build_one, build_segments
 
     table = target.table
+    clock = time.monotonic()
     new_segments: list[Any] = []
     removed: list[Index] = []
     for up in ups:
@@ -300,6 +302,11 @@ def _once(target: Target, ds: lance.LanceDataset, ups: list[Upkeep], procedure: 
     written[:] = [u for u in written if u not in kept]  # the versions from now on hold them
     for out in outcomes.values():
         out.new_version, out.latest = committed.version, committed
+    # its cost kept with the table (runtime/cost_records.py): the elapsed time of this attempt,
+    # building and committing; bytes and task time are not measured here
+    cost_records.record(table, target.uri, target.storage_options, cost_records.Cost(
+        version=committed.version, step="index optimization", bytes_read=None, bytes_written=None,
+        task_ms=None, elapsed_ms=int((time.monotonic() - clock) * 1000)))
 
 
 def _groups(up: Upkeep, ds: lance.LanceDataset) -> list[list[int]]:

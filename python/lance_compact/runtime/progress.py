@@ -17,6 +17,7 @@ get every step.
 """
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from contextlib import contextmanager
@@ -31,9 +32,11 @@ _local = threading.local()
 class Reporter:
     """One request's progress line, shared by every thread that works for it."""
 
-    def __init__(self, send: Callable[[str, bool], None]) -> None:
-        """``send(text, ui)``: ``ui`` False keeps the text from the Spark UI's job list."""
+    def __init__(self, send: Callable[[str, bool], None], figures: Callable[[str], None] | None = None) -> None:
+        """``send(text, ui)``: ``ui`` False keeps the text from the Spark UI's job list;
+        ``figures(json)``: the request's measured figures for the Lance tab (:func:`figures`)."""
         self._send = send
+        self._figures = figures
         self._lock = threading.Lock()
         self.last: str | None = None
 
@@ -47,6 +50,16 @@ class Reporter:
             self._send(text, ui)
         except Exception as e:  # a view only: never fails the work
             log.debug("progress not reported: %s", e)
+
+
+    def figures(self, body: dict) -> None:
+        """Hand measured figures to the JVM (never fails the work)."""
+        if self._figures is None:
+            return
+        try:
+            self._figures(json.dumps(body))
+        except Exception as e:  # a view only
+            log.debug("figures not reported: %s", e)
 
 
 class PerTable(Reporter):
@@ -68,6 +81,10 @@ class PerTable(Reporter):
             parent(prefix() + text, ui and first)
 
         super().__init__(send)
+        self._parent = parent
+
+    def figures(self, body: dict) -> None:
+        self._parent.figures(body)
 
 
 @contextmanager
@@ -92,3 +109,14 @@ def report(text: str) -> None:
     reporter = getattr(_local, "reporter", None)
     if reporter is not None:
         reporter(text)
+
+
+def figures(body: dict) -> None:
+    """Measured figures of the current request for the Lance tab (the JVM's
+    ``LanceEngineFigures``): ``{"kind": "progress", "bytes_read", "bytes_written"}`` so far,
+    ``{"kind": "cost", ...}`` a maintenance version's cost (cost_records.py), ``{"kind":
+    "layout", "table", "row"}`` a table's layout before or after a maintenance. Nothing outside
+    a request."""
+    reporter = getattr(_local, "reporter", None)
+    if reporter is not None:
+        reporter.figures(body)

@@ -200,6 +200,11 @@ final class EngineBridge(sc: SparkContext) {
   def progress(id: String, text: String, ui: Boolean): Unit =
     Option(pending.get(id)).foreach(r => Progress.said(sc, r.tag, r.action, text, r.properties, ui))
 
+  /** The engine's figures for request `id` (JSON: bytes so far, a maintenance version's cost, a
+   * layout), for the Lance tab ([[Progress.figures]]). */
+  def figures(id: String, json: String): Unit =
+    Option(pending.get(id)).foreach(r => Progress.figures(sc, r.tag, json))
+
   /** Mark request `id` cancelled (the engine stops at its next check) and cancel its
    * running Spark jobs. */
   private[engine] def cancel(id: String, reason: String): Unit =

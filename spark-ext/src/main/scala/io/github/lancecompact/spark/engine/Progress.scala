@@ -7,7 +7,7 @@ import org.apache.spark.SparkContext
 import org.apache.spark.internal.Logging
 
 import io.github.lancecompact.spark.catalog.Names
-import io.github.lancecompact.spark.ui.{LanceStatementStarted, LanceStatementStep, LanceUiPublish}
+import io.github.lancecompact.spark.ui.{LanceEngineFigures, LanceStatementStarted, LanceStatementStep, LanceUiPublish}
 
 /** What a statement is doing now, as its engine request says (python/lance_compact/runtime/
  * progress.py), shown where people look:
@@ -107,6 +107,14 @@ object Progress extends Logging {
       catch { case e: Exception => logDebug(s"progress job not posted: $e") }
     }
   }
+
+  /** The engine's figures for request `requestTag` (python/lance_compact/runtime/figures.py), posted
+   * for the Lance tab when the request is a procedure's statement. Never fails: a view. */
+  private[engine] def figures(sc: SparkContext, requestTag: String, json: String): Unit =
+    Option(idOf.get(requestTag)).foreach { id =>
+      val catalog = scala.util.Try(io.github.lancecompact.spark.ui.PageHtml.mapper.readTree(json).path("catalog").asText("")).getOrElse("")
+      LanceUiPublish.post(sc, LanceEngineFigures(id, catalog, json, System.currentTimeMillis()))
+    }
 
   /** A job of no tasks named `description`: DAGScheduler posts its start and end at once and runs
    * nothing (no slot, no executor), so it costs a listener event. */

@@ -25,3 +25,11 @@ final case class LanceHealthEvaluated(catalog: String, at: Long, rowsJson: Strin
 
 /** `describe_layout` described a table: its row (same JSON shape), at `at`. */
 final case class LanceLayoutDescribed(catalog: String, table: String, at: Long, rowsJson: String) extends SparkListenerEvent
+
+/** What the engine measured for statement `id` as it worked (python/lance_compact/runtime/
+ * figures.py), JSON `{"kind": ...}`: `progress` (`bytes_read`, `bytes_written` so far), `cost`
+ * (one maintenance version's cost as kept with the table: `table`, `version`, `step`,
+ * `bytes_read`, `bytes_written`, `task_ms`, `elapsed_ms`, the same figures
+ * `system.maintenance_history` reads back), `layout` (a table's fragments by live rows before or
+ * after a maintenance: `table` and a describe_layout-shaped row). `catalog`: the statement's. */
+final case class LanceEngineFigures(id: Long, catalog: String, json: String, at: Long) extends SparkListenerEvent

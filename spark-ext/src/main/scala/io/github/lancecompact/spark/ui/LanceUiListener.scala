@@ -54,11 +54,30 @@ final class LanceUiListener(store: KVStore, retainedStatements: Int = LanceUiLis
           PageHtml.html(WarehousePage.line(key, h.catalog, h.at, row))))
       }
     case l: LanceLayoutDescribed =>
-      trim(classOf[LanceLayoutRecord], retainedLayouts)(_ => true)
-      LanceUiListener.rows(mapper, l.rowsJson).headOption.foreach { row =>
-        store.write(LanceLayoutRecord(s"${l.catalog}.${l.table}@${l.at}", l.catalog, l.table, l.at, row.toString))
+      LanceUiListener.rows(mapper, l.rowsJson).headOption.foreach(row => layout(l.catalog, l.table, l.at, row.toString))
+    case f: LanceEngineFigures =>
+      val j = mapper.readTree(f.json)
+      def n(k: String): Long = Option(j.get(k)).filter(_.isNumber).map(_.asLong).getOrElse(-1L)
+      j.path("kind").asText match {
+        case "progress" => update(f.id)(_.copy(bytesRead = n("bytes_read"), bytesWritten = n("bytes_written")))
+        case "cost" => update(f.id) { r =>
+          val all = if (r.costsJson.isEmpty) mapper.createArrayNode() else mapper.readTree(r.costsJson).asInstanceOf[com.fasterxml.jackson.databind.node.ArrayNode]
+          all.add(j)
+          r.copy(costsJson = all.toString)
+        }
+        case "layout" => layout(f.catalog, j.path("table").asText, f.at, j.path("row").toString)
+        case _ =>
       }
     case _ =>
+  }
+
+  private def layout(catalog: String, table: String, at: Long, rowJson: String): Unit = {
+    trim(classOf[LanceLayoutRecord], retainedLayouts)(_ => true)
+    // two layouts of one table in the same millisecond (before and after a quick step) both kept
+    var t = at
+    def taken(k: String) = try { store.read(classOf[LanceLayoutRecord], k); true } catch { case _: NoSuchElementException => false }
+    while (taken(s"$catalog.$table@$t")) t += 1
+    store.write(LanceLayoutRecord(s"$catalog.$table@$t", catalog, table, t, rowJson))
   }
 
   /** Make room for one more record of `kind`: the oldest (by natural key: statements by number)

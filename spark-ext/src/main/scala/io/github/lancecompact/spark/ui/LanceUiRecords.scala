@@ -8,11 +8,15 @@ import org.apache.spark.util.kvstore.KVIndex
  * one the history server rebuilds from the event log): written by [[LanceUiListener]] only,
  * read by the pages. Flat fields, so the history server's disk store can keep them too. */
 
-/** One procedure's statement: `endedAt` 0 and `outcome` "running" while it runs. */
+/** One procedure's statement: `endedAt` 0 and `outcome` "running" while it runs. `bytesRead`,
+ * `bytesWritten`: what the engine said it read and wrote so far (-1: it said nothing);
+ * `costsJson`: the maintenance versions it committed with their cost, as kept with the table
+ * (a JSON array of the engine's `cost` figures). */
 final case class LanceStatementRecord(@(KVIndex @getter) id: Long, procedure: String, table: String, user: String,
                                       startedAt: Long, endedAt: Long, step: String, outcome: String,
                                       error: String, rowsJson: String, budgetMs: Long,
-                                      tasksDone: Int, tasksAll: Int, taskMs: Long)
+                                      tasksDone: Int, tasksAll: Int, taskMs: Long,
+                                      bytesRead: Long = -1L, bytesWritten: Long = -1L, costsJson: String = "")
 
 /** A table's row of the last `system.table_health` evaluation that included it (`key`:
  * catalog.namespace.table; `rowJson`: the row as a JSON object by column name; `score` its

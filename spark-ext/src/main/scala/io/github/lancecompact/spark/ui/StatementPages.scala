@@ -19,6 +19,14 @@ object StatementFigures {
   def bytesRead(rs: Seq[JsonNode]): Option[Long] = sum(rs.flatMap(long(_, "bytes_read")))
   def bytesWritten(rs: Seq[JsonNode]): Option[Long] = sum(rs.flatMap(r => long(r, "bytes_written").orElse(long(r, "bytes_rewritten"))))
   private def sum(xs: Seq[Long]): Option[Long] = if (xs.isEmpty) None else Some(xs.sum)
+  /** What a running statement read and wrote so far, as its engine last said ("" before it said). */
+  def soFar(s: LanceStatementRecord): String =
+    Seq(if (s.bytesRead >= 0) s"read ${bytes(s.bytesRead)}" else "", if (s.bytesWritten >= 0) s"written ${bytes(s.bytesWritten)}" else "")
+      .filter(_.nonEmpty).mkString(", ")
+
+  /** The maintenance versions the statement committed, with their cost as kept with the table. */
+  def costs(s: LanceStatementRecord): Seq[JsonNode] = rows(s.costsJson)
+
   def elapsed(s: LanceStatementRecord, now: Long): Long = (if (s.endedAt > 0) s.endedAt else now) - s.startedAt
 
   /** The statements in the store, newest first. */
@@ -43,7 +51,7 @@ final class RunningPage(store: KVStore, live: Boolean) extends LanceCompactPage 
     val now = System.currentTimeMillis()
     val running = StatementFigures.all(store).filter(_.outcome == "running")
     val offerCancel = live && canModify
-    val headers = Seq("#", "procedure", "table", "user", "step", "progress", "tasks", "task time",
+    val headers = Seq("#", "procedure", "table", "user", "step", "progress", "tasks", "task time", "bytes",
       "budget used", "elapsed") ++ (if (offerCancel) Seq("") else Nil)
     val body = running.map { s =>
       val elapsed = StatementFigures.elapsed(s, now)
@@ -54,6 +62,7 @@ final class RunningPage(store: KVStore, live: Boolean) extends LanceCompactPage 
         <td>{if (s.tasksAll > 0) <div class="progress" style="min-width: 8em"><div class="progress-bar" role="progressbar" style={s"width: $share%"}>{s"$share%"}</div></div> else NodeSeq.Empty}</td>
         {cell(Text(s"${s.tasksDone} of ${s.tasksAll}"), s.tasksDone)}
         {cell(Text(duration(s.taskMs)), s.taskMs)}
+        {cell(Text(StatementFigures.soFar(s)), math.max(0L, s.bytesRead) + math.max(0L, s.bytesWritten), "lance-bytes")}
         {cell(Text(if (s.budgetMs > 0) s"${elapsed * 100 / s.budgetMs}% of ${duration(s.budgetMs)}" else "no time budget"), if (s.budgetMs > 0) elapsed * 100 / s.budgetMs else -1)}
         {cell(Text(duration(elapsed)), elapsed)}
         {if (offerCancel) <td><form method="post" action={s"$base/lance/cancel/"} onsubmit="return confirm('Cancel this statement?');" style="display: inline">
@@ -113,6 +122,18 @@ object HistoryPage {
         <td class="small text-danger">{tr.map(text(_, "error")).filter(_.nonEmpty).mkString("; ")}</td>
       </tr>
     }
-    main +: perTable
+    // each maintenance version it committed, with its cost as kept with the table: the figures
+    // lance.system.maintenance_history shows for that version
+    val versions = StatementFigures.costs(s).filter(c => only.forall(o => text(c, "table") == o)).map { c =>
+      def n(k: String) = long(c, k)
+      <tr class="lance-version-cost small" data-id={s.id.toString} data-table={text(c, "table")} data-version={text(c, "version")}>
+        {cell(Text(""), s.id)}{cell(Text(""), s.endedAt)}<td>{s"version ${text(c, "version")}: ${text(c, "step")}"}</td><td>{text(c, "table")}</td><td></td>
+        <td>committed</td>
+        {cell(Text(n("bytes_read").map(bytes).getOrElse("")), n("bytes_read").getOrElse(-1L))}{cell(Text(n("bytes_written").map(bytes).getOrElse("")), n("bytes_written").getOrElse(-1L))}
+        {cell(Text(n("task_ms").map(ms => f"${ms / 1000.0}%.1f").getOrElse("")), n("task_ms").getOrElse(-1L))}{cell(Text(n("elapsed_ms").map(duration).getOrElse("")), n("elapsed_ms").getOrElse(-1L))}
+        <td></td>
+      </tr>
+    }
+    (main +: perTable) ++ versions
   }
 }

@@ -31,9 +31,9 @@ final class TablePage(store: KVStore) extends LanceCompactPage {
           (s.procedure == "maintain_warehouse" && StatementFigures.results(s).exists(r => text(r, "table") == short)))
         nav(base, "table") ++
         <h4 id="lance-table-name">{short} <small class="text-muted">({h.catalog}, evaluated {when(h.evaluatedAt)})</small></h4> ++
-        facts(j) ++ indices(j) ++
+        facts(j) ++ indices(j, h.evaluatedAt) ++
         <h5>Layouts</h5> ++
-        (if (layouts.isEmpty) empty("No layout recorded: CALL lance.describe_layout(table => ...) records one.")
+        (if (layouts.isEmpty) empty("No layout recorded: each compaction of this application records the table's layout before and after it; CALL lance.describe_layout(table => ...) records one too.")
          else <div class="d-flex flex-wrap">{layouts.map(l => TablePage.histogram(l, row(l.rowJson)))}</div>) ++
         <h5>Statements</h5> ++
         (if (statements.isEmpty) empty("No statement of this application named it.")
@@ -60,19 +60,22 @@ final class TablePage(store: KVStore) extends LanceCompactPage {
     }</tbody></table>
   }
 
-  /** The health row's indices (structs: name, type, unindexed_fragments, unindexed_rows, segments). */
-  private def indices(j: JsonNode): NodeSeq = {
+  /** The health row's indices (structs: name, type, unindexed_fragments, unindexed_rows, segments,
+   * built_at: when its newest segment was built, microseconds; its age is counted to the evaluation). */
+  private def indices(j: JsonNode, evaluatedAt: Long): NodeSeq = {
     val rows = j.path("rows").asLong(0L)
     val list = field(j, "indices").map(_.elements().asScala.toSeq).getOrElse(Nil)
     <h5>Indices</h5> ++
     (if (list.isEmpty) empty("No index.") else
       <table class="table table-sm table-bordered" id="lance-table-indices" style="max-width: 60em">
-        <thead><tr><th>name</th><th>type</th><th>segments</th><th>unindexed fragments</th><th>unindexed rows</th><th>coverage</th></tr></thead>
+        <thead><tr><th>name</th><th>type</th><th>segments</th><th>unindexed fragments</th><th>unindexed rows</th><th>coverage</th><th>built</th></tr></thead>
         <tbody>{list.map { ix =>
           val unindexed = ix.path("unindexed_rows").asLong(0L)
           <tr><td>{text(ix, "name")}</td><td>{text(ix, "type")}</td><td>{text(ix, "segments")}</td>
             <td>{text(ix, "unindexed_fragments")}</td><td>{unindexed.toString}</td>
-            <td>{if (rows > 0) f"${100.0 * (rows - unindexed) / rows}%.1f%%" else ""}</td></tr>
+            <td>{if (rows > 0) f"${100.0 * (rows - unindexed) / rows}%.1f%%" else ""}</td>
+            <td>{long(ix, "built_at").map { us => val ms = us / 1000
+              s"${duration(math.max(0L, evaluatedAt - ms))} before the evaluation (${when(ms)})" }.getOrElse("")}</td></tr>
         }}</tbody>
       </table>)
   }
@@ -81,8 +84,13 @@ final class TablePage(store: KVStore) extends LanceCompactPage {
 object TablePage {
   /** Fragments by live rows in power-of-two bins, as an SVG bar chart (the layout picture's bins). */
   def histogram(l: LanceLayoutRecord, j: JsonNode): Node = {
-    val counts = field(j, "fragment_rows").map(_.elements().asScala.map(_.asLong).toSeq).getOrElse(Nil)
-    val bins = counts.groupBy(n => if (n <= 0) 0 else 64 - java.lang.Long.numberOfLeadingZeros(n)).view.mapValues(_.size).toMap
+    // describe_layout's row lists each fragment's live rows; a compaction's (the engine's
+    // layout_figures.py) the bins themselves, [[bin, fragments], ...], so a large table's is small
+    val bins: Map[Int, Int] = field(j, "fragment_rows") match {
+      case Some(list) => list.elements().asScala.map(_.asLong).toSeq
+        .groupBy(n => if (n <= 0) 0 else 64 - java.lang.Long.numberOfLeadingZeros(n)).view.mapValues(_.size).toMap
+      case None => field(j, "bins").map(_.elements().asScala.map(b => b.get(0).asInt -> b.get(1).asInt).toMap).getOrElse(Map.empty)
+    }
     val keys = if (bins.isEmpty) Seq(0) else (bins.keys.min to bins.keys.max)
     val top = math.max(1, bins.values.maxOption.getOrElse(1))
     val (w, h, pad) = (360, 180, 30)
@@ -103,7 +111,7 @@ object TablePage {
         }}
         <text x={(w / 2).toString} y={(h + 32).toString} font-size="11" text-anchor="middle">live rows per fragment (from)</text>
       </svg>
-      <figcaption class="small">{s"version ${text(j, "version")}: ${text(j, "fragments")} fragments, ${text(j, "rows")} rows, ${text(j, "deleted_rows")} deleted (${when(l.at)})"}</figcaption>
+      <figcaption class="small">{s"version ${text(j, "version")}${if (text(j, "moment").nonEmpty) s" (${text(j, "moment")})" else ""}: ${text(j, "fragments")} fragments, ${text(j, "rows")} rows, ${text(j, "deleted_rows")} deleted (${when(l.at)})"}</figcaption>
     </figure>
   }
 }

@@ -15,7 +15,7 @@ final class WarehousePage(store: KVStore) extends LanceCompactPage {
   override val prefix = ""
   override val title = "Lance: warehouse"
 
-  private val headers = Seq("table", "health", "parts", "due", "last maintained", "rows", "fragments",
+  private val headers = Seq("table", "health", "parts", "due", "last maintained", "size", "rows", "fragments",
     "small fragments", "deleted rows", "unindexed rows", "clustering depth", "evaluated")
 
   override def render(request: HttpServletRequest, canModify: Boolean, base: String): Seq[Node] = {
@@ -55,6 +55,7 @@ object WarehousePage {
       <td class="small">{parts}</td>
       <td>{text(j, "due")}</td>
       {cell(scala.xml.Text(hours.map(h => s"${duration((h * 3600000).toLong)} ago (version ${text(j, "last_compacted_version")})").getOrElse("never compacted")), hours.getOrElse(Double.MaxValue))}
+      {n("bytes").map(b => cell(scala.xml.Text(bytes(b)), b)).getOrElse(<td></td>)}
       {num("rows")}{num("fragments")}{num("small_fragments")}{num("deleted_rows")}{num("unindexed_rows")}
       <td>{double(j, "clustering_depth").map(d => f"$d%.2f").getOrElse("")}</td>
       <td>{when(evaluatedAt)}</td>

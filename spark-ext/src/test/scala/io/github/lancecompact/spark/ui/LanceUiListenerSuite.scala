@@ -36,6 +36,21 @@ class LanceUiListenerSuite extends AnyFunSuite {
       assert(s.taskMs >= 4 * 25, s)
       assert(s.step == "db.t: committing" && s.user == "alice" && s.rowsJson.contains("bytes_read"))
 
+      // the engine's figures: bytes so far, each maintenance version's cost, a layout
+      LanceCompactUiBus.post(sc, LanceStatementStarted(7, "req-7", "compact", "db.v", "alice", 1000L, 0L))
+      LanceCompactUiBus.post(sc, LanceEngineFigures(7, "lance", """{"kind":"progress","bytes_read":10,"bytes_written":8}""", 1100L))
+      LanceCompactUiBus.post(sc, LanceEngineFigures(7, "lance", """{"kind":"cost","table":"db.v","version":4,"step":"compaction","bytes_read":10,"bytes_written":8,"task_ms":30,"elapsed_ms":50}""", 1200L))
+      LanceCompactUiBus.post(sc, LanceEngineFigures(7, "lance", """{"kind":"layout","table":"db.v","row":{"version":4,"bins":[[3,2]]}}""", 1200L))
+      LanceCompactUiBus.post(sc, LanceEngineFigures(7, "lance", """{"kind":"layout","table":"db.v","row":{"version":5,"bins":[[6,1]]}}""", 1200L))
+      eventually(store.count(classOf[LanceLayoutRecord]) == 2)
+      val v = statement(7)
+      assert(v.bytesRead == 10 && v.bytesWritten == 8 && v.costsJson.contains("\"version\":4") && v.costsJson.contains("\"task_ms\":30"), v)
+      // two layouts of one table in the same millisecond are both kept
+      assert(store.view(classOf[LanceLayoutRecord]).asScala.toSeq.sortBy(_.at).map(r => (r.table, r.at)) == Seq(("db.v", 1200L), ("db.v", 1201L)))
+      // out of the way of the retention checks below
+      store.delete(classOf[LanceStatementRecord], 7L)
+      store.view(classOf[LanceLayoutRecord]).asScala.toSeq.foreach(r => store.delete(classOf[LanceLayoutRecord], r.key))
+
       LanceCompactUiBus.post(sc, LanceHealthEvaluated("lance", 5000L,
         """[{"namespace":"db","table":"t","health_score":40},{"namespace":"db","table":"u","health_score":90}]"""))
       LanceCompactUiBus.post(sc, LanceHealthEvaluated("lance", 6000L, """[{"namespace":"db","table":"t","health_score":100}]"""))
