@@ -417,7 +417,9 @@ def _memory_figures() -> str:
     from .runtime.tables import session_figures
     figures = session_figures()
     ages = sys.modules.get(f"{__package__}.maintenance.version_ages")  # only once a request used it
-    return figures + (f"; {ages.COMMIT_TIMES.figures()}" if ages is not None else "")
+    kept = sys.modules.get(f"{__package__}.maintenance.health_cache")
+    return (figures + (f"; {ages.COMMIT_TIMES.figures()}" if ages is not None else "")
+            + (f"; {kept.HEALTH.figures()}" if kept is not None else ""))
 
 
 def _detach_from_terminal() -> None:

@@ -24,7 +24,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Sequence
 
 from ..errors import CompactionError
-from ..maintenance.health import METADATA_THREADS, table_health
+from ..maintenance.health import METADATA_THREADS
+from ..maintenance.health_cache import HEALTH
 from ..maintenance.warehouse_maintenance import listed_namespaces
 from .metadata_tables import index_built_at, micros, version_records
 from ..options import columns_ddl, result_columns
@@ -128,11 +129,13 @@ def table_health_rows(request: Envelope) -> tuple[str, list[tuple]]:
     def rows_of(namespace: str, name: str, uri: str) -> list[dict[str, Any]]:
         table = f"{namespace}.{name}"
         options = for_entry(storage, namespace, name)
-        ds = open_dataset(table, uri, options)
-        policy = resolve_policy(None, ds.config() or {}, settings, table, catalog)
-        h = table_health(ds, policy, storage_options=options)  # versions from a listing
+        # read again only when the table changed since this worker's last evaluation of it
+        e = HEALTH.evaluate(uri, options, lambda: open_dataset(table, uri, options),
+                            lambda config: [resolve_policy(None, config, settings, table, catalog)])
+        h, policy = e.healths[0], e.policies[0]
         p = h.parts
-        built = _built_at(uri, p["version"], ds) if p["indices"] else {}
+        built = (_built_at(uri, p["version"], e.ds if e.ds is not None else (lambda: open_dataset(table, uri, options)))
+                 if p["indices"] else {})
         return [{**{k: p[k] for k in p if k != "indices"},
                  "namespace": namespace, "table": name, "health_score": h.score, "due": list(h.due),
                  "indices": [[n, e["type"], e["unindexed_fragments"], e["unindexed_rows"], e["segments"], built.get(n)]
