@@ -25,7 +25,8 @@ How each kind runs, in one Spark session for the module (conftest's ``spark``: i
 Substitutions (``SUBSTITUTIONS``): the docs' example warehouse path ``/data/wh`` is the
 fixture's. Blocks run in file order; before each file's first block every fixture table is
 restored to its fixture content (a Lance restore: a new version, so no cached manifest of an
-earlier file's versions is read again). Files: the guides of issue 43 plus any that exist of
+earlier file's versions is read again). Files: the guides of issue 43, the landing page, the
+failures and Lance tab pages (what a new user reads next) and any that exist of
 warehouse-maintenance.md and recipes/*.md.
 
 Also: a dry run fails where the real run would (issue 43: plan_compaction with a sort_order
@@ -50,8 +51,9 @@ import pytest
 from oracle import degraded_table
 
 ROOT = Path(__file__).resolve().parents[1]
-GUIDES = ["README.md", "docs/getting-started.md", "docs/coming-from.md", "docs/procedures.md",
-          "docs/maintenance.md", "docs/clustering.md", "docs/catalogs.md", "docs/warehouse-maintenance.md"]
+GUIDES = ["README.md", "docs/index.md", "docs/getting-started.md", "docs/coming-from.md", "docs/procedures.md",
+          "docs/maintenance.md", "docs/clustering.md", "docs/catalogs.md", "docs/warehouse-maintenance.md",
+          "docs/failures-and-cancellation.md", "docs/lance-tab.md"]
 FILES = [f for f in GUIDES if (ROOT / f).exists()] + \
     sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs" / "recipes").glob("*.md"))
 # The docs' example paths, as the fixture has them ({warehouse}: the fixture's warehouse).
