@@ -240,3 +240,24 @@ def test_the_engine_ends_when_its_jvm_cannot_be_reached(tmp_path):
     text = err.read_text(errors="replace")
     assert code == 1, text[-2000:]
     assert "engine: ending: the main loop failed (the JVM is gone or cannot be reached)" in text, text[-2000:]
+
+
+def test_a_long_run_of_back_quotes_in_lances_error_is_classified_at_once(tmp_path):
+    """A statement's words reach Lance's error (a table path, say) and that error is classified
+    in the worker: the rule that names a back-quoted column backtracked over a long run of
+    back-quotes holding the GIL (a 30,000-character path: no heartbeat for 60 s, the worker
+    killed as hung, on a Thrift server by one SQL statement). It is linear now, and still names
+    a real back-quoted column."""
+    import pyarrow as pa
+    from lance_compact.runtime.failures import classify
+
+    with pytest.raises(Exception) as hostile:
+        lance.dataset(str(tmp_path / ("Column " + "`" * 30000 + '"x')))
+    started = time.monotonic()
+    failure = classify(hostile.value, keep=False)
+    assert time.monotonic() - started < 2.0, failure  # was minutes (20,000: 37 s)
+    assert "back-quote" not in failure.phrase
+    ds = lance.write_dataset(pa.table({"ok": [1, 2], "we`ird": [3, 4]}), str(tmp_path / "quoted.lance"))
+    with pytest.raises(Exception) as real:
+        ds.to_table(columns=["we`ird"])
+    assert "column named 'we`ird', with a back-quote" in classify(real.value, keep=False).phrase, real.value

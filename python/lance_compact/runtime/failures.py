@@ -70,6 +70,23 @@ _BAD_PROPERTY = re.compile(r"invalid value for (lance\.compaction\.[\w.]+): ('[^
 # Lance 14.0.2 parses a column name as a path, with back-quotes as quotes: a top-level column
 # whose name holds one can be created but never projected, filtered on or rewritten.
 _QUOTED_COLUMN = re.compile(r'(?:No field named "|Column "?)((?:[^"\s]|\s(?!does))*`[^"]*?)"?(?:\.| does not exist)')
+# It backtracks far over a long run of back-quotes (a 30,000-character table path held the GIL,
+# so the worker's heartbeat, for over 60 s: the worker was killed as hung), so it reads a bounded
+# window after each of the first few places its words start: a column's name is at most
+# identifiers.MAX_COLUMN_NAME characters.
+_QUOTED_COLUMN_START = re.compile(r'No field named "|Column ')
+_QUOTED_COLUMN_WINDOW, _QUOTED_COLUMN_TRIES = 512, 16
+
+
+def _quoted_column(text: str) -> re.Match[str] | None:
+    """:data:`_QUOTED_COLUMN` in ``text``, matched within bounded windows (linear in ``text``)."""
+    for i, start in enumerate(_QUOTED_COLUMN_START.finditer(text)):
+        if i == _QUOTED_COLUMN_TRIES:
+            return None
+        m = _QUOTED_COLUMN.match(text, start.start(), start.start() + _QUOTED_COLUMN_WINDOW)
+        if m:
+            return m
+    return None
 # A catalog service that did not answer (runtime/catalog_service.py), also when Lance met it
 # refreshing a table's storage options deep inside a read or a commit.
 _SERVICE_DOWN = re.compile(r"catalog service \S+(?: at \S+)? did not answer")
@@ -221,7 +238,7 @@ def classify(error: BaseException | str, keep: bool = True) -> Failure:
         m = _OPERATION.search(text)
         op = m.group(1) if m else "change"
         return Failure(CONFLICT, f"a concurrent {op} by another writer conflicts with this change", op, detail)
-    m = _QUOTED_COLUMN.search(text)
+    m = _quoted_column(text)
     if m:
         name = m.group(1)
         path = "`" + name.replace("`", "``") + "`"
