@@ -275,7 +275,10 @@ def section_warehouse(s: Suite) -> None:
 def section_streaming(s: Suite) -> None:
     """The streaming table: pylance (2 cores and 1), CALL through PySpark and spark-sql, warm and first, no-ops."""
     t = TARGETS["streaming"]
-    repeat_small = max(s.repeat, 5)
+    # the small table's paths take 5 runs for a steady median; quick mode only shows each path
+    # works (tests/test_benchmark.py, in every CI run): one
+    repeat_small = s.repeat if s.quick else max(s.repeat, 5)
+    warmup = 1 if s.quick else 3  # spark-sql's untimed CALLs before the timed ones
     py = run_probe(s.work, "pylance", table="streaming", options={"target_rows_per_fragment": t},
                    repeat=repeat_small, cores=None)
     anchor = s.add("streaming", "pylance compact_files, in-process (2 cores)", py["times"])
@@ -312,7 +315,7 @@ def section_streaming(s: Suite) -> None:
         return out, s.add("streaming", f"pylance compact_files, just before and after {what}", times)
 
     cli, around = pylance_around("spark-sql's runs", lambda: spark_sql(s.work, "streaming", plugin=True,
-                                                                         warm=repeat_small))
+                                                                         warm=repeat_small, warmup=warmup))
     check_layout(cli["layout"], py["layout"], "spark-sql CALL")
     first = s.add("streaming", "spark-sql: first statement of a fresh session", [cli["first"]], around,
                   note=f"whole spark-sql process {cli['whole']:.1f} s")
@@ -323,7 +326,7 @@ def section_streaming(s: Suite) -> None:
     # threads, on 2 cores); C1 alone (docs/deployment.md, short scheduled runs) leaves the
     # cores to the rewrite.
     c1, around = pylance_around("the C1 runs", lambda: spark_sql(
-        s.work, "streaming", plugin=True, warm=repeat_small,
+        s.work, "streaming", plugin=True, warm=repeat_small, warmup=warmup,
         extra=("--driver-java-options", "-XX:TieredStopAtLevel=1")))
     check_layout(c1["layout"], py["layout"], "spark-sql CALL (C1)")
     s.add("streaming", "spark-sql, C1 JIT only: first statement", [c1["first"]], around,
@@ -428,13 +431,14 @@ def section_planning(s: Suite) -> None:
 
     ds = lance.dataset(str(s.work / "tables" / "frags100k.lance"))
     times = []
-    for _ in range(max(s.repeat, 3)):
+    runs = s.repeat if s.quick else max(s.repeat, 3)
+    for _ in range(runs):
         t0 = time.perf_counter()
         Compaction.plan(ds, {"target_rows_per_fragment": TARGETS["frags100k"]})
         times.append(time.perf_counter() - t0)
     anchor = s.add("planning", f"pylance Compaction.plan, {len(ds.get_fragments()):,} fragments", times)
     warm = run_probe(s.work, "session", master="local[2]", runs=[
-        {"table": "frags100k", "kind": "plan", "repeat": max(s.repeat, 3)}])["runs"][0]
+        {"table": "frags100k", "kind": "plan", "repeat": runs}])["runs"][0]
     plan = s.add("planning", f"CALL plan_compaction, {len(ds.get_fragments()):,} fragments", warm["times"],
                  anchor, note=f"{warm['rows'][0]['tasks']} tasks over {warm['rows'][0]['fragments']:,} fragments")
     s.targets.append(Target("planning 100,000 fragments in CALL", "< 5 s", f"{plan.seconds:.2f} s",
