@@ -466,3 +466,33 @@ def test_failure_rules_on_texts_lance_raised(text, kind, expected):
     f = classify(text)
     assert f.kind == kind and expected in describe(text)
     assert ".rs:" not in describe(text)  # no Rust source locations for users
+
+
+def test_in_the_engine_the_jvm_is_asked_at_most_every_50_ms_and_a_cancel_sticks():
+    """In the engine (a request with a commit gate) the probe is a Py4J round trip: a "not
+    cancelled" answer stands for PROBE_INTERVAL_S, so 600 checks of a warehouse run are not 600
+    round trips; a cancel is seen at the next question after it and stays. Commits never rely
+    on it: the gate asks the JVM atomically (test_commit_gate)."""
+    import time
+
+    from lance_compact.runtime import cancellation
+
+    asked: list[float] = []
+    said: list[str | None] = [None]
+
+    def probe():
+        asked.append(time.monotonic())
+        return said[0]
+
+    statement = cancellation.Statement(probe, cancellation.Gate(object(), "request-1"))
+    assert all(statement() is None for _ in range(100)) and len(asked) == 1
+    said[0] = "the statement was interrupted"
+    time.sleep(cancellation.Statement.PROBE_INTERVAL_S * 1.5)
+    assert statement() == "the statement was interrupted" and len(asked) == 2
+    assert statement() == "the statement was interrupted" and len(asked) == 2  # it stays, unasked
+    # outside the engine (no gate) every check asks
+    plain = cancellation.Statement(probe)
+    said[0] = None
+    for _ in range(3):
+        plain()
+    assert len(asked) == 5

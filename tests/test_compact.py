@@ -255,7 +255,7 @@ def test_a_warehouse_run_shows_each_table_once_in_the_ui_and_every_step_on_the_l
 
     said: list[tuple[str, bool]] = []
     done = [0]
-    line = progress.PerTable(progress.Reporter(lambda text, ui: said.append((text, ui))),
+    line = progress.PerTable(progress.Reporter(lambda text, ui: said.append((text, ui)), coalesce=False),
                              lambda: f"tables {done[0]} of 2 done; ")
 
     def lane(table: str) -> None:
@@ -271,3 +271,28 @@ def test_a_warehouse_run_shows_each_table_once_in_the_ui_and_every_step_on_the_l
     assert len(said) == 8 and all(text.startswith("tables 0 of 2 done; db.") for text, _ in said)
     assert sorted(text for text, ui in said if ui) == ["tables 0 of 2 done; db.a: compact",
                                                        "tables 0 of 2 done; db.b: compact"]
+
+
+def test_the_callers_line_is_coalesced_but_ui_steps_and_the_newest_line_always_arrive():
+    """progress.Reporter: lines for the caller only (ui False) within 0.1 s of the last one sent
+    wait, and only the newest waiting one is sent (each is a Py4J round trip); a UI step is
+    sent at once, and the newest line arrives within the interval."""
+    import time
+
+    from lance_compact.runtime import progress
+
+    said: list[tuple[str, bool]] = []
+    line = progress.Reporter(lambda text, ui: said.append((text, ui)))
+    line("db.t: compact", True)
+    for i in range(50):
+        line(f"db.t: batch {i}", False)
+    assert said == [("db.t: compact", True)]  # within the interval of the UI step: they wait
+    deadline = time.monotonic() + 5
+    while len(said) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert said == [("db.t: compact", True), ("db.t: batch 49", False)]  # only the newest
+    line("db.t: optimize_indices", True)  # a UI step: at once
+    assert said[-1] == ("db.t: optimize_indices", True)
+    time.sleep(progress.COALESCE_S * 1.5)
+    line("db.t: cleanup", False)  # the interval has passed: at once
+    assert said[-1] == ("db.t: cleanup", False) and len(said) == 4

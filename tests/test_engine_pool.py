@@ -154,6 +154,27 @@ def test_a_statement_prefers_the_worker_that_last_read_its_table(spark, warehous
         assert after.get(by_table[other]) == before[by_table[other]], (name, before, after)
 
 
+def test_a_statement_on_a_new_table_goes_to_a_warm_worker_before_a_spare(spark, warehouse):
+    """A spare that never served waits behind the workers that did (their Lance caches and code
+    paths are warm), even when it came up after them."""
+    second = small_table(warehouse, "warm_b")
+    for attempt in range(3):  # a worker that served its last statement is replaced: try again
+        first = small_table(warehouse, f"warm_a{attempt}")
+        spark.sql(compact_sql(f"warm_a{attempt}")).collect()
+        found = [w for w in workers(spark) if w["table"] == first]
+        if found and found[0]["served"] + 1 < MAX_STATEMENTS:
+            break
+    [served] = found
+    # the pool tops its spare up after the lease: wait until a never-used one is free beside it
+    wait_for(lambda: any(w["served"] == 0 and not w["leased"] for w in workers(spark)), timeout=60)
+    spare = next(w["pid"] for w in workers(spark) if w["served"] == 0)
+    assert served["pid"] in {w["pid"] for w in workers(spark)}, workers(spark)
+    spark.sql(compact_sql("warm_b")).collect()
+    now = {w["pid"]: w for w in workers(spark)}
+    assert now[served["pid"]]["table"] == second and now[served["pid"]]["served"] == served["served"] + 1, now
+    assert now[spare]["served"] == 0, now
+
+
 def test_a_worker_is_replaced_after_its_statements(spark, warehouse):
     uri = small_table(warehouse, "renewed", fragments=2)
     pids = set()

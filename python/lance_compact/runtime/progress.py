@@ -13,13 +13,14 @@ done"). The reporter hands the text to the JVM (``EngineBridge.progress``), whic
 A report never fails the work: the JVM may be going away, and progress is only a view.
 Reports are cheap (one Py4J call) but not free: say steps, not rows. A warehouse run shows only
 each table's first step as a UI job (:class:`PerTable`); the caller's line and the driver's log
-get every step.
+get the newest step at most every :data:`COALESCE_S` (a UI step at once).
 """
 from __future__ import annotations
 
 import json
 import logging
 import threading
+import time
 from contextlib import contextmanager
 from typing import Callable, Iterator
 
@@ -32,12 +33,18 @@ _local = threading.local()
 class Reporter:
     """One request's progress line, shared by every thread that works for it."""
 
-    def __init__(self, send: Callable[[str, bool], None], figures: Callable[[str], None] | None = None) -> None:
+    def __init__(self, send: Callable[[str, bool], None], figures: Callable[[str], None] | None = None,
+                 coalesce: bool = True) -> None:
         """``send(text, ui)``: ``ui`` False keeps the text from the Spark UI's job list;
-        ``figures(json)``: the request's measured figures for the Lance tab (:func:`figures`)."""
+        ``figures(json)``: the request's measured figures for the Lance tab (:func:`figures`).
+        ``coalesce``: a line meant for the caller only (``ui`` False) within
+        :data:`COALESCE_S` of the last one sent waits, and only the newest waiting one is sent."""
         self._send = send
         self._figures = figures
+        self._coalesce = coalesce
         self._lock = threading.Lock()
+        self._sent_at = -1e9  # monotonic time of the last send
+        self._waiting: str | None = None  # the newest line not sent yet (coalesced)
         self.last: str | None = None
 
     def __call__(self, text: str, ui: bool = True) -> None:
@@ -46,10 +53,31 @@ class Reporter:
             if text == self.last:
                 return
             self.last = text
+            now = time.monotonic()
+            if self._coalesce and not ui and now - self._sent_at < COALESCE_S:
+                first = self._waiting is None
+                self._waiting = text
+                if first:
+                    _FLUSHER.later(self, self._sent_at + COALESCE_S)
+                return
+            self._waiting = None
+            self._sent_at = now
+        self._deliver(text, ui)
+
+    def _deliver(self, text: str, ui: bool) -> None:
         try:
             self._send(text, ui)
         except Exception as e:  # a view only: never fails the work
             log.debug("progress not reported: %s", e)
+
+    def _flush(self) -> None:
+        """The coalesced line, if no newer one was sent meanwhile (the flusher's thread)."""
+        with self._lock:
+            text, self._waiting = self._waiting, None
+            if text is None:
+                return
+            self._sent_at = time.monotonic()
+        self._deliver(text, False)
 
 
     def figures(self, body: dict) -> None:
@@ -60,6 +88,44 @@ class Reporter:
             self._figures(json.dumps(body))
         except Exception as e:  # a view only
             log.debug("figures not reported: %s", e)
+
+
+# A warehouse run's tables say about 15 steps each (600 tables' worth of Py4J round trips for
+# 60 tables, both processes' CPU); the caller's line needs no more than a few a second.
+COALESCE_S = 0.1
+
+
+class _Flusher:
+    """One thread for the process that sends reporters' coalesced lines when their turn comes
+    (one thread: Py4J gives each calling thread a connection of its own)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._due: list[tuple[float, int, Reporter]] = []
+        self._thread: threading.Thread | None = None
+        self._count = 0
+
+    def later(self, reporter: Reporter, at: float) -> None:
+        import heapq
+        with self._cond:
+            self._count += 1
+            heapq.heappush(self._due, (at, self._count, reporter))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="progress-flusher", daemon=True)
+                self._thread.start()
+            self._cond.notify()
+
+    def _run(self) -> None:
+        import heapq
+        while True:
+            with self._cond:
+                while not self._due or self._due[0][0] > time.monotonic():
+                    self._cond.wait(None if not self._due else max(0.0, self._due[0][0] - time.monotonic()))
+                _, _, reporter = heapq.heappop(self._due)
+            reporter._flush()
+
+
+_FLUSHER = _Flusher()
 
 
 class PerTable(Reporter):
@@ -80,7 +146,7 @@ class PerTable(Reporter):
                 shown.add(table)
             parent(prefix() + text, ui and first)
 
-        super().__init__(send)
+        super().__init__(send, coalesce=False)  # the parent coalesces what it sends
         self._parent = parent
 
     def figures(self, body: dict) -> None:

@@ -35,6 +35,9 @@ class EnginePlugin extends SparkPlugin {
       // Python, pyspark, pylance and the Lance session take a second or two): the first
       // statement finds it ready. It waits for the context to be made before it uses it.
       EnginePool.warmUp(sc)
+      // The driver's own first-statement code (the SQL parser's tables, result schemas and
+      // their generated code), on a thread of its own while the session is made.
+      if (sc.getConf.getBoolean(EnginePlugin.WarmUpConf, true)) JvmWarmUp.start()
       // The Lance tab (/lance/) in the live UI; its cancel is Spark's cancel of the statement's tag.
       if (sc.getConf.getBoolean(EnginePlugin.UiConf, true)) {
         try org.apache.spark.ui.LanceCompactTab.attachLive(sc, store => new LanceUiListener(store), LanceTabPages.pages)
@@ -51,6 +54,8 @@ class EnginePlugin extends SparkPlugin {
 object EnginePlugin {
   val RedactionKey = "spark.redaction.regex"
   val UiConf = "spark.lance.compact.ui.enabled"
+  /** Whether the plugin warms the driver's first-statement code paths ([[JvmWarmUp]]). */
+  val WarmUpConf = "spark.lance.compact.warmUp"
   /** Catalog storage options, whatever the store calls its keys. */
   val StorageOptions = """catalog\.[^.]+\.(storage\.|headers?\.|access_key_id|secret_access_key|session_token)"""
   private val SparkDefault = "(?i)secret|password|token|access[.]?key"

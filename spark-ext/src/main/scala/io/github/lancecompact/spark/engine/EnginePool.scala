@@ -45,7 +45,7 @@ final class EnginePool private (val sc: SparkContext, python: String, val logFil
   val spares: Int = math.max(0, math.min(maxWorkers, conf.getInt(SparesConf, 1)))
   val maxStatements: Int = math.max(1, conf.getInt(MaxStatementsConf, 1000))
 
-  /** Started and free, the most recently released last. */
+  /** Started and free: spares that never served first, then the most recently released last. */
   private val idle = mutable.ArrayBuffer[EngineProcess]()
   private val leased = mutable.LinkedHashSet[EngineProcess]()
   private var starting = 0
@@ -195,7 +195,10 @@ final class EnginePool private (val sc: SparkContext, python: String, val logFil
         try {
           val w = startWorker(number)
           synchronized {
-            if (closed) background("lance-compact-engine-stop")(w.stop()) else idle += w
+            // A new spare goes first in line, behind every worker that served: those are warm
+            // (their Lance caches, allocators and code paths), and a spare is what a second
+            // statement at once gets.
+            if (closed) background("lance-compact-engine-stop")(w.stop()) else idle.prepend(w)
           }
         } catch {
           case e: Exception => logWarning(s"starting a spare lance_compact engine worker failed: ${e.getMessage}")

@@ -93,7 +93,7 @@ object PythonEngine {
    * parser takes milliseconds for a wide one. */
   private val schemas = new java.util.concurrent.ConcurrentHashMap[String, StructType]()
 
-  private def schemaOf(ddl: String): StructType = {
+  private[engine] def schemaOf(ddl: String): StructType = {
     if (schemas.size > 256) schemas.clear() // only the actions' fixed schemas are expected
     schemas.computeIfAbsent(ddl, d => StructType.fromDDL(d))
   }

@@ -70,8 +70,15 @@ object OptionSpec {
   lazy val maintainWarehouseParameters: Seq[OptionSpec] = section("maintain_warehouse_parameters", setting = true)
 
   /** A result's columns (a `*_columns` section, as the engine answers them) as a schema. */
-  def columns(section: String): StructType = StructType.fromDDL(
-    root.get(section).elements().asScala.map(c => s"`${c.get("name").asText}` ${c.get("type").asText}").mkString(", "))
+  def columns(section: String): StructType = StructType.fromDDL(columnsDdl(section))
+
+  /** A `*_columns` section's DDL, as the engine writes it (options.py `columns_ddl`). */
+  def columnsDdl(section: String): String =
+    root.get(section).elements().asScala.map(c => s"`${c.get("name").asText}` ${c.get("type").asText}").mkString(", ")
+
+  /** Every result's columns (the `*_columns` sections) as the engine writes their DDL. */
+  def resultDdls: Seq[String] =
+    root.fieldNames().asScala.filter(_.endsWith("_columns")).map(columnsDdl).toSeq
 
   /** Parameters that take a duration ("duration") or a duration or a moment ("age"), by name:
    * they take Spark's INTERVAL types (and, for "age", TIMESTAMP and TIMESTAMP_NTZ) besides text,
