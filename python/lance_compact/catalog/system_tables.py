@@ -25,7 +25,7 @@ from typing import Any, Callable, Sequence
 
 from ..errors import CompactionError
 from ..maintenance.health import METADATA_THREADS
-from ..maintenance.health_cache import HEALTH
+from ..maintenance.health_cache import EVALUATION_THREADS, HEALTH, own_policy_key
 from ..maintenance.warehouse_maintenance import listed_namespaces
 from .metadata_tables import index_built_at, micros, version_records
 from ..options import columns_ddl, result_columns
@@ -70,7 +70,7 @@ def version_filter(filters: dict[str, Any]) -> Callable[[int], bool] | None:
 
 
 def _each_table(request: Envelope, rows_of: Callable[[str, str, str], list[dict[str, Any]]],
-                columns: list[tuple[str, str]], kind: str) -> list[tuple]:
+                columns: list[tuple[str, str]], kind: str, most: int = MAX_THREADS) -> list[tuple]:
     filters = request.extras.get("filters") or {}
     tables = selected(request.tables, filters)
     storage = dict(request.storage_options)
@@ -91,7 +91,7 @@ def _each_table(request: Envelope, rows_of: Callable[[str, str, str], list[dict[
         return [{"namespace": namespace, "table": name, "error": redact(why, storage)}]
 
     # I/O bound (object-store round trips, GIL released): not bounded by the cores.
-    threads = max(1, min(MAX_THREADS, int(request.extras.get("threads") or MAX_THREADS), len(tables) or 1))
+    threads = max(1, min(most, int(request.extras.get("threads") or most), len(tables) or 1))
     with ThreadPoolExecutor(threads, thread_name_prefix="lance-compact-system") as pool:
         results = list(pool.map(one, tables))
     return [tuple(r.get(c) for c, _ in columns) for rows in results for r in rows]
@@ -131,7 +131,8 @@ def table_health_rows(request: Envelope) -> tuple[str, list[tuple]]:
         options = for_entry(storage, namespace, name)
         # read again only when the table changed since this worker's last evaluation of it
         e = HEALTH.evaluate(uri, options, lambda: open_dataset(table, uri, options),
-                            lambda config: [resolve_policy(None, config, settings, table, catalog)])
+                            lambda config: [resolve_policy(None, config, settings, table, catalog)],
+                            policy_key=own_policy_key(table, catalog, settings))
         h, policy = e.healths[0], e.policies[0]
         p = h.parts
         built = (_built_at(uri, p["version"], e.ds if e.ds is not None else (lambda: open_dataset(table, uri, options)))
@@ -143,7 +144,9 @@ def table_health_rows(request: Envelope) -> tuple[str, list[tuple]]:
                  "reasons": dict(h.reasons), "enabled": policy.enabled, "priority": policy.priority}]
 
     columns = result_columns("health_columns")
-    return columns_ddl(columns), _each_table(request, rows_of, columns, "table_health")
+    # most tables only listed (unchanged since this worker read them): many at once, the full
+    # reads among them bounded by the cache (health_cache.py)
+    return columns_ddl(columns), _each_table(request, rows_of, columns, "table_health", EVALUATION_THREADS)
 
 
 def _kind(operation: str | None) -> tuple[str, bool]:

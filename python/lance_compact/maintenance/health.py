@@ -138,8 +138,16 @@ class VersionHealth:
     table: str
 
     def cutoff(self, now: datetime) -> datetime:
-        """Versions committed before this are old enough for cleanup."""
-        return now - parse_older_than(self.older_than, self.table)
+        """Versions committed before this are old enough for cleanup: ``now`` less a duration,
+        or the moment ``older_than`` names itself (its age is measured against the clock when it
+        is parsed, not against ``now``: a few milliseconds later, enough to move the cutoff past
+        a version committed in between)."""
+        age = parse_older_than(self.older_than, self.table)  # checked as every older_than is
+        try:
+            moment = datetime.fromisoformat(self.older_than.strip())
+        except ValueError:
+            return now - age
+        return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
 
 
 def version_health(ds: lance.LanceDataset, policy: Policy, history: bool = True,

@@ -43,13 +43,13 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Hashable, Mapping, Sequence
 
 import lance
 
 from ..compaction.fragment_facts import FragmentFacts
 from ..compaction.fragments import index_state
-from .health import Health, VersionHealth, assemble, table_health, version_health
+from .health import METADATA_THREADS, Health, VersionHealth, assemble, table_health, version_health
 from .policy import Policy
 from .version_ages import listed_versions, reclaimable_by, table_key, version_facts
 
@@ -57,6 +57,10 @@ from .version_ages import listed_versions, reclaimable_by, table_key, version_fa
 # last compaction, and its commit times): 16,384 tables are some 56 MB at most, a warehouse of
 # ten thousand tables kept whole.
 TABLES = 16_384
+# Tables evaluated at once by a warehouse-wide statement: most of them only listed (a request
+# that waits on the store, the GIL released), so many more than are read in full at once
+# (METADATA_THREADS: a full read holds the table's manifest and fragments).
+EVALUATION_THREADS = 64
 
 
 @dataclass
@@ -68,6 +72,7 @@ class _Entry:
     config: Mapping[str, str]
     times: dict[int, datetime]
     decided: dict[tuple, VersionHealth] = field(default_factory=dict)
+    resolved: dict[Hashable, list[Policy]] = field(default_factory=dict)  # by the caller's policy_key
 
     @property
     def version(self) -> int:
@@ -100,6 +105,7 @@ class HealthCache:
         self._lock = threading.Lock()
         self._tables = tables
         self._by_table: OrderedDict[str, _Entry] = OrderedDict()
+        self._reads = threading.BoundedSemaphore(METADATA_THREADS)  # full reads at once
         self.served = 0  # evaluations answered from what was read before
         self.read = 0  # evaluations that opened the table
 
@@ -158,22 +164,39 @@ class HealthCache:
     def evaluate(self, uri: str, storage_options: Mapping[str, str] | None,
                  open_table: Callable[[], lance.LanceDataset],
                  policies: Callable[[Mapping[str, str]], Sequence[Policy]],
-                 history: bool = True, now: datetime | None = None) -> Evaluation:
+                 history: bool = True, now: datetime | None = None,
+                 policy_key: Hashable | None = None) -> Evaluation:
         """The health of the table at ``uri`` under each of ``policies(config)`` (resolved from
         the table's config), at ``now``: from what was read before when the table did not change
-        (one listing), else read with ``open_table()`` (health.table_health's rules and reads)."""
+        (one listing), else read with ``open_table()`` (health.table_health's rules and reads;
+        at most METADATA_THREADS tables of this worker at once). ``policy_key``: everything
+        ``policies`` depends on but the config (the call's arguments, the catalog's settings,
+        the operator's version floor), when the caller can say it: the policies resolved for a
+        kept table are then kept too (a policy resolved again only costs CPU)."""
         now = (now or datetime.now(timezone.utc)).astimezone(timezone.utc)
         options = storage_options if storage_options is not None else {}
         listed = listed_versions(uri, options)  # the probe: one LIST
         key = table_key(uri, options)
         entry = self._get(key) if listed else None
         if entry is not None and entry.listed == tuple(listed):
-            chosen = list(policies(entry.config))
+            chosen = entry.resolved.get(policy_key) if policy_key is not None else None
+            if chosen is None:
+                chosen = list(policies(entry.config))
+                if policy_key is not None:
+                    entry.resolved[policy_key] = chosen
             healths = self._served(entry, chosen, history, now)
             if healths is not None:
                 self._count(True)
                 return Evaluation(healths, chosen, entry.config, None, True)
         self._count(False)
+        with self._reads:
+            return self._read(uri, key, options, listed, entry, open_table, policies, history, now, policy_key)
+
+    def _read(self, uri: str, key: str, options: Mapping[str, str], listed: list[int] | None,
+              entry: _Entry | None, open_table: Callable[[], lance.LanceDataset],
+              policies: Callable[[Mapping[str, str]], Sequence[Policy]], history: bool,
+              now: datetime, policy_key: Hashable | None) -> Evaluation:
+        """A full evaluation, kept when the table is still at its listed version."""
         ds = open_table()
         config = ds.config() or {}
         chosen = list(policies(config))
@@ -199,8 +222,23 @@ class HealthCache:
             if previous is not None:  # the same table state: keep the other policies' too
                 keep.decided = {**previous.decided, **keep.decided}
                 keep.times = {**previous.times, **keep.times}
+                keep.resolved = dict(previous.resolved)
+            if policy_key is not None:
+                keep.resolved[policy_key] = chosen
             self._put(key, keep)
         return Evaluation(healths, chosen, config, ds, False)
 
 
 HEALTH = HealthCache()  # this engine worker's
+
+
+def own_policy_key(table: str, catalog: str, settings: Mapping[str, str]) -> tuple:
+    """``policy_key`` of a table's own policy (no call arguments: table_health's, a score's)."""
+    from ..runtime import driver_conf
+    return ("own", table, catalog, repr(sorted(settings.items())), driver_conf.version_floor())
+
+
+def call_policy_key(table: str, catalog: str, settings: Mapping[str, str], call_args: Mapping[str, Any]) -> tuple:
+    """``policy_key`` of maintain_warehouse's policies (the call's, and the table's own)."""
+    return ("call", repr(sorted(call_args.items())), *own_policy_key(table, catalog, settings)[1:])
+

@@ -43,8 +43,8 @@ from ..runtime.failures import describe
 from . import retention
 from ..compaction import rules
 from ..compaction.fragment_facts import FragmentFacts, data_bytes_of
-from .health import METADATA_THREADS, STEPS as HEALTH_STEPS
-from .health_cache import HEALTH
+from .health import STEPS as HEALTH_STEPS
+from .health_cache import EVALUATION_THREADS, HEALTH, call_policy_key, own_policy_key
 from .table_maintenance import SHOWN_FAILURES, STEPS, Target, committed_steps, failed_tasks, run_step, shorten
 from ..options import result_columns
 from .policy import resolve_policy
@@ -168,7 +168,8 @@ def _evaluate(t: Table, call_args: dict[str, Any], settings: dict[str, str], cat
 
         # no history lookup: neither the score nor what is due depends on the last compaction;
         # the table is read again only when it changed since this worker last evaluated it
-        ev = HEALTH.evaluate(t.target.uri, t.target.storage_options, t.target.open, policies, history=False)
+        ev = HEALTH.evaluate(t.target.uri, t.target.storage_options, t.target.open, policies, history=False,
+                             policy_key=call_policy_key(t.target.table, catalog, settings, call_args))
         ds, policy, health = ev.ds, ev.policies[0], ev.healths[0]
         if len(ev.healths) > 1:
             t.own = ev.healths[1]
@@ -280,7 +281,7 @@ def _maintain_steps(t: Table, jobs: SharedJobs, dry: bool, budget: Budget, chose
                 t.target.uri, t.target.storage_options, lambda: ds if ds is not None else t.target.open(),
                 lambda config: [resolve_policy(None, config, t.target.maintain_settings, t.target.table,
                                                t.target.catalog)],  # as score measures it
-                history=False)
+                history=False, policy_key=own_policy_key(t.target.table, t.target.catalog, t.target.maintain_settings))
             t.health_after = after.healths[0].score
         except Exception as e:
             log.warning("maintain_warehouse: table %s: health after: %s", t.target.table,
@@ -392,10 +393,11 @@ def maintain_warehouse(request: Envelope, run_packed: Callable,
     tables = [Table(base.other(e.qualified, e.uri, e.table_id), sort_order=args.get("sort_order")) for e in request.tables]
     workers = max(1, min(args["parallelism"], len(tables) or 1))
     evaluated = [t for t in tables if t.target.table not in excluded]
-    # Metadata only, I/O bound: as many at once as the system tables read, each table opened
+    # Metadata only, I/O bound: as many at once as table_health evaluates (most tables only
+    # listed, the full reads bounded by the cache: health_cache.py), each table opened at most
     # once. When max_duration runs out, the run goes on without the tables still being read
     # (reads only: their threads end on their own, their results are dropped).
-    pool = ThreadPoolExecutor(max(1, min(METADATA_THREADS, len(evaluated))),
+    pool = ThreadPoolExecutor(max(1, min(EVALUATION_THREADS, len(evaluated))),
                               thread_name_prefix="maintain-warehouse-evaluate")
     try:
         estimate = args.get("max_total_rewrite_bytes") is not None
