@@ -95,16 +95,20 @@ def main() -> None:
     out["maintain_warehouse_s"] = round(time.monotonic() - t, 1)
     spark.sql(f"CALL lance.describe_layout(table => '{show}')").collect()
     spark.sql("SELECT * FROM lance.system.table_health").collect()
-    degraded_table(str(wh / "sales" / "held.lance"), fragments=30, rows_per_fragment=40)
+    degraded_table(str(wh / "sales" / "held.lance"), fragments=30, rows_per_fragment=40, delete_every=0)
     held = threading.Thread(target=lambda: _quietly(lambda: spark.sql(
-        "CALL lance.compact(table => 'sales.held', options => map('test_task_sleep_ms', 'all:20000'))").collect()),
+        # two tasks (600 rows a fragment): the first finishes, the second is held, so the page
+        # shows the bytes read and written so far
+        "CALL lance.compact(table => 'sales.held', options => map('target_rows_per_fragment', '600', "
+        "'test_task_sleep_ms', '1:30000'))").collect()),
         daemon=True)
     with Browser(height=1000) as b:
         shoot(b, f"{ui}/lance/", args.shots / "warehouse.png")
         held.start()
         wait_for(lambda: b"sales.held" in urllib.request.urlopen(f"{ui}/lance/running/").read() or not held.is_alive(), timeout=120)
         print("held running:", held.is_alive(), file=sys.stderr)
-        time.sleep(2)  # its tasks under way
+        # its first task's bytes reported (the engine says them within a second of the task's end)
+        wait_for(lambda: b"written " in urllib.request.urlopen(f"{ui}/lance/running/").read() or not held.is_alive(), timeout=60)
         shoot(b, f"{ui}/lance/running/", args.shots / "running.png")
         held.join(120)
         shoot(b, f"{ui}/lance/history/", args.shots / "history.png")
@@ -137,14 +141,23 @@ def main() -> None:
                    browser_load_best_s=round(min(p.load_seconds for p in loads), 3),
                    browser_navigation_ms={k: round(v) for k, v in timing.items()})
         spark.stop()
+    print(json.dumps(out), flush=True)  # the figures, before the history server's picture
 
     # the history server over the finished application's event log, in a browser of its own
     # (nothing of the live UI's pages left in it)
     with history_server(events, work) as base, Browser(height=1000) as b:
-        wait_for(lambda: lists(base, app), timeout=180, step=1)
+        wait_for(lambda: _listed(base, app), timeout=180, step=1)
         shoot(b, f"{base}/history/{app}/lance/history/", args.shots / "history-server.png")
     shutil.rmtree(work, ignore_errors=True)
-    print(json.dumps(out))
+
+
+def _listed(base: str, app: str) -> bool:
+    """Whether the history server lists the application yet (an answer that is not JSON yet,
+    as it starts: not yet)."""
+    try:
+        return lists(base, app)
+    except ValueError:
+        return False
 
 
 def _quietly(fn) -> None:

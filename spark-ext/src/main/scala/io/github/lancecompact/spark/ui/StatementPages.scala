@@ -109,7 +109,20 @@ object HistoryPage {
         {cell(Text(f"${s.taskMs / 1000.0}%.1f"), s.taskMs, "lance-task-seconds")}{cell(Text(duration(elapsed)), elapsed, "lance-elapsed")}
         <td class="small text-danger">{s.error}</td>
       </tr>
-    val perTable = if (s.procedure != "maintain_warehouse") Nil else rs.groupBy(text(_, "table")).toSeq.filter(t => only.forall(_ == t._1)).sortBy(_._1).map { case (t, tr) =>
+    // each maintenance version it committed, with its cost as kept with the table: the figures
+    // lance.system.maintenance_history shows for that version (a warehouse run's beneath each table's line)
+    val costs = StatementFigures.costs(s).filter(c => only.forall(o => text(c, "table") == o)).groupBy(text(_, "table"))
+    def versions(table: String): Seq[Node] = costs.getOrElse(table, Nil).map { c =>
+      def n(k: String) = long(c, k)
+      <tr class="lance-version-cost small" data-id={s.id.toString} data-table={text(c, "table")} data-version={text(c, "version")}>
+        {cell(Text(""), s.id)}{cell(Text(""), s.endedAt)}<td>{s"version ${text(c, "version")}: ${text(c, "step")}"}</td><td>{text(c, "table")}</td><td></td>
+        <td>committed</td>
+        {cell(Text(n("bytes_read").map(bytes).getOrElse("")), n("bytes_read").getOrElse(-1L))}{cell(Text(n("bytes_written").map(bytes).getOrElse("")), n("bytes_written").getOrElse(-1L))}
+        {cell(Text(n("task_ms").map(ms => f"${ms / 1000.0}%.1f").getOrElse("")), n("task_ms").getOrElse(-1L))}{cell(Text(n("elapsed_ms").map(duration).getOrElse("")), n("elapsed_ms").getOrElse(-1L))}
+        <td></td>
+      </tr>
+    }
+    val perTable = if (s.procedure != "maintain_warehouse") Nil else rs.groupBy(text(_, "table")).toSeq.filter(t => only.forall(_ == t._1)).sortBy(_._1).flatMap { case (t, tr) =>
       val w = StatementFigures.bytesWritten(tr)
       val ms = tr.flatMap(long(_, "elapsed_ms")).sum
       val steps = tr.map(r => s"${text(r, "step")}: ${StatementFigures.outcome(r)}").mkString(", ")
@@ -120,20 +133,9 @@ object HistoryPage {
         <td>{if (tr.exists(r => text(r, "error").nonEmpty)) "failed" else if (tr.exists(r => text(r, "ran") == "true")) "maintained" else "skipped"}</td>
         {cell(Text(""), 0)}{cell(Text(w.map(bytes).getOrElse("")), w.getOrElse(-1L))}{cell(Text(""), 0)}{cell(Text(duration(ms)), ms)}
         <td class="small text-danger">{tr.map(text(_, "error")).filter(_.nonEmpty).mkString("; ")}</td>
-      </tr>
+      </tr> +: versions(t)
     }
-    // each maintenance version it committed, with its cost as kept with the table: the figures
-    // lance.system.maintenance_history shows for that version
-    val versions = StatementFigures.costs(s).filter(c => only.forall(o => text(c, "table") == o)).map { c =>
-      def n(k: String) = long(c, k)
-      <tr class="lance-version-cost small" data-id={s.id.toString} data-table={text(c, "table")} data-version={text(c, "version")}>
-        {cell(Text(""), s.id)}{cell(Text(""), s.endedAt)}<td>{s"version ${text(c, "version")}: ${text(c, "step")}"}</td><td>{text(c, "table")}</td><td></td>
-        <td>committed</td>
-        {cell(Text(n("bytes_read").map(bytes).getOrElse("")), n("bytes_read").getOrElse(-1L))}{cell(Text(n("bytes_written").map(bytes).getOrElse("")), n("bytes_written").getOrElse(-1L))}
-        {cell(Text(n("task_ms").map(ms => f"${ms / 1000.0}%.1f").getOrElse("")), n("task_ms").getOrElse(-1L))}{cell(Text(n("elapsed_ms").map(duration).getOrElse("")), n("elapsed_ms").getOrElse(-1L))}
-        <td></td>
-      </tr>
-    }
-    (main +: perTable) ++ versions
+    val listed = if (s.procedure == "maintain_warehouse") rs.map(text(_, "table")).toSet else Set.empty[String]
+    (main +: perTable) ++ costs.keys.toSeq.filterNot(listed).sorted.flatMap(versions)
   }
 }
