@@ -73,23 +73,27 @@ def _live_rows(dataset: lance.LanceDataset, version: int) -> int | None:
 
 
 def _newest_rewrite(dataset: lance.LanceDataset) -> int | None:
-    """The newest version committed by a Rewrite, newest first. A version whose live rows
-    differ from the version's before cannot be a compaction (it keeps every live row): its
-    transaction is not read. Reading one costs a Python object per fragment it names (2 s for
-    an Append of 100,000 fragments); a manifest's summary, which Lance computes natively, does
-    not. Versions removed by cleanup end the search."""
-    after = _live_rows(dataset, dataset.version)
+    """The newest version committed by a Rewrite, newest first. Each version's kind is read
+    from its manifest and transaction files' first bytes (transactions.py: cheaper than
+    opening the version). Where that says nothing, a version whose live rows differ from the
+    version's before cannot be a compaction (it keeps every live row) and its transaction is
+    not read: reading one costs a Python object per fragment it names (2 s for an Append of
+    100,000 fragments). Versions removed by cleanup end the search."""
     for v in range(dataset.version, 0, -1):
-        before = _live_rows(dataset, v - 1) if v > 1 else None
-        if after is not None and before is not None and after != before:
-            after = before
+        kind = operation_kind(dataset, v)
+        if kind is not None:
+            if kind == "Rewrite":
+                return v
             continue
+        if v > 1:
+            after, before = _live_rows(dataset, v), _live_rows(dataset, v - 1)
+            if after is not None and before is not None and after != before:
+                continue
         rewrite = _is_rewrite(dataset, v)
         if rewrite is None:
             return None
         if rewrite:
             return v
-        after = before
     return None
 
 
