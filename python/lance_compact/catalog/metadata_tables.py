@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import math
 from datetime import datetime, timezone
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
+
+import numpy as np
 
 from ..errors import CompactionError
-from ..compaction.fragment_facts import file_path, handles
+from ..compaction.fragment_facts import FragmentFacts, file_path, handles
 from ..compaction.history import rewrite_counts, undecodable_rewrite
 from ..compaction.transactions import operation_kind
 from ..compaction.fragments import index_state
@@ -21,22 +23,47 @@ METADATA_TABLES = ("fragments", "versions", "indices")
 _DETAILED = ("CreateIndex", "UpdateConfig")
 
 
-def _fragments(ds) -> tuple[str, list[list]]:
-    covering: dict[int, list[str]] = {}
-    for name, e in index_state(ds).items():
-        for fid in e["covered"]:
-            covering.setdefault(fid, []).append(name)
-    rows = []
-    for fid, f in handles(ds):  # one native handle at a time, no metadata objects (fragment_facts.py)
-        files = f.data_files()
-        deletion = f.deletion_file()
-        deleted = (f.num_deletions or 0) if deletion is not None else 0
-        size = sum(x.file_size_bytes for x in files) if all(x.file_size_bytes is not None for x in files) else 0
-        rows.append([fid, f.physical_rows - deleted, deleted, f.physical_rows, [file_path(x) for x in files],
-                     size, deletion, sorted(covering.get(fid, []))])
-    return ("`id` BIGINT, `live_rows` BIGINT, `deleted_rows` BIGINT, `physical_rows` BIGINT, "
-            "`data_files` ARRAY<STRING>, `bytes` BIGINT, `deletion_file` STRING, "
-            "`indices` ARRAY<STRING>"), rows
+FRAGMENTS_COLUMNS = (("id", "BIGINT"), ("live_rows", "BIGINT"), ("deleted_rows", "BIGINT"),
+                     ("physical_rows", "BIGINT"), ("data_files", "ARRAY<STRING>"), ("bytes", "BIGINT"),
+                     ("deletion_file", "STRING"), ("indices", "ARRAY<STRING>"))
+# What FragmentFacts' columns answer (one pass, numpy); the others read each fragment's files.
+_FROM_FACTS = {"id", "live_rows", "deleted_rows", "physical_rows"}
+
+
+def _fragments(ds, columns: Sequence[str] | None = None) -> tuple[str, list[list]]:
+    """A row per fragment, of ``columns`` only (Spark's pruned scan: ``count(*)`` reads none;
+    None: every column). Ids and rows come from the fragments' columns (fragment_facts.py,
+    numpy), the files of each fragment only when a column of them is read, index coverage
+    only when ``indices`` is."""
+    wanted = [c for c, _ in FRAGMENTS_COLUMNS] if columns is None else list(columns)
+    unknown = [c for c in wanted if c not in dict(FRAGMENTS_COLUMNS)]
+    if unknown:
+        raise CompactionError(f"the fragments table has no column {unknown[0]!r}")
+    ddl = ", ".join(f"`{c}` {dict(FRAGMENTS_COLUMNS)[c]}" for c in wanted)
+    facts = FragmentFacts.of(ds)
+    if not wanted:
+        return ddl, [[] for _ in range(len(facts))]
+    values: dict[str, list] = {}
+    if "indices" in wanted:
+        names: list[list[str]] = [[] for _ in range(len(facts))]
+        for name, e in sorted(index_state(ds, facts).items()):
+            for at in np.flatnonzero(e["covered_mask"]).tolist():
+                names[at].append(name)
+        values["indices"] = names
+    for c, column in (("id", facts.ids), ("live_rows", facts.live), ("deleted_rows", facts.deleted),
+                      ("physical_rows", facts.physical)):
+        if c in wanted:
+            values[c] = column.tolist()
+    if {"data_files", "bytes", "deletion_file"} & set(wanted):
+        paths, sizes, deletions = [], [], []
+        for _, f in handles(ds, facts.ids.tolist()):  # one native handle at a time (fragment_facts.py)
+            files = f.data_files()
+            paths.append([file_path(x) for x in files])
+            sizes.append(sum(x.file_size_bytes for x in files)
+                         if all(x.file_size_bytes is not None for x in files) else 0)
+            deletions.append(f.deletion_file())
+        values.update(data_files=paths, bytes=sizes, deletion_file=deletions)
+    return ddl, [list(r) for r in zip(*(values[c] for c in wanted))]
 
 
 def _operation(ds, version: int) -> tuple[str | None, Any]:
@@ -187,5 +214,13 @@ def metadata_table(request: Envelope) -> Result:
     kind = request.extras.get("kind")
     if kind not in METADATA_TABLES:
         raise CompactionError(f"no metadata table {kind!r}; there are {', '.join(METADATA_TABLES)}")
-    ds = request.require_target().open()
-    return Result(*{"fragments": _fragments, "versions": _versions, "indices": _indices}[kind](ds))
+    target = request.require_target()
+    if kind == "fragments":
+        # Spark reads only the columns a query names: the schema alone first (no fragment read),
+        # then the scan of those columns (count(*): none)
+        columns = request.extras.get("columns")
+        if request.extras.get("schema_only"):
+            return Result(", ".join(f"`{c}` {t}" for c, t in FRAGMENTS_COLUMNS), [])
+        return Result(*_fragments(target.open(), columns))
+    ds = target.open()
+    return Result(*{"versions": _versions, "indices": _indices}[kind](ds))

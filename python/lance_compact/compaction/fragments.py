@@ -62,7 +62,8 @@ def system_index(ix: dict[str, Any]) -> bool:
 def index_state(ds, facts: FragmentFacts | None = None) -> dict[str, dict[str, Any]]:
     """Per user index (Lance's own system indices left out: :func:`system_index`), by name: its ``type``, its
     columns (``fields``), its segments (deltas, ``segments``), the live fragments it covers
-    (``covered``, a set) and those it does not (``unindexed_ids``, sorted; ``unindexed``, their
+    (``covered``, a set; ``covered_mask``, the same as booleans in ``facts``' order) and those it
+    does not (``unindexed_ids``, sorted; ``unindexed``, their
     count; ``unindexed_rows``, their live rows, from the manifest). The one place index coverage
     is computed: describe_layout, the ``fragments`` and ``indices`` metadata tables, table
     health, maintain and optimize_indices read it here. ``facts``: the table's fragments as
@@ -84,7 +85,7 @@ def index_state(ds, facts: FragmentFacts | None = None) -> dict[str, dict[str, A
         e["covered"][at[facts.ids[at] == ids[inside]]] = True  # live fragments only
         e["segments"] += 1
     for e in state.values():
-        covered = e["covered"]
+        covered = e["covered_mask"] = e["covered"]
         e["covered"] = set(facts.ids[covered].tolist())
         e["unindexed_ids"] = facts.ids[~covered].tolist()
         e["unindexed"] = len(e["unindexed_ids"])
