@@ -8,7 +8,9 @@ second, behind this proxy (no delay) 1,290, behind the fault proxy 640. This one
 asyncio loop: per client connection it opens one upstream connection and pumps
 bytes both ways; the first bytes a client sends after the upstream last answered (a new
 request: object_store's HTTP/1.1 client does not pipeline) wait ``delay_ms`` first. Those
-waits are counted: :attr:`requests`. 127.0.0.1 only; :meth:`stop` ends it.
+waits are counted: :attr:`requests`; with ``log`` a list, each request's first line and Range
+header are appended to it (``"GET /bucket/key bytes=0-99"``: which reads a step makes). 127.0.0.1
+only; :meth:`stop` ends it.
 """
 from __future__ import annotations
 
@@ -24,14 +26,23 @@ from ports import free_port  # noqa: E402
 _CHUNK = 1 << 16
 
 
+def _request_line(data: bytes) -> str:
+    """A request's method and path, and its Range header if any (from its first bytes)."""
+    head = data.split(b"\r\n\r\n", 1)[0].decode("latin-1").split("\r\n")
+    line = " ".join(head[0].split(" ")[:2])
+    ranges = [h.split(":", 1)[1].strip() for h in head[1:] if h.lower().startswith("range:")]
+    return line + (f" {ranges[0]}" if ranges else "")
+
+
 class LatencyProxy:
-    def __init__(self, upstream: str, delay_ms: float) -> None:
+    def __init__(self, upstream: str, delay_ms: float, log: list[str] | None = None) -> None:
         u = urlsplit(upstream)
         self.upstream = (u.hostname or "127.0.0.1", u.port or 80)
         self.delay = delay_ms / 1000
         self.port = free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
         self.requests = 0
+        self.log = log
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="latency-proxy", daemon=True)
         self._server: asyncio.base_events.Server | None = None
@@ -49,6 +60,8 @@ class LatencyProxy:
                 if answered[0]:
                     answered[0] = False
                     self.requests += 1
+                    if self.log is not None:
+                        self.log.append(_request_line(data))
                     await asyncio.sleep(self.delay)
                 up_w.write(data)
                 await up_w.drain()

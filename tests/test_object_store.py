@@ -237,6 +237,40 @@ def test_create_index_on_spark_tasks(spark, s3, wh):
     no_secrets(str(r), "the result row")
 
 
+def test_ivf_flat_segments_kept_on_the_store_answer_as_pylance_index(spark, s3, wh):
+    """An IVF_FLAT index built by Spark tasks on the store keeps its segments (one shared model;
+    pylance's merge of them there is a round trip per partition per segment):
+    every row in exactly one of them, so exhaustive searches answer as pylance's own index on
+    the same data (ids and distances, deleted rows masked); optimize_indices then adds the
+    appended rows as one more segment beside them."""
+    from oracle import batch
+    t, uri = table(s3, wh, "flat", fragments=100)
+    _, mirror = table(s3, wh, "flat_pylance", fragments=100)  # the same rows and deletions (same seed)
+    r = spark.sql(f"CALL lance.create_index(table => '{t}', column => 'vector', index_type => 'IVF_FLAT', "
+                  "options => map('num_partitions', '4', 'rows_per_segment', '1000', 'test_task_sleep_ms', 'all:1'))"
+                  ).collect()[0]
+    assert r.segments_built == r.segments_committed == len(r.groups) >= 3
+    theirs = dataset(s3, mirror)
+    theirs.create_index("vector", index_type="IVF_FLAT", num_partitions=4)
+    ours, theirs = dataset(s3, uri), dataset(s3, mirror)
+    assert [len(i.segments) for i in ours.describe_indices()] == [r.segments_committed]
+    assert ours.stats.index_stats("vector_idx")["num_unindexed_fragments"] == 0
+
+    def answers(ds):
+        qs = ds.to_table(columns=["vector"], limit=6)["vector"].to_numpy(zero_copy_only=False)
+        return [ds.to_table(nearest={"column": "vector", "q": q, "k": 10, "nprobes": 4},
+                            columns=["id"]).to_pydict() for q in qs]
+    assert answers(ours) == answers(theirs)
+    lance.write_dataset(batch(50_000, 200), uri, mode="append", storage_options=s3.storage_options)
+    o = spark.sql(f"CALL lance.optimize_indices(table => '{t}')").collect()[0]
+    assert {(i.segments_before, i.segments_after) for i in o.indices} == \
+        {(r.segments_committed, r.segments_committed + 1)}, o
+    after = dataset(s3, uri)
+    q = after.to_table(columns=["vector"], filter="id = 50100")["vector"][0].values.to_numpy()
+    exact = after.to_table(nearest={"column": "vector", "q": q, "k": 10, "use_index": False}, columns=["id"])
+    assert after.to_table(nearest={"column": "vector", "q": q, "k": 10, "nprobes": 4}, columns=["id"]) == exact
+
+
 def test_index_statements_and_the_indices_table_on_the_store(spark, s3, wh):
     """CREATE INDEX, the indices table (segments' build times from the index metadata there) and
     DROP INDEX on the object store, with the catalog's storage options."""

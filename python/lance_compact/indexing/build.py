@@ -2,7 +2,10 @@
 before anything is read; the fragments are grouped (plan.py); for a vector index a bounded
 sample is gathered by Spark tasks (sample.py) and one model trained from it on the driver
 (train.py); a Spark task per group builds its segment with that model (segments.py); the driver
-merges them with bounded fan-in and commits once against the read version (commit.py). A
+merges them with bounded fan-in and commits once against the read version (commit.py); on an
+object store IVF_FLAT and IVF_HNSW_FLAT segments (at most tiers.MAX_SEGMENTS, no ``merge_fan_in``
+given) are committed as they are (commit.keep_unmerged: pylance's merge of them is a round trip
+per partition per segment there). A
 concurrent writer that rewrote indexed fragments makes the commit conflict: the groups whose
 fragments changed are planned and built again on the new version (``max_retries`` times), the
 rest kept. Any failure removes the segment files written and says that nothing was committed.
@@ -41,7 +44,8 @@ from ..runtime.failures import classify, committed_phrase
 from . import cost
 from . import sample as sampling
 from . import spec as specs
-from .commit import commit_segments, is_conflict, merge_segments, remove_unreferenced, unchanged
+from . import tiers
+from .commit import commit_segments, is_conflict, keep_unmerged, merge_segments, remove_unreferenced, unchanged
 from .plan import Group, allowed, plan_groups, value_bytes
 from .segments import NAMED_BY_LANCE, SegmentJob, build_one, build_segments
 from .train import sample_size, train
@@ -313,10 +317,15 @@ def _on_spark(sc: Any, target: Target, ds: lance.LanceDataset, req: specs.IndexR
             hooks.before_commit(SimpleNamespace(hooks=req.hooks, uri=target.uri,
                                                 storage_options=dict(target.storage_options)))
             _check_cancel(table, "before the commit")  # after the hook: a test's pause is when it is sent
-            progress.report(f"{table}: create_index: merging and committing {len(segments)} segments")
             clock = time.monotonic()
-            merged = merge_segments(read, [s.index for s in sorted(segments, key=lambda s: min(s.fragment_ids))],
-                                    int(req.setting("merge_fan_in")), req.index_type)
+            ordered = [s.index for s in sorted(segments, key=lambda s: min(s.fragment_ids))]
+            if "merge_fan_in" not in req.build and keep_unmerged(target.uri, req.index_type, len(ordered),
+                                                                 tiers.MAX_SEGMENTS):
+                progress.report(f"{table}: create_index: committing {len(segments)} segments")
+                merged = ordered  # their merge on an object store: a round trip per partition per segment
+            else:
+                progress.report(f"{table}: create_index: merging and committing {len(segments)} segments")
+                merged = merge_segments(read, ordered, int(req.setting("merge_fan_in")), req.index_type)
             written += [str(m.uuid) for m in merged]
             _stage(target, [str(m.uuid) for m in merged])
             try:
