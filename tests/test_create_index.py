@@ -442,3 +442,47 @@ def test_a_new_index_of_a_million_rows_is_built_by_several_tasks():
     assert per == MIN_BUILD_ROWS and len(groups) == 5
     assert all(g.rows <= MIN_BUILD_ROWS for g in groups) and sum(g.rows for g in groups) == 1_000_000
     assert default_rows_per_segment(1_000_000, 2) == 1_000_000  # the segments an index keeps: larger
+
+
+def test_a_text_columns_bytes_are_not_shared_among_the_tables_other_columns(tmp_path):
+    """A variable-width column's estimate (which decides whether its build runs in the engine
+    worker) counts the data files that hold it, not their bytes split among the table's columns:
+    a large text column beside 100 one-byte columns was estimated at a hundredth of its size,
+    so its full-text build went to the worker (and ran into the worker's time limit there)."""
+    from lance_compact.indexing.plan import fragment_sizes
+
+    rng = np.random.default_rng(0)
+    words = np.array([f"w{i:05d}" for i in range(5000)])
+    text = [" ".join(words[rng.integers(0, 5000, 200)]) for _ in range(2000)]
+    columns = {"id": pa.array(np.arange(2000, dtype=np.int64)), "body": pa.array(text),
+               **{f"c{i}": pa.array(np.zeros(2000, dtype=np.int8)) for i in range(100)}}
+    ds = lance.write_dataset(pa.table(columns), str(tmp_path / "wide.lance"), max_rows_per_file=500)
+    files = sum(d.file_size_bytes for f in ds.get_fragments() for d in f.metadata.files)
+    body = sum(f.estimated_bytes for f in fragment_sizes(ds, "body"))
+    assert body == files > sum(map(len, text)) // 4  # every file holds it; not files // 102
+    # a column added later lives in files of its own: only those count
+    ds.add_columns({"note": "'n' || CAST(id AS STRING)"})
+    ds = lance.dataset(str(tmp_path / "wide.lance"))
+    note_files = sum(d.file_size_bytes for f in ds.get_fragments() for d in f.metadata.files
+                     if ds.lance_schema.field("note").id() in d.fields)
+    assert sum(f.estimated_bytes for f in fragment_sizes(ds, "note")) == note_files < files
+    assert sum(f.estimated_bytes for f in fragment_sizes(ds, "body")) == files
+
+
+def test_a_compressible_text_column_is_measured_decoded_before_a_build_in_the_worker(tmp_path):
+    """Lance compresses text: 2 MB of repeated words are a few KB of files, and a full-text build
+    reads and tokenizes them decoded (81 MB of them took 47 s in one process, modelled as 2,000
+    rows). Whether a build runs in the engine worker is decided on the decoded bytes, read only
+    until the limit is passed."""
+    from lance_compact.indexing.plan import decoded_within, fragment_sizes
+
+    text = ["lorem ipsum dolor sit amet " * 40] * 2000
+    ds = lance.write_dataset(pa.table({"id": pa.array(np.arange(2000, dtype=np.int64)), "body": pa.array(text)}),
+                             str(tmp_path / "repeated.lance"), max_rows_per_file=500)
+    decoded = sum(map(len, text))
+    assert sum(f.estimated_bytes for f in fragment_sizes(ds, "body")) * 20 < decoded  # the files say little
+    assert not decoded_within(ds, "body", decoded // 2)
+    assert decoded_within(ds, "body", 2 * decoded)
+    first = [ds.get_fragments()[0].fragment_id]
+    assert decoded_within(ds, "body", decoded // 2, first) and not decoded_within(ds, "body", decoded // 8, first)
+    assert decoded_within(ds, "id", 1)  # fixed width: its estimate is exact, nothing read

@@ -46,7 +46,7 @@ from . import sample as sampling
 from . import spec as specs
 from . import tiers
 from .commit import commit_segments, is_conflict, keep_unmerged, merge_segments, remove_unreferenced, unchanged
-from .plan import Group, allowed, plan_groups, value_bytes
+from .plan import Group, allowed, decoded_within, plan_groups, value_bytes
 from .segments import NAMED_BY_LANCE, SegmentJob, build_one, build_segments
 from .train import sample_size, train
 
@@ -114,8 +114,9 @@ def create_index(request: Envelope, sc: Any) -> dict[str, Any]:
     modelled = cost.seconds(cost.build_work(req.index_type, rows, req.dimension, {**req.lance, **req.build},
                                             partitions))
     # test hooks act in Spark tasks (task faults, sleeps): such a build always runs there
-    in_engine = (not req.hooks and column_bytes <= min(engine_limit(sc), limits[driver_conf.INDEX_MAX_BYTES])
-                 and modelled <= limits[driver_conf.INDEX_MAX_SECONDS])
+    most = min(engine_limit(sc), limits[driver_conf.INDEX_MAX_BYTES])
+    in_engine = (not req.hooks and column_bytes <= most and modelled <= limits[driver_conf.INDEX_MAX_SECONDS]
+                 and decoded_within(ds, req.column, most))  # text: its files' bytes say little
     if not in_engine and req.index_type not in specs.SEGMENTED:  # one task: SQ segments cannot be merged
         groups = [Group(tuple(f for g in groups for f in g.fragment_ids), rows, column_bytes)]
     log.info("table %s: create_index: %s of %d rows, %d bytes of the column, modelled %.1f s of CPU: %s", req.table,

@@ -63,9 +63,12 @@ def value_bytes(t: pa.DataType) -> int | None:
 
 def fragment_sizes(ds: lance.LanceDataset, column: str) -> list[FragmentSize]:
     """Every fragment of ``ds`` with live rows: its rows and the column's estimated bytes (exact
-    for a fixed-width column; else the fragment's data files' bytes shared among its columns)."""
+    for a fixed-width column; else the bytes of the fragment's data files that hold the column, a
+    bound from above: shared evenly among the table's columns, one large text column beside many
+    small ones was estimated at a hundredth of its size, and its full-text build was sent to the
+    engine worker, where it ran into the worker's time limit)."""
     width = value_bytes(ds.schema.field(column).type)
-    columns = max(1, len(ds.schema.names))
+    field_id = ds.lance_schema.field(column).id() if width is None else None
     out = []
     for f in ds.get_fragments():
         meta = f.metadata
@@ -76,9 +79,28 @@ def fragment_sizes(ds: lance.LanceDataset, column: str) -> list[FragmentSize]:
         if width is not None:
             size = rows * width
         else:
-            size = sum(d.file_size_bytes or 0 for d in meta.files) // columns
+            size = sum(d.file_size_bytes or 0 for d in meta.files if field_id in d.fields)
         out.append(FragmentSize(f.fragment_id, rows, size))
     return out
+
+
+def decoded_within(ds: lance.LanceDataset, column: str, limit: float,
+                   fragment_ids: Sequence[int] | None = None) -> bool:
+    """Whether ``column`` (of ``fragment_ids``, else every fragment) holds at most ``limit``
+    bytes once decoded: what an index build in the engine worker reads and tokenizes. A
+    fixed-width column's estimate is exact (True); a variable-width one is read until the
+    limit is passed, so at most about ``limit`` bytes are decoded. Its files cannot say: Lance
+    compresses text (81 MB of repeated words were 0.04 MB of files, and their full-text build
+    took 47 s), and a build's modelled cost counts rows."""
+    if value_bytes(ds.schema.field(column).type) is not None or (fragment_ids is not None and not fragment_ids):
+        return True
+    fragments = None if fragment_ids is None else [ds.get_fragment(i) for i in fragment_ids]
+    seen = 0
+    for batch in ds.scanner(columns=[column], fragments=fragments, batch_size=16).to_batches():
+        seen += batch.column(0).nbytes
+        if seen > limit:
+            return False
+    return True
 
 
 def group(fragments: Sequence[FragmentSize], rows_per_segment: int, bytes_per_segment: int,

@@ -48,7 +48,7 @@ from ..runtime.envelope import Target
 from ..runtime.failures import classify
 from . import existing, tiers
 from .commit import is_conflict, merge_segments, remove_unreferenced
-from .plan import FragmentSize, allowed, default_rows_per_segment, fragment_sizes, group
+from .plan import FragmentSize, allowed, decoded_within, default_rows_per_segment, fragment_sizes, group
 
 log = logging.getLogger(__name__)
 
@@ -233,8 +233,9 @@ def _once(target: Target, ds: lance.LanceDataset, ups: list[Upkeep], procedure: 
         groups = _groups(up, ds)
         # in the worker only when small (create_index's size bound; the model is the index's own:
         # no training); else Spark tasks, where it can be scheduled and cancelled
-        in_engine = sc is None or up.estimated_bytes <= min(
-            engine_limit(sc), index_engine_limits(sc)[INDEX_MAX_BYTES])
+        most = None if sc is None else min(engine_limit(sc), index_engine_limits(sc)[INDEX_MAX_BYTES])
+        in_engine = most is None or (up.estimated_bytes <= most and decoded_within(
+            ds, ix.column, most, [f for g in groups for f in g]))
         job = SegmentJob(table, target.uri, dict(target.storage_options), up.read_version, ix.column, ix.build_type,
                          ix.name, {}, metric, True)
         _check_cancel(table, procedure, ix.name, "before building")
@@ -374,7 +375,8 @@ def _retrain(target: Target, ds: lance.LanceDataset, up: Upkeep, procedure: str,
     rows = sum(f.rows for f in sizes)
     row: dict[str, Any] = {"sample_rows": 0, "train_ms": 0, "build_ms": 0, "commit_ms": 0, "segments_built": 0,
                            "segments_committed": 0, "retries": 0, "new_version": ds.version, "groups": []}
-    if up.estimated_bytes <= min(building.engine_limit(sc), index_engine_limits(sc)[INDEX_MAX_BYTES]):
+    most = min(building.engine_limit(sc), index_engine_limits(sc)[INDEX_MAX_BYTES])
+    if up.estimated_bytes <= most and decoded_within(ds, ix.column, most):
         # small: one uncommitted segment in this worker, Lance training afresh, committed through the
         # gate (as create_index's worker builds; pylance's own retrain would commit by itself)
         building._in_engine(target, ds, req, model.get("num_partitions"), row,
