@@ -300,8 +300,8 @@ class Run:
             except CompactionError as e:  # the table could not be read: cleanup removes them later
                 files = f"the files of finished tasks could not be removed ({e.message}): run {cleanup}"
             if stopped:
-                files += (f"; {stopped} tasks were stopped before they reported: a file one of them "
-                          f"was writing is left for {cleanup}")
+                files += (f"; {stopped} tasks were stopped before they reported: any file they were "
+                          f"writing is left for {cleanup}")
                 if not settled:
                     files += " (some were still running 15 s after the cancel)"
         else:
