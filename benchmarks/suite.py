@@ -264,9 +264,9 @@ def section_warehouse(s: Suite) -> None:
     health = s.add("warehouse", f"health of {sess['health_tables']:,} tables (system.table_health)",
                    sess["health"])
     s.targets += [
-        Target(f"maintain_warehouse, {n} small degraded tables, warm", "<= 1x the pylance loop",
+        Target(f"maintain_warehouse, {n} small degraded tables, warm", "<= 0.8x the pylance loop (issue 42)",
                f"{together.ratio:.2f}x (PySpark), {sql_warm.ratio:.2f}x (spark-sql)",
-               max(together.ratio, sql_warm.ratio) <= 1),
+               max(together.ratio, sql_warm.ratio) <= 0.8),
         Target(f"health of {sess['health_tables']:,} tables", "< 10 s", f"{health.seconds:.2f} s",
                health.seconds < 10),
     ]
@@ -282,6 +282,8 @@ def section_streaming(s: Suite) -> None:
     py = run_probe(s.work, "pylance", table="streaming", options={"target_rows_per_fragment": t},
                    repeat=repeat_small, cores=None)
     anchor = s.add("streaming", "pylance compact_files, in-process (2 cores)", py["times"])
+    # what a pylance script pays: the table's open too (a CALL opens it; the row above does not)
+    s.add("streaming", "pylance open + compact_files, in-process (2 cores)", py["times_open"], anchor)
     py1 = run_probe(s.work, "pylance", table="streaming", options={"target_rows_per_fragment": t},
                     repeat=repeat_small, cores=1)
     anchor1 = s.add("streaming", "pylance compact_files, in-process, 1 core", py1["times"])
@@ -290,7 +292,7 @@ def section_streaming(s: Suite) -> None:
         {"table": "streaming", "kind": "api", "repeat": repeat_small},
         {"table": "streaming", "kind": "noop", "repeat": repeat_small}])["runs"]
     sql_warm = s.add("streaming", "CALL (PySpark spark.sql), warm, local[2]", warm[0]["times"], anchor)
-    s.add("streaming", "PySpark compact(), warm, local[2]", warm[1]["times"], anchor)
+    api_warm = s.add("streaming", "PySpark compact(), warm, local[2]", warm[1]["times"], anchor)
     noop = s.add("streaming", "CALL, warm no-op", warm[2]["times"])
     check_layout(warm[0]["layout"], py["layout"], "CALL")
     # The same warm CALL with every rewrite as a Spark job (what a cluster does by default):
@@ -335,12 +337,14 @@ def section_streaming(s: Suite) -> None:
     cold = spark_sql(s.work, "streaming", plugin=False, warm=0, warmup=0)
     s.add("streaming", "spark-sql: first statement, no EnginePlugin", [cold["first"]], anchor,
           note=f"whole spark-sql process {cold['whole']:.1f} s")
-    worst_warm = max(sql_warm.ratio, cli_warm.ratio)
+    pyspark_warm = max(sql_warm.ratio, api_warm.ratio)
     s.targets += [
-        Target("warm CALL, streaming table", "<= 1.5x pylance",
-               f"{cli_warm.ratio:.2f}x (spark-sql), {sql_warm.ratio:.2f}x (PySpark)", worst_warm <= 1.5),
-        Target("first CALL of a fresh session", "<= 3 s", f"{first.seconds:.2f} s with EnginePlugin, "
-               f"{cold['first']:.2f} s without", first.seconds <= 3),
+        Target("warm CALL, streaming table, PySpark", "<= 1.0x pylance compact_files (issue 42)",
+               f"{sql_warm.ratio:.2f}x (spark.sql), {api_warm.ratio:.2f}x (compact())", pyspark_warm <= 1.0),
+        Target("warm CALL, streaming table, spark-sql", "<= 1.2x pylance compact_files (issue 42)",
+               f"{cli_warm.ratio:.2f}x", cli_warm.ratio <= 1.2),
+        Target("first CALL of a fresh spark-sql", "<= 1.0 s (issue 42)", f"{first.seconds:.2f} s with EnginePlugin, "
+               f"{cold['first']:.2f} s without", first.seconds <= 1.0),
         Target("warm no-op CALL", "< 0.25 s", f"{noop.seconds:.3f} s (PySpark), {cli['noop']:.3f} s (spark-sql)",
                max(noop.seconds, cli["noop"]) < 0.25),
     ]
@@ -497,7 +501,7 @@ def main() -> int:
         print(f"{r.section:10} {r.path:58} {r.seconds:9.3f} {ratio}  [{runs}] {r.note}")
     print("\nratio: median / the median of the section's pylance path on the same data at equal cores "
           "(local[1] against pylance pinned to 1 core)")
-    print("\ntargets (issue 9):")
+    print("\ntargets:")
     for t in targets:
         print(f"  {'met    ' if t.met else 'NOT met'}  {t.name}: {t.goal}; measured {t.measured}")
     out = Path(a.out)
