@@ -10,14 +10,15 @@ import org.apache.spark.util.kvstore.KVStore
 import PageHtml._
 
 /** A statement's figures as its result rows and Spark's tasks give them: the History page and the
- * Table page show the same ones. Bytes read are compact's `bytes_read`; bytes written its
- * `bytes_written`, or a warehouse run's `bytes_rewritten`; task-seconds the executor run time of
- * its Spark tasks (a small rewrite in the engine's own process runs none). */
+ * Table page show the same ones. Bytes read are compact's `bytes_read`, or a warehouse run's
+ * `bytes_rewritten` (the bytes its compactions read and rewrote); bytes written compact's
+ * `bytes_written`; task-seconds the executor run time of its Spark tasks (a small rewrite in the
+ * engine's own process runs none). */
 object StatementFigures {
   def results(s: LanceStatementRecord): Seq[JsonNode] = rows(s.rowsJson)
   /** None when no row says (a describe, a cleanup): the page shows nothing rather than 0. */
-  def bytesRead(rs: Seq[JsonNode]): Option[Long] = sum(rs.flatMap(long(_, "bytes_read")))
-  def bytesWritten(rs: Seq[JsonNode]): Option[Long] = sum(rs.flatMap(r => long(r, "bytes_written").orElse(long(r, "bytes_rewritten"))))
+  def bytesRead(rs: Seq[JsonNode]): Option[Long] = sum(rs.flatMap(r => long(r, "bytes_read").orElse(long(r, "bytes_rewritten"))))
+  def bytesWritten(rs: Seq[JsonNode]): Option[Long] = sum(rs.flatMap(long(_, "bytes_written")))
   private def sum(xs: Seq[Long]): Option[Long] = if (xs.isEmpty) None else Some(xs.sum)
   /** What a running statement read and wrote so far, as its engine last said ("" before it said). */
   def soFar(s: LanceStatementRecord): String =
@@ -123,7 +124,7 @@ object HistoryPage {
       </tr>
     }
     val perTable = if (s.procedure != "maintain_warehouse") Nil else rs.groupBy(text(_, "table")).toSeq.filter(t => only.forall(_ == t._1)).sortBy(_._1).flatMap { case (t, tr) =>
-      val w = StatementFigures.bytesWritten(tr)
+      val r = StatementFigures.bytesRead(tr)
       val ms = tr.flatMap(long(_, "elapsed_ms")).sum
       val steps = tr.map(r => s"${text(r, "step")}: ${StatementFigures.outcome(r)}").mkString(", ")
       // the version its steps left: the one system.maintenance_history lists for them
@@ -131,7 +132,7 @@ object HistoryPage {
       <tr class="lance-table-step small" data-id={s.id.toString}>
         {cell(Text(""), s.id)}{cell(Text(""), s.endedAt)}<td>↳ {steps}{version.map(v => s" (version $v)").getOrElse("")}</td><td>{t}</td><td></td>
         <td>{if (tr.exists(r => text(r, "error").nonEmpty)) "failed" else if (tr.exists(r => text(r, "ran") == "true")) "maintained" else "skipped"}</td>
-        {cell(Text(""), 0)}{cell(Text(w.map(bytes).getOrElse("")), w.getOrElse(-1L))}{cell(Text(""), 0)}{cell(Text(duration(ms)), ms)}
+        {cell(Text(r.map(bytes).getOrElse("")), r.getOrElse(-1L))}{cell(Text(""), 0)}{cell(Text(""), 0)}{cell(Text(duration(ms)), ms)}
         <td class="small text-danger">{tr.map(text(_, "error")).filter(_.nonEmpty).mkString("; ")}</td>
       </tr> +: versions(t)
     }
