@@ -176,11 +176,25 @@ _KIND_WORDS = (("worker_lost", ("python worker died", "executor running the task
 # A Rust source location in Lance's words (", /home/runner/work/lance/.../planner.rs:951:33"):
 # the user is shown what failed, not where in Lance's sources.
 _SOURCE_PATH = re.compile(r"(?:,\s*)?(?:/[^\s,()]*|[\w.-]+(?:/[\w.-]+)*)\.rs:\d+(?::\d+)?")
+# It is tried at every position and backtracks over a long path: over a message that repeats a
+# statement's 120,000-character table path it held the GIL for a minute (the worker's heartbeat
+# stopped). So it is matched only in a bounded window before each ".rs:<line>".
+_RS_LINE = re.compile(r"\.rs:\d+")
+_SCRUB_WINDOW = 512
 
 
 def scrub(message: str) -> str:
-    """``message`` without Rust source locations."""
-    return _SOURCE_PATH.sub("", message)
+    """``message`` without Rust source locations (linear in its length)."""
+    out: list[str] = []
+    done = floor = 0
+    for rs in _RS_LINE.finditer(message):
+        m = _SOURCE_PATH.search(message, max(floor, rs.start() - _SCRUB_WINDOW), rs.end() + 12)
+        floor = rs.end()
+        if m is not None and m.start() >= done:
+            out.append(message[done:m.start()])
+            done = m.end()
+    out.append(message[done:])
+    return "".join(out)
 
 
 def failure_kind(e: Exception) -> str:
