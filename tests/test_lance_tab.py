@@ -243,6 +243,11 @@ def test_running_page_cancel_cancels_the_statement(browser, ui, spark, warehouse
         status = browser.evaluate(f"""fetch('{ui}/lance/cancel/', {{method: 'POST', redirect: 'manual',
             body: new URLSearchParams({{id: '{held["#"]}'}})}}).then(r => r.status)""")
         assert status == 403
+        # nobody logged in (no filter names a user: Spark's own check lets that through), and the
+        # operator's login ridden by another site's form: both refused
+        assert _post_cancel(ui, held["#"]) == 403
+        assert _post_cancel(ui, held["#"], user="operator", origin="http://evil.example") == 403
+        assert _post_cancel(ui, held["#"], user="operator", origin="null") == 403
         time.sleep(1)
         assert thread.is_alive() and [r["table"] for r in running()] == ["db.held"]
     finally:
@@ -261,6 +266,29 @@ def test_running_page_cancel_cancels_the_statement(browser, ui, spark, warehouse
     ended = [r for r in browser.table("#lance-history") if r["table"] == "db.held" and r["procedure"] == "compact"]
     assert ended and ended[0]["outcome"] == "cancelled"
     browser.evaluate("document.cookie = 'lance_test_user=; path=/; max-age=0'")
+
+
+def _post_cancel(ui: str, statement: str, user: str | None = None, origin: str | None = None) -> int:
+    """The HTTP status of a cancel POSTed from outside the page (not a browser's own form)."""
+    import urllib.error
+    import urllib.request
+
+    headers = {"Content-Type": "application/x-www-form-urlencoded"}
+    if user:
+        headers["Cookie"] = f"lance_test_user={user}"
+    if origin:
+        headers["Origin"] = origin
+    request = urllib.request.Request(f"{ui}/lance/cancel/", data=f"id={statement}".encode(), headers=headers,
+                                     method="POST")
+
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args, **kwargs):
+            return None
+    try:
+        with urllib.request.build_opener(NoRedirect).open(request, timeout=30) as r:
+            return r.status
+    except urllib.error.HTTPError as e:
+        return e.code
 
 
 def test_history_server_shows_the_same_pages(browser, ui, spark, maintained, events, tmp_path):

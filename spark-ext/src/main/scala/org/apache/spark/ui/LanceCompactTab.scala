@@ -17,9 +17,12 @@ import io.github.lancecompact.spark.ui.{LanceCompactPage, LanceTabPages, LanceUi
 final class LanceCompactTab(ui: SparkUI, pages: Seq[LanceCompactPage]) extends SparkUITab(ui, "lance") {
   override val name: String = "Lance"
 
-  /** As Spark's own kill links: `spark.ui.killEnabled` and the viewer's modify ACL. */
+  /** As Spark's own kill links (`spark.ui.killEnabled` and the viewer's modify ACL), and more
+   * strictly: with ACLs on, a request of no known user (no login filter in front of the UI) is
+   * refused, where Spark's own check lets it through. */
   private def canModify(request: HttpServletRequest): Boolean =
-    ui.killEnabled && ui.securityManager.checkModifyPermissions(request.getRemoteUser)
+    ui.killEnabled && (!ui.securityManager.aclsEnabled() || request.getRemoteUser != null) &&
+      ui.securityManager.checkModifyPermissions(request.getRemoteUser)
 
   pages.foreach { p =>
     attachPage(new WebUIPage(p.prefix) {
@@ -36,6 +39,8 @@ final class LanceCompactTab(ui: SparkUI, pages: Seq[LanceCompactPage]) extends S
       override def doPost(request: HttpServletRequest, response: HttpServletResponse): Unit = {
         if (!canModify(request)) {
           response.sendError(HttpServletResponse.SC_FORBIDDEN, "cancelling a statement needs Spark's modify ACL")
+        } else if (!LanceCompactTab.sameOrigin(request)) {
+          response.sendError(HttpServletResponse.SC_FORBIDDEN, "a cancel must come from the Spark UI's own page")
         } else {
           Option(request.getParameter("id")).flatMap(_.toLongOption).foreach(cancel)
           response.sendRedirect(UIUtils.prependBaseUri(request, basePath, "/lance/running/"))
@@ -45,6 +50,21 @@ final class LanceCompactTab(ui: SparkUI, pages: Seq[LanceCompactPage]) extends S
 }
 
 object LanceCompactTab {
+  /** Whether a POST comes from a page of this UI: a browser names the page's origin (`Origin`,
+   * else `Referer`), and another site's form or script (a cross-site request riding on the
+   * viewer's login) names its own. A request naming none (curl, a script) is not a browser's
+   * cross-site one: the ACL alone decides. Behind a proxy the forwarded host counts too. */
+  private[ui] def sameOrigin(request: HttpServletRequest): Boolean = {
+    def authority(url: String): Option[String] =
+      scala.util.Try(new java.net.URI(url)).toOption.flatMap(u => Option(u.getRawAuthority)).map(_.toLowerCase)
+    val hosts = Seq(request.getHeader("Host"), request.getHeader("X-Forwarded-Host"))
+      .flatMap(Option(_)).flatMap(_.split(",").map(_.trim.toLowerCase)).toSet
+    Option(request.getHeader("Origin")).orElse(Option(request.getHeader("Referer"))) match {
+      case None => true
+      case Some(named) => authority(named).exists(hosts.contains)
+    }
+  }
+
   /** Spark's page with its header and this tab active. `UIUtils.headerSparkPage` gained a flag
    * between 4.0 and 4.2: found by name, every flag after the help text false. */
   private lazy val headerMethod = UIUtils.getClass.getMethods.find(_.getName == "headerSparkPage")
