@@ -380,6 +380,16 @@ class Run:
         _unstage(request, results)  # committed; conflicted ones are removed next (or re-staged by a re-plan)
         if outcome.versions:
             self._keep_cost(outcome, [o for o in outcomes if o.error is None] + batch.carried)
+        if outcome.conflicted:
+            remove_new_files(request, outcome.conflicted)
+            replanned = (_replan(request, outcome.conflicted)
+                         if self.counts["retries"] < request.run["max_retries"] else None)
+            if replanned is None:
+                self.counts["tasks_conflicted"] += len(outcome.conflicted)
+            else:
+                self.counts["retries"] += 1
+                self.pending[:0] = _batches(replanned, 1, self.next_id)
+                self.next_id += len(replanned.tasks)
 
     def _keep_cost(self, outcome: CommitOutcome, done: list[TaskOutcome]) -> None:
         """The batch's cost, kept with the table under the version its commit left (a commit
@@ -392,16 +402,6 @@ class Run:
             elapsed_ms=int((time.monotonic() - self.batch_clock) * 1000)), self.request.catalog)
         progress.figures({"kind": "progress", "bytes_read": self.totals.get("bytes_read"),
                           "bytes_written": self.totals.get("bytes_written")})
-        if outcome.conflicted:
-            remove_new_files(request, outcome.conflicted)
-            replanned = (_replan(request, outcome.conflicted)
-                         if self.counts["retries"] < request.run["max_retries"] else None)
-            if replanned is None:
-                self.counts["tasks_conflicted"] += len(outcome.conflicted)
-            else:
-                self.counts["retries"] += 1
-                self.pending[:0] = _batches(replanned, 1, self.next_id)
-                self.next_id += len(replanned.tasks)
 
     def _task_failed(self, message: str) -> None:
         """A task failed all its attempts and the run goes on (partial progress): said in the

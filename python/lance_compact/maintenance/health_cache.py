@@ -106,6 +106,10 @@ class HealthCache:
         self._tables = tables
         self._by_table: OrderedDict[str, _Entry] = OrderedDict()
         self._reads = threading.BoundedSemaphore(METADATA_THREADS)  # full reads at once
+        # each kept table's _transactions/ listing when it was read: its names carry a UUID a
+        # commit drew, so a table removed and made again at the same location with the same
+        # version numbers (which _versions/ alone cannot tell apart) is read again
+        self._marks: dict[str, tuple[str, ...]] = {}
         self.served = 0  # evaluations answered from what was read before
         self.read = 0  # evaluations that opened the table
 
@@ -175,10 +179,12 @@ class HealthCache:
         kept table are then kept too (a policy resolved again only costs CPU)."""
         now = (now or datetime.now(timezone.utc)).astimezone(timezone.utc)
         options = storage_options if storage_options is not None else {}
-        listed = listed_versions(uri, options)  # the probe: one LIST
+        listed = listed_versions(uri, options)  # the probe: one LIST of _versions/ ...
+        marks = _transaction_marks(uri, options)  # ... and one of _transactions/
         key = table_key(uri, options)
         entry = self._get(key) if listed else None
-        if entry is not None and entry.listed == tuple(listed):
+        if (entry is not None and entry.listed == tuple(listed) and marks is not None
+                and self._marks.get(key) == marks):
             chosen = entry.resolved.get(policy_key) if policy_key is not None else None
             if chosen is None:
                 chosen = list(policies(entry.config))
@@ -190,7 +196,12 @@ class HealthCache:
                 return Evaluation(healths, chosen, entry.config, None, True)
         self._count(False)
         with self._reads:
-            return self._read(uri, key, options, listed, entry, open_table, policies, history, now, policy_key)
+            out = self._read(uri, key, options, listed, entry, open_table, policies, history, now, policy_key)
+        if marks is None:
+            self._marks.pop(key, None)
+        else:
+            self._marks[key] = marks
+        return out
 
     def _read(self, uri: str, key: str, options: Mapping[str, str], listed: list[int] | None,
               entry: _Entry | None, open_table: Callable[[], lance.LanceDataset],
@@ -242,3 +253,12 @@ def call_policy_key(table: str, catalog: str, settings: Mapping[str, str], call_
     """``policy_key`` of maintain_warehouse's policies (the call's, and the table's own)."""
     return ("call", repr(sorted(call_args.items())), *own_policy_key(table, catalog, settings)[1:])
 
+
+def _transaction_marks(uri: str, storage_options: Mapping[str, str]) -> tuple[str, ...] | None:
+    """The names in the table's ``_transactions/`` (each a commit's read version and a UUID it
+    drew), sorted; None when they cannot be listed (the table is then always read)."""
+    from ..runtime.tables import list_folder
+    try:
+        return tuple(sorted(list_folder(uri, storage_options, "_transactions")))
+    except Exception:  # noqa: BLE001 - no probe: read the table in full
+        return None
