@@ -95,7 +95,9 @@ object PythonEngine {
 
   private[engine] def schemaOf(ddl: String): StructType = {
     if (schemas.size > 256) schemas.clear() // only the actions' fixed schemas are expected
-    schemas.computeIfAbsent(ddl, d => StructType.fromDDL(d))
+    // no column (count(*) over a metadata table whose columns were all pruned): Spark's DDL
+    // parser refuses an empty text
+    schemas.computeIfAbsent(ddl, d => if (d.trim.isEmpty) new StructType() else StructType.fromDDL(d))
   }
 
   private def run(action: String, request: String): ResultScan = {
