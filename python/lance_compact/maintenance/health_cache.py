@@ -125,12 +125,14 @@ class HealthCache:
             self._by_table.pop(key, None)
             self._by_table[key] = entry
             while len(self._by_table) > self._tables:
-                self._by_table.popitem(last=False)
+                gone, _ = self._by_table.popitem(last=False)
+                self._marks.pop(gone, None)
 
     def forget(self) -> None:
         """Forget every table (tests; a worker's caches are otherwise bounded, not cleared)."""
         with self._lock:
             self._by_table.clear()
+            self._marks.clear()
 
     def figures(self) -> str:
         """What is kept and how often it answered, for the engine's log."""
@@ -197,10 +199,11 @@ class HealthCache:
         self._count(False)
         with self._reads:
             out = self._read(uri, key, options, listed, entry, open_table, policies, history, now, policy_key)
-        if marks is None:
-            self._marks.pop(key, None)
-        else:
-            self._marks[key] = marks
+        with self._lock:  # kept only beside a kept table (bounded as the tables are)
+            if marks is None or key not in self._by_table:
+                self._marks.pop(key, None)
+            else:
+                self._marks[key] = marks
         return out
 
     def _read(self, uri: str, key: str, options: Mapping[str, str], listed: list[int] | None,
