@@ -222,3 +222,18 @@ def jobs_described(spark, prefix: str) -> list[str]:
         if d.startswith("Some(") and d[5:-1].startswith(prefix):
             out.append(d[5:-1])
     return out
+
+
+@pytest.fixture()
+def opens(monkeypatch):
+    """How many times the test's code opens a table (``lance.dataset``): ``opens["n"]``."""
+    import lance
+
+    count = {"n": 0}
+    real = lance.dataset
+
+    def counting(*args, **kwargs):
+        count["n"] += 1
+        return real(*args, **kwargs)
+    monkeypatch.setattr(lance, "dataset", counting)
+    return count

@@ -19,18 +19,6 @@ from lance_compact.runtime.envelope import Envelope
 pytestmark = pytest.mark.usefixtures("no_version_floor")  # older_than of seconds
 
 
-@pytest.fixture()
-def opens(monkeypatch):
-    count = {"n": 0}
-    real = lance.dataset
-
-    def counting(*args, **kwargs):
-        count["n"] += 1
-        return real(*args, **kwargs)
-    monkeypatch.setattr(lance, "dataset", counting)
-    return count
-
-
 def _warehouse(tmp_path, n: int = 3) -> list[dict[str, str]]:
     """``n`` small degraded tables; the first with a BTREE index and a compaction behind it."""
     from oracle import degraded_table

@@ -18,18 +18,6 @@ from lance_compact.runtime.envelope import Envelope
 pytestmark = pytest.mark.usefixtures("no_version_floor")  # cleanups of versions seconds old
 
 
-@pytest.fixture()
-def opens(monkeypatch):
-    count = {"n": 0}
-    real = lance.dataset
-
-    def counting(*args, **kwargs):
-        count["n"] += 1
-        return real(*args, **kwargs)
-    monkeypatch.setattr(lance, "dataset", counting)
-    return count
-
-
 def test_maintain_opens_the_table_once_per_change(tmp_path, opens):
     uri = str(tmp_path / "m.lance")
     ds = lance.write_dataset(pa.table({"x": list(range(100))}), uri, max_rows_per_file=50)
