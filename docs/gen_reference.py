@@ -121,9 +121,10 @@ SUMMARIES = {
     "drop_index": "Drops one of the table's indices by name, in one commit (Lance's drop_index; "
                   "the index's files stay until cleanup). The same as `DROP INDEX name ON "
                   "lance.db.t`. One row of what was dropped.",
-    "create_index": "Builds an index on the cluster: for a vector index a bounded training sample "
-                    "gathered by Spark tasks and one model trained from it; a segment per fragment "
-                    "group built by a Spark task with that model; merged with bounded fan-in and "
+    "create_index": "Builds an index on the cluster: for a vector index of several fragment groups "
+                    "one model trained by a Spark task from a bounded sample of the table; a segment "
+                    "per fragment group built by a Spark task with that model (a vector index of one "
+                    "group: one task that trains its own, as pylance's create_index does); merged with bounded fan-in and "
                     "committed once on the driver against the version it read (a concurrent rewrite "
                     "of indexed fragments makes it build those groups again). A small table in local "
                     "mode, and IVF_SQ and IVF_HNSW_SQ always, are built by pylance's create_index in "

@@ -194,7 +194,27 @@ def test_vector_index_built_by_spark_tasks_has_pylances_recall(spark, base_vecto
     if segmented:
         assert any(d.startswith(f"lance.create_index {t}: building 4 {index_type} segments")
                    for d in job_descriptions(event_log))
-        assert any(d.startswith(f"lance.create_index {t}: sampling") for d in job_descriptions(event_log))
+        assert any(d.startswith(f"lance.create_index {t}: training {index_type} on") for d in job_descriptions(event_log))
+
+
+def test_a_vector_index_of_one_group_is_trained_and_built_by_one_task(spark, base_vectors, warehouse, event_log):
+    """A table of one fragment group (the default grouping of these 20,000 rows): no training job
+    and no model handed over; the one task trains its own as pylance's create_index does (on an
+    object store the training job was a third of the build), with pylance's recall."""
+    t, path = copy_of(base_vectors, warehouse, "one_group")
+    r = create(spark, t, "emb", "IVF_PQ", options={"num_partitions": "16", "num_sub_vectors": "4"})
+    assert r.built_by == "spark tasks" and len(r.groups) == 1 and r.segments_built == r.segments_committed == 1
+    assert r.sample_rows == 0 and r.train_ms == 0
+    descriptions = [d for d in job_descriptions(event_log) if d.startswith(f"lance.create_index {t}:")]
+    assert len(descriptions) == 1 and ": building 1 IVF_PQ segments" in descriptions[0], descriptions
+    ds = lance.dataset(str(path))
+    assert ds.stats.index_stats("emb_idx")["num_indexed_fragments"] == 8
+    queries = vectors(200, seed=99)
+    truth = brute_force(queries)
+    ours = [recall(ds, queries, truth, **s) for s in SEARCHES]
+    theirs = [recall(pylance_build(base_vectors, warehouse, "one_group", "IVF_PQ", "L2",
+                                   {"num_partitions": 16, "num_sub_vectors": 4}), queries, truth, **s) for s in SEARCHES]
+    assert np.mean(ours) >= np.mean(theirs) - 0.04, (ours, theirs)
 
 
 SCALAR_CASES = [

@@ -97,7 +97,7 @@ STATEMENTS = {
     "maintain of a CLUSTER BY table": "CALL lance.maintain(table => '{t}', target_rows_per_fragment => 300)",
     "maintain_warehouse after CLUSTER BY":
         "CALL lance.maintain_warehouse(namespace => '{ns}', target_rows_per_fragment => 300)",
-    # a test hook keeps it on Spark tasks: a sampling job, then a segment job, on the only slot
+    # a test hook keeps it on Spark tasks: a training job, then a segment job, on the only slot
     "create_index on Spark tasks": "CALL lance.create_index(table => '{t}', column => 'vector', index_type => "
                                    "'IVF_PQ', options => map('num_partitions', '4', 'num_sub_vectors', '2', "
                                    "'rows_per_segment', '1000', 'test_task_sleep_ms', 'all:1'))",

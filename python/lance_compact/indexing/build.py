@@ -1,8 +1,11 @@
 """``CALL lance.create_index``: the run. The request is checked against the table (spec.py)
-before anything is read; the fragments are grouped (plan.py); for a vector index a bounded
-sample is gathered by Spark tasks (sample.py) and one model trained from it on the driver
-(train.py); a Spark task per group builds its segment with that model (segments.py); the driver
-merges them with bounded fan-in and commits once against the read version (commit.py); on an
+before anything is read; the fragments are grouped (plan.py); for a vector index of several
+groups one Spark task trains one model from a bounded sample of the table (train.py); a Spark
+task per group builds its segment with that model (segments.py); the driver merges them with
+bounded fan-in and commits once against the read version (commit.py). A vector index of ONE
+group is built by one Spark task that trains its own model, as pylance's ``create_index`` does:
+no training job, no second read of the vectors (on an object store that job was a third of the
+build). On an
 object store IVF_FLAT and IVF_HNSW_FLAT segments (at most tiers.MAX_SEGMENTS, no ``merge_fan_in``
 given) are committed as they are (commit.keep_unmerged: pylance's merge of them is a round trip
 per partition per segment there). A
@@ -42,13 +45,12 @@ from ..runtime.driver_conf import max_task_attempts
 from ..runtime.envelope import Envelope, Target
 from ..runtime.failures import classify, committed_phrase
 from . import cost
-from . import sample as sampling
 from . import spec as specs
 from . import tiers
 from .commit import commit_segments, is_conflict, keep_unmerged, merge_segments, remove_unreferenced, unchanged
 from .plan import Group, allowed, decoded_within, plan_groups, value_bytes
 from .segments import NAMED_BY_LANCE, SegmentJob, build_one, build_segments
-from .train import sample_size, train
+from .train import sample_rate, sample_size, sampled_vectors, train_on_executor
 
 log = logging.getLogger(__name__)
 
@@ -84,8 +86,8 @@ def num_partitions(req: specs.IndexRequest, rows: int) -> int | None:
     return int(n)
 
 
-# The training sample the driver holds, in bytes, whatever the rows bound allows (2,097,152 vectors
-# of 1,536 float32 would be 12 GiB): 1 GiB, 262,144 such vectors.
+# The training sample the training task holds, in bytes, whatever the rows bound allows (2,097,152
+# vectors of 1,536 float32 would be 12 GiB): 1 GiB, 174,762 such vectors.
 MAX_SAMPLE_BYTES = 1 << 30
 
 
@@ -108,7 +110,8 @@ def create_index(request: Envelope, sc: Any) -> dict[str, Any]:
         raise CompactionError(f"table {req.table}: create_index: the table has no rows to index; nothing was "
                               "built and the table is unchanged")
     partitions = num_partitions(req, rows)
-    sample_rows = sample_size(req, rows, partitions, training_rows(req, ds, rows)) if req.is_vector else 0
+    most_sampled = training_rows(req, ds, rows) if req.is_vector else 0
+    sample_rows = sample_size(req, rows, partitions, most_sampled) if req.is_vector else 0
     limits = driver_conf.index_engine_limits(sc)
     column_bytes = sum(g.estimated_bytes for g in groups)
     modelled = cost.seconds(cost.build_work(req.index_type, rows, req.dimension, {**req.lance, **req.build},
@@ -125,7 +128,7 @@ def create_index(request: Envelope, sc: Any) -> dict[str, Any]:
            "dry_run": req.dry_run, "built_by": ENGINE if in_engine else SPARK, "read_version": read_version,
            "new_version": read_version, "fragments": sum(len(g.fragment_ids) for g in groups), "rows": rows,
            "estimated_bytes": sum(g.estimated_bytes for g in groups), "segments_built": 0,
-           "segments_committed": 0, "sample_rows": sample_rows if _trained(req, in_engine) else 0,
+           "segments_committed": 0, "sample_rows": sample_rows if _trained(req, in_engine, len(groups)) else 0,
            "retries": 0, "groups": [g.as_row() for g in groups], "train_ms": 0, "build_ms": 0, "commit_ms": 0}
     if not req.dry_run:
         why = cancellation.reason()
@@ -135,24 +138,28 @@ def create_index(request: Envelope, sc: Any) -> dict[str, Any]:
             _in_engine(target, ds, req, partitions, row, limits[driver_conf.INDEX_TIMEOUT],
                        [f for g in groups for f in g.fragment_ids])
         else:
-            _on_spark(sc, target, ds, req, groups, partitions, sample_rows, row)
+            _on_spark(sc, target, ds, req, groups, partitions, most_sampled, row)
     row["elapsed_ms"] = int((time.monotonic() - started) * 1000)
     return row
 
 
-def _trained(req: specs.IndexRequest, in_engine: bool) -> bool:
-    """Whether the build samples and trains one model on the driver (segmented vector builds on
-    Spark; in the worker, and for SQ's single task, Lance trains as its create_index does)."""
-    return req.is_vector and not in_engine and req.index_type in specs.SEGMENTED
+def _trained(req: specs.IndexRequest, in_engine: bool, groups: int) -> bool:
+    """Whether the build trains one model in a Spark task of its own before its segments
+    (segmented vector builds of several groups on Spark; in the worker, in a single group's task
+    and in SQ's single task, Lance trains as its create_index does)."""
+    return req.is_vector and not in_engine and req.index_type in specs.SEGMENTED and groups > 1
 
 
-def _whole_params(req: specs.IndexRequest, partitions: int | None) -> dict[str, Any]:
+def _whole_params(req: specs.IndexRequest, partitions: int | None, rate: int | None = None) -> dict[str, Any]:
     """Lance's keywords for one segment over every fragment that trains its own model, as
-    pylance's create_index is given them."""
+    pylance's create_index is given them (``rate``: the sample_rate to train with, when the bound
+    max_training_rows lowered it; else the one given, if any)."""
     if not req.is_vector:
         return dict(req.lance)
     rest = {k: v for k, v in req.lance.items() if k not in ("num_partitions", "num_sub_vectors")}
     extra = {k: v for k, v in req.build.items() if k in ("sample_rate", "max_iters")}
+    if rate is not None and rate != int(req.setting("sample_rate")):
+        extra["sample_rate"] = rate
     sub = specs.num_sub_vectors(req)
     return {**rest, **extra, "num_partitions": partitions, **({"num_sub_vectors": sub} if sub else {})}
 
@@ -262,37 +269,26 @@ def _lance_params(req: specs.IndexRequest) -> dict[str, Any]:
 
 
 def _on_spark(sc: Any, target: Target, ds: lance.LanceDataset, req: specs.IndexRequest, groups: list[Group],
-              partitions: int | None, sample_rows: int, row: dict[str, Any]) -> None:
-    """Sample and train (vector), segments on executors, merge and commit; re-plan after a
-    conflict. Fills ``row``."""
+              partitions: int | None, most_sampled: int, row: dict[str, Any]) -> None:
+    """Train (a vector index of several groups), segments on executors, merge and commit;
+    re-plan after a conflict. ``most_sampled``: the training vectors allowed (the bound
+    max_training_rows). Fills ``row``."""
     table = req.table
     model: dict[str, Any] | None = None
-    clock = time.monotonic()
-    if _trained(req, False):
-        progress.report(f"{table}: create_index: sampling {sample_rows:,} vectors")
-        rows_by_fragment = {f: 0 for g in groups for f in g.fragment_ids}
-        for f in ds.get_fragments():
-            if f.fragment_id in rows_by_fragment:
-                rows_by_fragment[f.fragment_id] = f.count_rows()
-        try:
-            sample = sampling.gather(
-                sc, table, target.uri, dict(target.storage_options), ds.version, req.column, groups, rows_by_fragment,
-                sample_rows, f"lance.create_index {table}: sampling {sample_rows:,} vectors of {req.column} "
-                             f"from {len(rows_by_fragment)} fragments")
-        except Exception as e:
-            raise _job_error(table, e, "sampling the training vectors") from None
-        row["sample_rows"] = sample.num_rows
-        progress.report(f"{table}: create_index: training on {sample.num_rows:,} vectors")
-        model = train(req, sample, partitions)
-        del sample
-    row["train_ms"] = int((time.monotonic() - clock) * 1000)
     written: list[str] = []  # every segment uuid built or merged: those not committed are removed
     kept: list[Any] = []  # segments still valid across re-plans
     read = ds
     try:
         for attempt in range(int(req.setting("max_retries")) + 1):
             _check_cancel(table, "before building the segments")
-            params = _lance_params(req) if req.index_type in specs.SEGMENTED else _whole_params(req, partitions)
+            rows = sum(g.rows for g in groups)
+            rate = sample_rate(req, rows, partitions, most_sampled) if req.is_vector else None
+            if model is None and _trained(req, False, len(groups)):
+                model = _train(sc, target, read, req, groups, partitions, rate, row)
+            if req.index_type not in specs.SEGMENTED or (req.is_vector and model is None):
+                params = _whole_params(req, partitions, rate)  # one task over every group: Lance trains
+            else:
+                params = _lance_params(req)
             job = SegmentJob(table, target.uri, dict(target.storage_options), read.version, req.column,
                              req.index_type, req.name, params, req.metric, req.replace, dict(req.hooks))
             # every folder a task attempt may write, staged before the job: a dead worker's are the pool's to remove
@@ -345,6 +341,8 @@ def _on_spark(sc: Any, target: Target, ds: lance.LanceDataset, req: specs.IndexR
                                           f"({classify(e).detail}); nothing was committed") from None
                 latest = target.open()
                 kept = [s for s in segments if unchanged(read, latest, s.fragment_ids)]
+                if req.is_vector and model is None:  # a segment that trained its own model stands alone
+                    kept = []
                 covered = {f for s in kept for f in s.fragment_ids}
                 groups = plan_groups(latest, req.column, req.build, sc.defaultParallelism,
                                      only={f.fragment_id for f in latest.get_fragments()} - covered)
@@ -356,6 +354,27 @@ def _on_spark(sc: Any, target: Target, ds: lance.LanceDataset, req: specs.IndexR
     finally:
         remove_unreferenced(target, written, "create_index")
         commit_gate.stage(target.uri, [])  # committed, removed, or (not removable) left for cleanup
+
+
+def _train(sc: Any, target: Target, read: lance.LanceDataset, req: specs.IndexRequest, groups: list[Group],
+           partitions: int | None, rate: int | None, row: dict[str, Any]) -> dict[str, Any]:
+    """One model for every segment, trained by a Spark task from ``groups``' fragments at
+    ``read``'s version (train.py); its time and sample size go into ``row``."""
+    table = req.table
+    rows = sum(g.rows for g in groups)
+    sampled = min(rows, sampled_vectors(req, int(partitions or 1), int(rate or 1)))
+    clock = time.monotonic()
+    progress.report(f"{table}: create_index: training on {sampled:,} sampled vectors")
+    try:
+        model = train_on_executor(
+            sc, req, target.uri, dict(target.storage_options), read.version, int(partitions or 1), int(rate or 1),
+            rows, [f for g in groups for f in g.fragment_ids],
+            f"lance.create_index {table}: training {req.index_type} on {sampled:,} sampled vectors of {req.column}")
+    except Exception as e:
+        raise _job_error(table, e, "training the model") from None
+    row["sample_rows"] = sampled
+    row["train_ms"] += int((time.monotonic() - clock) * 1000)
+    return model
 
 
 def _stage(target: Target, uuids: list[str]) -> None:

@@ -18,7 +18,7 @@ How segments merge, per kind (../shared/NOTES.md "Incremental index upkeep"):
 - any other index (INVERTED, several columns, a shallow clone's): pylance's
   ``optimize_indices`` in the engine, and the row says so.
 
-``retrain``: a fresh sample and model (indexing/sample.py, train.py) and every fragment built
+``retrain``: a fresh model (indexing/train.py) and every fragment built
 again (indexing/build.py's run), replacing every segment in one commit.
 
 A concurrent writer is Lance's to judge at the commit (read version = the build's): an append,
@@ -358,7 +358,6 @@ def _retrain(target: Target, ds: lance.LanceDataset, up: Upkeep, procedure: str,
     from . import build as building
     from . import spec as specs
     from .plan import Group
-    from .train import sample_size
 
     ix = up.index
     if sc is None:
@@ -388,8 +387,8 @@ def _retrain(target: Target, ds: lance.LanceDataset, up: Upkeep, procedure: str,
         groups = group(sizes, default_rows_per_segment(rows, sc.defaultParallelism), 2 << 30,
                        allowed("max_index_segments", rows))
     partitions = model.get("num_partitions")
-    sample_rows = sample_size(req, rows, partitions, allowed("max_training_rows", rows)) if ix.is_vector else 0
-    building._on_spark(sc, target, ds, req, groups, partitions, sample_rows, row)
+    building._on_spark(sc, target, ds, req, groups, partitions, allowed("max_training_rows", rows) if ix.is_vector else 0,
+                       row)
     return Outcome(SPARK, rows, row["segments_built"], len(ix.segments), row["new_version"], row["retries"])
 
 
