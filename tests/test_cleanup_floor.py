@@ -5,6 +5,8 @@ cannot go below it. And the listing order: a commit landing between cleanup's li
 folder and its reading of the references keeps its files."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import lance
 import pyarrow as pa
 import pytest
@@ -241,3 +243,43 @@ def test_orphaned_index_segments_older_than_the_floor_are_removed_whole(spark, w
     then = lance.dataset(uri, version=old_version)  # the older version's index still reads
     assert {str(s.uuid) for i in then.describe_indices() for s in i.segments} == replaced
     assert then.to_table(filter="id = 7", columns=["id"])["id"].to_pylist() == [7]
+
+
+def _costs(uri):
+    folder = Path(uri) / "_lance_compact" / "costs"
+    return sorted(int(p.stem) for p in folder.glob("*.json")) if folder.is_dir() else []
+
+
+def test_cleanup_removes_the_kept_costs_of_the_versions_it_removed(spark, warehouse):
+    """Each maintenance version's cost is a file beside the table (runtime/cost_records.py):
+    without this, a table maintained every few minutes kept one a version forever, and
+    maintenance_history listed them all on every read."""
+    t, uri = fresh(warehouse, "costs_pruned")
+    spark.sql(f"CALL lance.compact(table => '{t}', target_rows_per_fragment => 1000)").collect()
+    first = _costs(uri)
+    lance.write_dataset(batch(9_000_000, 20), uri, mode="append")
+    spark.sql(f"CALL lance.compact(table => '{t}', target_rows_per_fragment => 1000)").collect()
+    assert len(_costs(uri)) == len(first) + 1, _costs(uri)
+    second = _costs(uri)[-1]
+    latest = lance.dataset(uri).version
+    r = spark.sql(f"CALL lance.cleanup(table => '{t}', older_than => '0s', "
+                  f"retain_versions => {latest - second + 1})").collect()[0]
+    assert r.old_versions >= 1
+    assert _costs(uri) == [second]  # the first compaction's version is gone, and its cost
+    row = spark.sql(f"SELECT bytes_read FROM lance.system.maintenance_history WHERE table = 'costs_pruned' "
+                    f"AND version = {second}").collect()
+    assert row and row[0].bytes_read > 0  # the kept version's cost is still read back
+
+
+def test_a_kept_cost_that_is_not_a_number_is_left_out(warehouse):
+    """A cost record holding JSON's Infinity (a damaged or foreign file) leaves that version's
+    cost NULL; it failed the table's whole maintenance_history (OverflowError)."""
+    from lance_compact.runtime import cost_records
+
+    t, uri = fresh(warehouse, "costs_infinite")
+    folder = Path(uri) / "_lance_compact" / "costs"
+    folder.mkdir(parents=True)
+    (folder / "2.json").write_text('{"step": "compaction", "bytes_read": Infinity}'.ljust(cost_records.SIZE))
+    (folder / "3.json").write_text('{"step": "compaction", "bytes_read": 7}'.ljust(cost_records.SIZE))
+    kept = cost_records.read(uri, None, [2, 3])
+    assert list(kept) == [3] and kept[3].bytes_read == 7

@@ -13,7 +13,9 @@ folder alone (it removes only what its manifests name).
 
 Cheap to read: one listing of the folder per table, and one small read per maintenance version
 asked for that has a record. Writing never fails the work: the commit stands; a record that
-could not be written is logged and leaves the version's cost NULL.
+could not be written is logged and leaves the version's cost NULL. ``CALL lance.cleanup``
+removes the records of the versions it removed (:func:`prune`): a table maintained every few
+minutes would otherwise keep one file a maintenance version forever, and each read lists them all.
 """
 from __future__ import annotations
 
@@ -93,6 +95,28 @@ def read(uri: str, storage_options: Mapping[str, str] | None, versions: Iterable
             out[v] = Cost(version=v, step=str(data.get("step") or ""),
                           **{k: (int(data[k]) if isinstance(data.get(k), (int, float)) else None)
                              for k in ("bytes_read", "bytes_written", "task_ms", "elapsed_ms")})
-        except (OSError, ValueError, TypeError, AttributeError) as e:
+        except (OSError, ValueError, TypeError, AttributeError, OverflowError) as e:  # Infinity: OverflowError
             log.warning("table at %s: the kept cost of version %d is not readable: %s", uri, v, type(e).__name__)
     return out
+
+
+def prune(uri: str, storage_options: Mapping[str, str] | None, kept: Iterable[int]) -> int:
+    """Remove the records of versions the table no longer has (after a cleanup): a version
+    below the newest of ``kept`` (the table's listed versions) and not among them is gone for
+    good; one above may be a commit landing now, whose record comes after it. How many were
+    removed; never raises (a record left behind only costs its listing)."""
+    kept = set(kept)
+    if not kept:
+        return 0
+    newest, removed = max(kept), 0
+    try:
+        names = list_folder(uri, storage_options, FOLDER)
+        session, base = FILE_SESSIONS.folder(uri, storage_options)
+        for n in names:
+            if n.endswith(".json") and n[:-5].isdigit() and int(n[:-5]) < newest and int(n[:-5]) not in kept:
+                session.delete_file(_path(base, n))
+                removed += 1
+    except Exception as e:  # noqa: BLE001 - the cleanup stands; old records stay until the next one
+        log.warning("table at %s: the costs of removed versions were not all removed (%d were): %s",
+                    uri, removed, type(e).__name__)
+    return removed
