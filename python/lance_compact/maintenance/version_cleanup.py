@@ -48,8 +48,9 @@ from typing import Any, Callable, Mapping, NamedTuple
 
 from lance.file import LanceFileSession
 
-from ..runtime import commit_gate, driver_conf, durations
+from ..runtime import commit_gate, cost_records, driver_conf, durations
 from .retention import check_older_than, default_older_than
+from .version_ages import listed_versions
 from ..errors import CompactionError
 from ..runtime.catalog_service import resolved_options
 from ..runtime.envelope import Target
@@ -334,6 +335,10 @@ def _cleanup(target: Target, ds: Any, args: Mapping[str, Any], kwargs: dict[str,
         if not dry_run:
             _remove_empty_folders(uri, segments)
         ds = opened[-1]
+    if not dry_run and stats.old_versions:  # the kept costs of the versions removed go with them
+        kept = listed_versions(uri, storage)
+        if kept:
+            cost_records.prune(uri, storage, kept)
     row = {"table": table, "version": ds.version, "dry_run": dry_run,
            "old_versions": stats.old_versions,
            "data_files_removed": stats.data_files_removed + data_removed,
