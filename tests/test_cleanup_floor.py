@@ -283,3 +283,18 @@ def test_a_kept_cost_that_is_not_a_number_is_left_out(warehouse):
     (folder / "3.json").write_text('{"step": "compaction", "bytes_read": 7}'.ljust(cost_records.SIZE))
     kept = cost_records.read(uri, None, [2, 3])
     assert list(kept) == [3] and kept[3].bytes_read == 7
+
+
+def test_a_tagged_old_version_is_kept_and_the_others_removed(spark, warehouse):
+    """Lance's cleanup refuses to run at all while an old version carries a tag (its default
+    error_if_tagged_old_versions): cleanup and maintain of such a table failed every time,
+    as an unexpected error. The tagged version is kept, readable, the others removed."""
+    t, uri = fresh(warehouse, "tagged")
+    ds = lance.dataset(uri)
+    ds.tags.create("release", 1)
+    expected = ds.checkout_version(1).to_table()
+    dry = spark.sql(f"CALL lance.cleanup(table => '{t}', older_than => '0s', dry_run => true)").collect()[0]
+    r = spark.sql(f"CALL lance.cleanup(table => '{t}', older_than => '0s')").collect()[0]
+    assert r.old_versions == dry.old_versions == ds.version - 2  # all but the tagged and the newest
+    assert [v["version"] for v in lance.dataset(uri).versions()] == [1, ds.version]
+    assert lance.dataset(uri, version="release").to_table().equals(expected)

@@ -272,7 +272,10 @@ def cleanup(target: Target, args: Mapping[str, Any], options: Mapping[str, Any] 
     unverified = args.get("delete_unverified", False)
     min_age = _min_age(args, table)  # checked even without delete_unverified: bad input is refused
     # Lance's delete_unverified ignores age: only when the bound is zero (the floor allows it).
-    kwargs = {"delete_unverified": bool(unverified) and min_age == timedelta(0)}
+    kwargs = {"delete_unverified": bool(unverified) and min_age == timedelta(0),
+              # a tagged version is kept (a tag is its owner's "keep this"), the rest removed:
+              # Lance's default refuses the whole cleanup while any old version is tagged
+              "error_if_tagged_old_versions": False}
     # Always a cutoff, never below the operator's version floor (retention.py): with
     # retain_versions alone Lance would remove versions of any age.
     kwargs["older_than"] = check_older_than(
