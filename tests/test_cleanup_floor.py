@@ -273,7 +273,8 @@ def test_cleanup_removes_the_kept_costs_of_the_versions_it_removed(spark, wareho
 
 def test_a_kept_cost_that_is_not_a_number_is_left_out(warehouse):
     """A cost record holding JSON's Infinity (a damaged or foreign file) leaves that version's
-    cost NULL; it failed the table's whole maintenance_history (OverflowError)."""
+    cost NULL; it failed the table's whole maintenance_history (OverflowError), as a record
+    named with a superscript digit did (ValueError)."""
     from lance_compact.runtime import cost_records
 
     t, uri = fresh(warehouse, "costs_infinite")
@@ -281,6 +282,7 @@ def test_a_kept_cost_that_is_not_a_number_is_left_out(warehouse):
     folder.mkdir(parents=True)
     (folder / "2.json").write_text('{"step": "compaction", "bytes_read": Infinity}'.ljust(cost_records.SIZE))
     (folder / "3.json").write_text('{"step": "compaction", "bytes_read": 7}'.ljust(cost_records.SIZE))
+    (folder / "\u00b2.json").write_text("a name that str.isdigit() takes and int() refuses")
     kept = cost_records.read(uri, None, [2, 3])
     assert list(kept) == [3] and kept[3].bytes_read == 7
 

@@ -54,6 +54,13 @@ def _path(base: str, name: str) -> str:
     return f"{base}/{FOLDER}/{name}" if base else f"{FOLDER}/{name}"
 
 
+def _version_of(name: str) -> int | None:
+    """The version a record's file name holds (``<version>.json``, ASCII digits), else None: a
+    name such as a superscript two and .json passes str.isdigit() and fails int()."""
+    stem = name[:-5] if name.endswith(".json") else ""
+    return int(stem) if stem.isascii() and stem.isdigit() else None
+
+
 def record(table: str, uri: str, storage_options: Mapping[str, str] | None, cost: Cost,
            catalog: str | None = None) -> None:
     """Keep ``cost`` with the table (after its version's commit landed), and say it to the
@@ -84,7 +91,7 @@ def read(uri: str, storage_options: Mapping[str, str] | None, versions: Iterable
         names = list_folder(uri, storage_options, FOLDER)
     except (OSError, ValueError):
         return {}
-    present = {int(n[:-5]) for n in names if n.endswith(".json") and n[:-5].isdigit()} & wanted
+    present = {v for v in map(_version_of, names) if v is not None} & wanted
     if not present:
         return {}
     session, base = FILE_SESSIONS.folder(uri, storage_options)
@@ -113,7 +120,8 @@ def prune(uri: str, storage_options: Mapping[str, str] | None, kept: Iterable[in
         names = list_folder(uri, storage_options, FOLDER)
         session, base = FILE_SESSIONS.folder(uri, storage_options)
         for n in names:
-            if n.endswith(".json") and n[:-5].isdigit() and int(n[:-5]) < newest and int(n[:-5]) not in kept:
+            v = _version_of(n)
+            if v is not None and v < newest and v not in kept:
                 session.delete_file(_path(base, n))
                 removed += 1
     except Exception as e:  # noqa: BLE001 - the cleanup stands; old records stay until the next one
