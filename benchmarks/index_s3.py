@@ -13,6 +13,10 @@ trip) and counts it. Per index type, on fresh copies of one table (100,000 x 128
 - with ``--merge``, for a type kept unmerged, the CALL with ``merge_fan_in`` 16 given (the
   segments merged on the driver before the commit, as every build did before): the cost the
   default avoids;
+- the CALL's requests by phase, the proxy's time-stamped request log cut where the engine's log
+  (a file of this run's) says a phase ended: "open" up to the plan's line (the table opened,
+  the fragments grouped), "train" up to "model trained" (none when the one task trains its own),
+  "build" up to "segments built", "merge+commit" to the CALL's end (the cost record with it);
 - each index queried: recall@10 against exact neighbours of ``--queries`` queries at nprobes 16
   (IVF_FLAT also every partition: its answers must equal pylance's index's), and one cold query
   (a fresh dataset object, nothing cached) with the requests it makes: the price of segments.
@@ -31,6 +35,7 @@ import argparse
 import math
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -40,7 +45,9 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "python"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+ENGINE_LOG = Path(tempfile.mkdtemp(prefix="index-s3-")) / "engine.log"
 SPARK_CONF = {
+    "spark.lance.compact.engine.log": str(ENGINE_LOG),  # the phases' ends (by_phase)
     "spark.lance.compact.engineRewrite.maxBatchBytes": "0",  # every build on Spark tasks, as on a cluster
     "spark.lance.compact.engineRewrite.maxBytes": "0",
     "spark.ui.enabled": "false", "spark.ui.showConsoleProgress": "false",
@@ -96,6 +103,41 @@ def cold_query(uri: str, storage: dict[str, str], q: Any, proxy: Any) -> tuple[f
     return time.perf_counter() - t, proxy.requests - before
 
 
+class _Stamped(list):
+    """The proxy's request log, each request with the wall-clock time it was sent."""
+
+    def append(self, line: str) -> None:
+        super().append((time.time(), line))
+
+
+# The engine's log lines that end a create_index phase (indexing/build.py, segments.py), by phase.
+PHASE_ENDS = {"open": "create_index: {type} of", "train": "create_index: model trained",
+              "build": "segments built"}
+
+
+def by_phase(log: list[tuple[float, str]], engine_log: Path, table: str, index_type: str, start: float,
+             end: float) -> dict[str, int]:
+    """The CALL's requests (sent between ``start`` and ``end``, wall clock) by phase: each phase
+    ends at the engine's log line for ``table`` in :data:`PHASE_ENDS` (its time to the
+    millisecond); a phase whose line is missing has none (the one task trained its own model)."""
+    import datetime
+    ends: dict[str, float] = {}
+    for line in engine_log.read_text(errors="replace").splitlines():
+        if f"table {table}: " not in line:
+            continue
+        for phase, words in PHASE_ENDS.items():
+            if words.format(type=index_type) in line:
+                stamp = datetime.datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+                if start <= stamp <= end:
+                    ends[phase] = stamp
+    out = {"open": 0, "train": 0, "build": 0, "commit": 0}
+    for t, _ in log:
+        if start <= t <= end:
+            phase = next((p for p in ("open", "train", "build") if p in ends and t <= ends[p]), "commit")
+            out[phase] += 1
+    return out
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rows", type=int, default=100_000)
@@ -129,20 +171,25 @@ def main() -> int:
         for uri in uris.values():
             write(uri, batches, raw)
         write(f"{bucket}/wh/warm/t.lance", [b.slice(0, 2_000) for b in batches[:2]], raw)
-        proxy = LatencyProxy(server.endpoint, a.latency_ms).start()
+        stamped = _Stamped()
+        proxy = LatencyProxy(server.endpoint, a.latency_ms, stamped).start()
         storage = {**raw, "aws_endpoint": proxy.endpoint}
         spark = lance_session("local[2]", "lance-compact-index-s3", f"{bucket}/wh", SPARK_CONF,
                               storage_options=storage)
         segment = {"rows_per_segment": str(a.rows_per_segment)} if a.rows_per_segment else {}
+        phases: dict[str, dict[str, int]] = {}
 
         def call(table: str, index_type: str, extra: dict[str, str]) -> tuple[float, int, Any]:
             options = {"num_partitions": str(partitions), **({"num_sub_vectors": "16"} if index_type == "IVF_PQ" else {}),
                        **segment, **extra}
             text = ", ".join(f"'{k}', '{v}'" for k, v in options.items())
-            before, t = proxy.requests, time.perf_counter()
+            before, t = proxy.requests, time.time()
             row = spark.sql(f"CALL lance.create_index(table => '{table}', column => 'emb', index_type => "
                             f"'{index_type}', name => 'emb_idx', options => map({text}))").collect()[0]
-            return time.perf_counter() - t, proxy.requests - before, row
+            end = time.time()
+            phases[table] = by_phase(stamped, ENGINE_LOG, table, index_type, t, end)
+            del stamped[:]
+            return end - t, proxy.requests - before, row
 
         # the engine, the executors' Python workers and their imports, the store's clients
         call("warm.t", "IVF_FLAT", {"num_partitions": "4", "rows_per_segment": "1000"})
@@ -153,6 +200,7 @@ def main() -> int:
             variants = ["pylance", "ours"] + (["merged"] if a.merge and index_type in UNMERGED_ON_STORES else [])
             uri = uris[(index_type, "pylance")]
             ds = lance.dataset(uri, storage_options=storage)
+            del stamped[:]
             before, t = proxy.requests, time.perf_counter()
             ds.create_index("emb", index_type, name="emb_idx", num_partitions=partitions,
                             **({"num_sub_vectors": 16} if index_type == "IVF_PQ" else {}))
@@ -177,12 +225,14 @@ def main() -> int:
             for v in variants:
                 r = results[v]
                 row = r.get("row")
-                phases = (f"train {row.train_ms / 1000:.2f}, build {row.build_ms / 1000:.2f}, merge+commit "
-                          f"{row.commit_ms / 1000:.2f}" if row is not None else "")
+                n = phases.get(f"{v}.{index_type.lower()}", {})
+                phases_s = (f"train {row.train_ms / 1000:.2f}, build {row.build_ms / 1000:.2f}, merge+commit "
+                            f"{row.commit_ms / 1000:.2f}" if row is not None else "")
+                phases_n = (f"{n['open']} / {n['train']} / {n['build']} / {n['commit']}" if row is not None else "")
                 name = {"pylance": "pylance `create_index`", "ours": "`CALL lance.create_index` (default)",
                         "merged": "the CALL, `merge_fan_in` 16 (merged on the driver)"}[v]
                 lines.append(f"| {index_type} | {name} | {r['seconds']:.2f} | {r['seconds'] / base:.2f}x | "
-                             f"{r['requests']:,} | {phases} | {r['segments']} | {r['recall']:.3f} | "
+                             f"{r['requests']:,} | {phases_s} | {phases_n} | {r['segments']} | {r['recall']:.3f} | "
                              f"{r['cold_s']:.2f} s, {r['cold_requests']} |")
                 print(lines[-1], flush=True)
             load.append(os.getloadavg())
@@ -190,9 +240,9 @@ def main() -> int:
         print(f"\n{a.rows:,} x {a.dim}-d, fragments of {a.per_fragment:,}, {partitions} partitions, "
               f"rows_per_segment {a.rows_per_segment or 'default'}, {a.latency_ms} ms a request, local[2]; "
               f"load average (1, 5, 15 min) at the start {load[0]}, at the end {load[-1]}\n")
-        print("| type | path | seconds | vs pylance | requests | CALL's phases (s) | segments | recall@10 "
-              "(nprobes 16) | a cold query (nprobes 16): time, requests |")
-        print("|---|---|---|---|---|---|---|---|---|")
+        print("| type | path | seconds | vs pylance | requests | CALL's phases (s) | requests: open / train / "
+              "build / merge+commit | segments | recall@10 (nprobes 16) | a cold query (nprobes 16): time, requests |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
         print("\n".join(lines))
     finally:
         if proxy is not None:

@@ -217,6 +217,17 @@ def test_a_vector_index_of_one_group_is_trained_and_built_by_one_task(spark, bas
     assert np.mean(ours) >= np.mean(theirs) - 0.04, (ours, theirs)
 
 
+def test_partitions_past_the_sample_rate_train_on_every_row(spark, base_vectors, warehouse):
+    """100 partitions x sample_rate 256 is more than the table's 20,000 rows: the training task
+    samples every row (pylance's IndicesBuilder refuses the rate; its create_index trains on all),
+    and an exhaustive search of the IVF_FLAT segments is exact."""
+    t, path = copy_of(base_vectors, warehouse, "every_row")
+    r = create(spark, t, "emb", "IVF_FLAT", options={"num_partitions": "100", "rows_per_segment": "10000"})
+    assert len(r.groups) == 2 and r.sample_rows == N and r.segments_committed == 1
+    queries = vectors(20, seed=3)
+    assert recall(lance.dataset(str(path)), queries, brute_force(queries), nprobes=100) == 1.0
+
+
 SCALAR_CASES = [
     ("BTREE", "cat", ["cat = 7", "cat < 5", "cat >= 10 AND cat < 12", "cat IN (1, 2, 3)"]),
     ("BITMAP", "cat", ["cat = 7", "cat IN (1, 2, 3)"]),

@@ -374,6 +374,8 @@ def _train(sc: Any, target: Target, read: lance.LanceDataset, req: specs.IndexRe
         raise _job_error(table, e, "training the model") from None
     row["sample_rows"] = sampled
     row["train_ms"] += int((time.monotonic() - clock) * 1000)
+    log.info("table %s: create_index: model trained by a Spark task on %d sampled vectors in %d ms", table, sampled,
+             row["train_ms"])
     return model
 
 

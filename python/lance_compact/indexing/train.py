@@ -73,8 +73,10 @@ def train(req: IndexRequest, ds: lance.LanceDataset, num_partitions: int, rate: 
     builder = IndicesBuilder(ds, req.column)
     iters = int(req.setting("max_iters"))
     ids = list(fragment_ids) if fragment_ids is not None else None
-    ivf = builder.train_ivf(num_partitions, distance_type=(req.metric or "L2").lower(), sample_rate=rate,
-                            max_iters=iters, fragment_ids=ids)
+    # pylance's train_ivf and train_pq refuse a rate that needs more rows than there are (its
+    # create_index then trains on every row): at most the rows
+    ivf = builder.train_ivf(num_partitions, distance_type=(req.metric or "L2").lower(),
+                            sample_rate=max(2, min(rate, rows // num_partitions)), max_iters=iters, fragment_ids=ids)
     model: dict[str, Any] = {"num_partitions": num_partitions, "ivf_centroids": ivf.centroids}
     if req.index_type in PQ_TYPES:
         bits = int(req.lance.get("num_bits") or 8)
@@ -83,7 +85,6 @@ def train(req: IndexRequest, ds: lance.LanceDataset, num_partitions: int, rate: 
                 f"table {req.table}: create_index: a {bits}-bit PQ codebook needs at least {2 << bits:,} "
                 f"vectors to train on, the table has {rows:,}; nothing was built and the table is unchanged")
         sub = num_sub_vectors(req)
-        # pylance refuses a PQ rate past the rows (its create_index then trains on every row): at most the rows
         pq = builder.train_pq(ivf, sub, sample_rate=max(2, min(rate, rows >> bits)), max_iters=iters, num_bits=bits,
                               fragment_ids=ids)
         model.update(pq_codebook=pq.codebook, num_sub_vectors=sub)
