@@ -105,6 +105,34 @@ def test_the_cutoff_moving_past_versions_is_counted_again(tmp_path):
     assert seen == [(False, 0), (False, 3), (True, 5), (True, 0)], seen
 
 
+def test_what_is_kept_of_a_table_does_not_grow_with_its_transaction_names(tmp_path):
+    """The probe's mark of a kept table is a digest of its _transactions/ names: the names were
+    kept, about 100 bytes a version (a stream committing every few seconds keeps some 100,000
+    versions a week: megabytes a table, in every engine worker). A table made again at the
+    same location with the same version numbers is still read again."""
+    import shutil
+    import sys
+
+    from lance_compact.maintenance.version_ages import table_key
+
+    def made(uri):
+        ds = lance.write_dataset(pa.table({"id": [0]}), uri)
+        for i in range(20):
+            ds = lance.write_dataset(pa.table({"id": [i]}), ds, mode="append")
+
+    uri = str(tmp_path / "t.lance")
+    made(uri)
+    cache, now = HealthCache(), datetime.now(timezone.utc)
+    assert not _evaluate(cache, uri, now).served
+    mark = cache._marks[table_key(uri, {})]
+    kept = sys.getsizeof(mark) + (0 if isinstance(mark, str) else sum(map(sys.getsizeof, mark)))
+    assert kept < 200, kept  # 21 names: about 2,100 bytes
+    assert _evaluate(cache, uri, now).served
+    shutil.rmtree(uri)
+    made(uri)
+    assert not _evaluate(cache, uri, now).served
+
+
 def test_a_second_dry_run_reads_only_changed_tables(tmp_path, opens):
     """maintain_warehouse's evaluation and lance.system.table_health go through the worker's
     cache: a second dry run opens only the table that changed, and its rows are the first's

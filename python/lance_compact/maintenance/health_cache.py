@@ -106,10 +106,12 @@ class HealthCache:
         self._tables = tables
         self._by_table: OrderedDict[str, _Entry] = OrderedDict()
         self._reads = threading.BoundedSemaphore(METADATA_THREADS)  # full reads at once
-        # each kept table's _transactions/ listing when it was read: its names carry a UUID a
-        # commit drew, so a table removed and made again at the same location with the same
-        # version numbers (which _versions/ alone cannot tell apart) is read again
-        self._marks: dict[str, tuple[str, ...]] = {}
+        # each kept table's _transactions/ listing when it was read, as a digest of its names:
+        # they carry a UUID a commit drew, so a table removed and made again at the same
+        # location with the same version numbers (which _versions/ alone cannot tell apart) is
+        # read again. A digest, not the names: a table keeping many versions (a stream's every
+        # few seconds for a week) has that many names, about 100 bytes each
+        self._marks: dict[str, str] = {}
         self.served = 0  # evaluations answered from what was read before
         self.read = 0  # evaluations that opened the table
 
@@ -257,11 +259,14 @@ def call_policy_key(table: str, catalog: str, settings: Mapping[str, str], call_
     return ("call", repr(sorted(call_args.items())), *own_policy_key(table, catalog, settings)[1:])
 
 
-def _transaction_marks(uri: str, storage_options: Mapping[str, str]) -> tuple[str, ...] | None:
-    """The names in the table's ``_transactions/`` (each a commit's read version and a UUID it
-    drew), sorted; None when they cannot be listed (the table is then always read)."""
+def _transaction_marks(uri: str, storage_options: Mapping[str, str]) -> str | None:
+    """A digest of the names in the table's ``_transactions/`` (each a commit's read version
+    and a UUID it drew), sorted; None when they cannot be listed (the table is then always read)."""
+    import hashlib
+
     from ..runtime.tables import list_folder
     try:
-        return tuple(sorted(list_folder(uri, storage_options, "_transactions")))
+        names = sorted(list_folder(uri, storage_options, "_transactions"))
     except Exception:  # noqa: BLE001 - no probe: read the table in full
         return None
+    return hashlib.sha256("\n".join(names).encode()).hexdigest()
