@@ -404,8 +404,15 @@ def test_a_failed_segment_task_commits_nothing_and_leaves_no_segment_files(spark
     assert not lance.dataset(str(path)).describe_indices() and segment_dirs(path) == set()
 
 
-def test_cancel_leaves_no_committed_index_and_no_segment_files(spark, base_vectors, warehouse):
-    t, path = copy_of(base_vectors, warehouse, "cancelled")
+@pytest.mark.parametrize("column,index_type,options", [
+    # BITMAP: its segments are named before their tasks start (index_uuid), so a task that ends
+    # after the cancel leaves no folder behind (BTREE's refuse a name: cleanup's work)
+    ("id", "BITMAP", {}),
+    # two groups: the cancel stops the job that trains the model, before any segment
+    ("emb", "IVF_FLAT", {"num_partitions": "16"})], ids=["segments", "training"])
+def test_cancel_leaves_no_committed_index_and_no_segment_files(spark, base_vectors, warehouse, column, index_type,
+                                                                options):
+    t, path = copy_of(base_vectors, warehouse, f"cancelled_{index_type.lower()}")
     version = lance.dataset(str(path)).version
     sc = spark.sparkContext
     out = {}
@@ -413,9 +420,8 @@ def test_cancel_leaves_no_committed_index_and_no_segment_files(spark, base_vecto
     def run():
         sc.setJobGroup("create-index-cancel", "cancelled build", interruptOnCancel=True)
         try:
-            # BITMAP: its segments are named before their tasks start (index_uuid), so a task that
-            # ends after the cancel leaves no folder behind (BTREE's refuse a name: cleanup's work)
-            create(spark, t, "id", "BITMAP", options={"rows_per_segment": "5000", "test_task_sleep_ms": "all:4000"})
+            create(spark, t, column, index_type,
+                   options={**options, "rows_per_segment": "10000", "test_task_sleep_ms": "all:4000"})
         except Exception as e:  # noqa: BLE001 - the test reads it
             out["error"] = str(e)
 
@@ -428,6 +434,7 @@ def test_cancel_leaves_no_committed_index_and_no_segment_files(spark, base_vecto
     thread.join(60)
     assert not thread.is_alive() and "cancelled" in out.get("error", "")
     assert "nothing was committed" in out["error"]
+    assert ("while training the model" in out["error"]) == (index_type == "IVF_FLAT"), out["error"]
     ds = lance.dataset(str(path))
     assert ds.version == version and not ds.describe_indices()
     assert segment_dirs(path) == set()

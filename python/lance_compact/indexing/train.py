@@ -22,6 +22,7 @@ from lance.indices import IndicesBuilder
 from pyspark import SparkContext
 
 from ..errors import CompactionError
+from ..runtime import hooks
 from ..runtime.secrets import redact
 from ..runtime.spark_jobs import run_job
 from ..runtime.task_outcomes import drop as drop_outcomes, outcomes_accumulator
@@ -119,6 +120,7 @@ class _Trainer:
             raise CompactionError(
                 f"this executor runs pylance {lance.__version__} but the driver plans with pylance "
                 f"{self.pylance}: run the same Python environment everywhere (spark.sql.execution.pyspark.python)")
+        hooks.task_sleep(dict(self.req.hooks), 0)  # tests: a cancel while the model is trained
         ds = open_dataset(self.req.table, self.uri, self.storage_options, version=self.version)
         try:
             model = train(self.req, ds, self.num_partitions, self.rate, self.rows, self.fragment_ids)
