@@ -9,13 +9,27 @@ left, never with an error; and pylance 14.0.2 cannot decode a Rewrite that remap
 only from the manifests around it."""
 from __future__ import annotations
 
+import struct
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
 import lance
 
-from .transactions import operation_kind
+from ..runtime.tables import FILE_SESSIONS
+from .transactions import manifest_kind, manifest_names, operation_kind
+
+# Versions whose manifest heads are read at once per table, newest first: the first BATCH
+# (one round trip, where most searches end: a small table's whole history, or a maintained
+# table's newest few versions), then twice as many each time up to MOST_BATCH (a long history
+# in few round trips, without reading far ahead of a Rewrite found near its top).
+BATCH = 4
+MOST_BATCH = 16
+# Threads reading manifest heads, shared by every table searched at once (health reads at most
+# METADATA_THREADS tables in full at once, each a BATCH at a time).
+HEAD_THREADS = 32
 
 
 @dataclass(frozen=True)
@@ -72,29 +86,93 @@ def _live_rows(dataset: lance.LanceDataset, version: int) -> int | None:
     return int(rows) if rows is not None else None
 
 
+def _read_rewrite(dataset: lance.LanceDataset, v: int) -> bool | None:
+    """Whether ``v`` was committed by a Rewrite, read from its transaction file (the manifest
+    file inlined none): its first bytes, else (where they say nothing) ``read_transaction``,
+    unless the live rows changed from the version before (a compaction keeps every live row;
+    reading an Append of 100,000 fragments costs a Python object per fragment, 2 s). None:
+    it or its transaction is gone."""
+    kind = operation_kind(dataset, v)
+    if kind is not None:
+        return kind == "Rewrite"
+    if v > 1:
+        after, before = _live_rows(dataset, v), _live_rows(dataset, v - 1)
+        if after is not None and before is not None and after != before:
+            return False
+    return _is_rewrite(dataset, v)
+
+
+def _kinds(dataset: lance.LanceDataset, versions: list[int]) -> list[str | None]:
+    """The operation of each of ``versions`` from its manifest file's inlined transaction
+    (transactions.manifest_kind), read at once on a shared pool; None where it is not known so
+    (not laid out so, or not found under either naming: the caller reads the slow way)."""
+    options = getattr(dataset, "_storage_options", None)
+    try:
+        session, base = FILE_SESSIONS.folder(dataset.uri, options)
+    except (OSError, ValueError):
+        return [None] * len(versions)
+
+    def one(v: int) -> str | None:
+        for name in manifest_names(v):
+            try:
+                return manifest_kind(session, f"{base}/{name}" if base else name)
+            except (OSError, ValueError, struct.error):
+                continue  # not this naming (or unreadable): the other, then the slow way
+        return None
+
+    if len(versions) == 1:
+        return [one(versions[0])]
+    return list(_pool().map(one, versions))
+
+
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def _pool() -> ThreadPoolExecutor:
+    """Threads for the reads of manifest heads, shared by every table searched at once: each
+    read waits on the store with the GIL released, and none submits more work (no deadlock)."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(HEAD_THREADS, thread_name_prefix="lance-compact-history")
+        return _POOL
+
+
+def newest_rewrite(dataset: lance.LanceDataset, listed: list[int] | None = None,
+                   look_back: int | None = None) -> tuple[int | None, bool]:
+    """(the newest version up to ``dataset.version`` committed by a Rewrite, or None; whether
+    the search was complete). Newest first, a few versions at a time read at once (:data:`BATCH`), each
+    version's operation from its manifest file's first bytes (one ranged read, two for a table
+    with indices), else from its transaction file. The search ends at a version cleanup removed
+    (absent from ``listed``, the table's ``_versions/`` listing, when given: nothing is read for
+    it), at version 2 (a Rewrite reads an existing version, so version 1 is never one), or after
+    ``look_back`` versions (then, with older versions left unread, it is not complete: the
+    caller says the last compaction is not known beyond them)."""
+    present = set(listed) if listed is not None else None
+    candidates = range(dataset.version, 1, -1)
+    if present is not None and dataset.version in present:  # else a listing of another moment: not used
+        gone = next((v for v in candidates if v not in present), 1)
+        candidates = range(dataset.version, gone, -1)
+    complete = look_back is None or len(candidates) <= look_back
+    if not complete:
+        candidates = candidates[:look_back]
+    start, size = 0, BATCH
+    while start < len(candidates):
+        batch = list(candidates[start:start + size])
+        start, size = start + size, min(2 * size, MOST_BATCH)
+        for v, kind in zip(batch, _kinds(dataset, batch)):
+            rewrite = kind == "Rewrite" if kind is not None else _read_rewrite(dataset, v)
+            if rewrite is None:  # removed by cleanup: the search ends, as at version 1
+                return None, True
+            if rewrite:
+                return v, True
+    return None, complete
+
+
 def _newest_rewrite(dataset: lance.LanceDataset) -> int | None:
-    """The newest version committed by a Rewrite, newest first. Each version's kind is read
-    from its manifest and transaction files' first bytes (transactions.py: cheaper than
-    opening the version). Where that says nothing, a version whose live rows differ from the
-    version's before cannot be a compaction (it keeps every live row) and its transaction is
-    not read: reading one costs a Python object per fragment it names (2 s for an Append of
-    100,000 fragments). Versions removed by cleanup end the search."""
-    for v in range(dataset.version, 0, -1):
-        kind = operation_kind(dataset, v)
-        if kind is not None:
-            if kind == "Rewrite":
-                return v
-            continue
-        if v > 1:
-            after, before = _live_rows(dataset, v), _live_rows(dataset, v - 1)
-            if after is not None and before is not None and after != before:
-                continue
-        rewrite = _is_rewrite(dataset, v)
-        if rewrite is None:
-            return None
-        if rewrite:
-            return v
-    return None
+    """The newest version committed by a Rewrite, the whole history searched."""
+    return newest_rewrite(dataset)[0]
 
 
 def _fragment_ids(dataset: lance.LanceDataset, version: int) -> set[int] | None:

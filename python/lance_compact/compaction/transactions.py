@@ -1,4 +1,6 @@
-"""Which operation committed a version, from the first bytes of its transaction file.
+"""Which operation committed a version, from the first bytes of the copy of its transaction
+Lance writes into the version's manifest file (:func:`manifest_kind`: one ranged read, two
+with an index section), else of its transaction file.
 
 ``LanceDataset.read_transaction`` builds the whole operation in Python: an Append of 100,000
 fragments is 100,000 ``FragmentMetadata`` objects and 2 s, only for its kind. The kind is the
@@ -21,6 +23,7 @@ the decoding route.
 """
 from __future__ import annotations
 
+import re
 import struct
 from typing import Any, Mapping
 
@@ -41,7 +44,7 @@ _MAGIC = b"LANC"
 _MOST_MESSAGES = 8  # a manifest file holds three today
 
 
-def _manifest_names(version: int) -> tuple[str, str]:
+def manifest_names(version: int) -> tuple[str, str]:
     """The two names Lance gives version ``version``'s manifest (V2, then V1)."""
     return f"_versions/{_U64_MAX - version:020d}.manifest", f"_versions/{version}.manifest"
 
@@ -106,7 +109,7 @@ def _from_file(dataset: Any, version: int) -> str | None:
         session, base = FILE_SESSIONS.folder(dataset.uri, options)
     except (OSError, ValueError):
         return None
-    for name in _manifest_names(version):
+    for name in manifest_names(version):
         try:
             body = manifest_message(session, f"{base}/{name}" if base else name)
         except (OSError, ValueError, struct.error):
@@ -164,3 +167,40 @@ def operation_kind(dataset: Any, version: int, storage_options: Mapping[str, str
     except (OSError, ValueError):  # gone, short (under 64 bytes: cheap to read whole) or unreadable
         return None
     return KINDS.get(operation_field(bytes(head)) or -1)
+
+
+_UUID = re.compile(rb"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
+def _inline_kind(message: bytes) -> str | None:
+    """The operation of a transaction message's first bytes: an optional read version (field
+    1, absent when 0), the uuid (field 2, 36 characters), then the operation (a field from 100
+    on); None for anything else (an index section, a manifest: fields 1 and 2 of another shape)."""
+    i = 0
+    try:
+        if message[:1] == b"\x08":
+            _, i = protobuf.varint(message, 1)
+    except IndexError:
+        return None
+    if message[i:i + 2] != b"\x12\x24" or not _UUID.fullmatch(message[i + 2:i + 38]):
+        return None
+    return KINDS.get(operation_field(message[i + 38:]) or -1)
+
+
+def manifest_kind(session: Any, path: str) -> str | None:
+    """pylance's name of the operation that committed the manifest file at ``path`` (of
+    ``session``), from the copy of the transaction Lance writes into the file (length-prefixed
+    messages: the index section when the table has indices, the transaction, the manifest):
+    64 bytes at its start, and 68 more after the index section when there is one; None when
+    the file is not laid out so (a writer that inlines no transaction: the caller reads the
+    transaction file). Every read stays inside the file: a manifest file holds at least the
+    transaction (over 40 bytes), the manifest and a 16-byte footer after the index section.
+    Raises ``OSError`` when the file cannot be read (not there: cleaned up, or the other
+    naming)."""
+    head = bytes(session.read_range(path, 0, _HEAD))
+    kind = _inline_kind(head[4:])
+    if kind is not None or head[4:5] != b"\x0a":
+        return kind
+    # an index section first (field 1 of an IndexSection): the transaction follows it
+    after = struct.unpack("<I", head[:4])[0] + 4
+    return _inline_kind(bytes(session.read_range(path, after, _HEAD + 4))[4:])

@@ -56,7 +56,7 @@ import lance
 from .version_cleanup import parse_older_than
 from .version_ages import version_facts
 from ..compaction.fragment_facts import FragmentFacts
-from ..compaction.history import commit_time, last_compaction_version
+from ..compaction.history import commit_time, last_compaction_version, newest_rewrite
 from ..compaction.clustering.state import clustering_columns, measure_table
 from ..compaction.fragments import index_state
 from ..compaction import rules
@@ -68,6 +68,12 @@ STEPS = ("compact", "optimize_indices", "cleanup")
 # large warehouse does not open every table at once.
 METADATA_THREADS = 16
 WEIGHTS = {"small_fragments": 35, "deleted_rows": 25, "index_lag": 25, "old_versions": 15}
+# Versions the last compaction is looked for among, newest first (one ranged read of each
+# manifest file's head, a few at once: history.newest_rewrite). A table that kept more versions
+# and has no compaction among its newest LOOK_BACK shows the last compaction as not known
+# (reasons['last_compaction'] says so), not as none: a table never cleaned up would otherwise
+# cost a read per version it ever had.
+LOOK_BACK = 100
 
 
 @dataclass(frozen=True)
@@ -154,10 +160,13 @@ def version_health(ds: lance.LanceDataset, policy: Policy, history: bool = True,
                    storage_options: Mapping[str, str] | None = None,
                    facts: FragmentFacts | None = None,
                    indices: dict[str, dict[str, Any]] | None = None,
-                   versions: list[dict[str, Any]] | None = None) -> VersionHealth:
+                   versions: list[dict[str, Any]] | None = None,
+                   listed: list[int] | None = None) -> VersionHealth:
     """The part of :func:`table_health` that ``ds``'s version decides (its arguments are
     table_health's; ``versions``: ``ds.versions()`` when the caller read them, where the last
-    compaction is looked up without ``storage_options``)."""
+    compaction is looked up without ``storage_options``; ``listed``: the table's
+    ``_versions/`` listing when the caller made it: the last compaction is looked for among the
+    listed versions only, nothing read for one cleanup removed)."""
     table = policy.table
     config = ds.config() or {}
     thresholds = rules.Thresholds.of_maintenance(config, policy)
@@ -176,6 +185,7 @@ def version_health(ds: lance.LanceDataset, policy: Policy, history: bool = True,
     lagging = rules.lagging_indices(state, min_unindexed)
 
     when = last = None
+    unknown = None
     if history and storage_options is None:
         versions = versions if versions is not None else ds.versions()
         # its version only (its counts would open two more manifests), from the versions read
@@ -183,10 +193,15 @@ def version_health(ds: lance.LanceDataset, policy: Policy, history: bool = True,
         if last is not None:
             when = next((v["timestamp"] for v in versions if v["version"] == last), None)
     elif history:
-        # newest first, a transaction read only where the live rows stayed (history.py)
-        last = last_compaction_version(ds)
+        # newest first, each version's operation from its manifest file's head, a few at once,
+        # at most LOOK_BACK versions (history.newest_rewrite)
+        last, complete = newest_rewrite(ds, listed, LOOK_BACK)
         if last is not None:
             when = commit_time(ds, last)
+        elif not complete:
+            kept = "" if listed is None else f" of the {len(listed)} the table keeps"
+            unknown = (f"not known: no compaction among the newest {LOOK_BACK} versions{kept}; older "
+                       "ones were not read (health reads at most that many; CALL lance.cleanup removes old versions)")
 
     parts: dict[str, Any] = {
         "version": ds.version,
@@ -214,6 +229,8 @@ def version_health(ds: lance.LanceDataset, policy: Policy, history: bool = True,
     }
     reasons = {"compact": need.reason,
                "optimize_indices": rules.optimize_indices_reason(state, lagging, min_unindexed)}
+    if unknown is not None:
+        reasons["last_compaction"] = unknown
     return VersionHealth(parts=parts, compact=need.due, lagging=bool(lagging), reasons=reasons, when=when,
                          older_than=str(policy.get("older_than")), retain=policy.get("retain_versions"),
                          table=table)

@@ -1,5 +1,6 @@
 """A table's health evaluated again only when the table changed: one listing of its
-``_versions/`` per evaluation, and the rest from what this engine worker read before.
+``_versions/`` and one of its ``_transactions/`` (at once) per evaluation, and the rest from
+what this engine worker read before.
 
 ``lance.system.table_health``, ``maintain_warehouse`` (its evaluation, dry run or not) and the
 maintenance service's rounds evaluate every table of the warehouse each time; most tables did not
@@ -7,7 +8,8 @@ change in between. What a table's health is made of is decided by its version (t
 fragments, deletions, indices, config and so the policy's table properties), by the versions
 it keeps (how many, and which are older than ``older_than``: time) and by the policy. So each
 evaluation probes the table with one listing of ``_versions/`` (the request the evaluation
-makes anyway to count the versions: version_ages.py) and:
+makes anyway to count the versions: version_ages.py), and one of ``_transactions/`` beside it,
+and:
 
 * when the listing is the one this worker evaluated last for the table (the same versions,
   so the same newest version and nothing cleaned up since), the policy is resolved again from
@@ -23,9 +25,12 @@ makes anyway to count the versions: version_ages.py) and:
 What ``lance.system.table_health`` kept (with the last compaction) also answers
 ``maintain_warehouse``'s evaluation (without it) under the same policy; not the other way round.
 
-The probe costs one request on an object store where a full evaluation of a small table costs
-about five (Lance's open: a LIST and a GET; the listing; a HEAD and a GET of the manifest that
-decides cleanup) and the CPU of reading its fragments and indices.
+The probe costs two requests made at once (the listings of ``_versions/`` and, to tell a table
+made again apart, ``_transactions/``: one round trip) on an object store where a full evaluation
+of a small table costs about five more (Lance's open: a LIST and a GET; a HEAD and a GET of the
+manifest that decides cleanup), the CPU of reading its fragments and indices, and for
+``lance.system.table_health`` the last compaction: one ranged read of each version's manifest
+head, newest first, a few at once, until a compaction (compaction/history.py, health.LOOK_BACK).
 
 A version's manifest is named by its number only, so a table dropped and created again at the
 same location with exactly the same version numbers between two evaluations is not told apart
@@ -41,6 +46,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any, Callable, Hashable, Mapping, Sequence
@@ -159,7 +165,9 @@ class HealthCache:
             v = entry.decided.get(_policy_key(policy, history))
             if v is None and not history:  # lance.system.table_health's, without the last compaction
                 w = entry.decided.get(_policy_key(policy, True))
-                v = None if w is None else replace(w, when=None, parts={**w.parts, "last_compacted_version": None})
+                v = None if w is None else replace(
+                    w, when=None, parts={**w.parts, "last_compacted_version": None},
+                    reasons={k: r for k, r in w.reasons.items() if k != "last_compaction"})
             if v is None:
                 return None
             try:
@@ -183,8 +191,11 @@ class HealthCache:
         kept table are then kept too (a policy resolved again only costs CPU)."""
         now = (now or datetime.now(timezone.utc)).astimezone(timezone.utc)
         options = storage_options if storage_options is not None else {}
-        listed = listed_versions(uri, options)  # the probe: one LIST of _versions/ ...
-        marks = _transaction_marks(uri, options)  # ... and one of _transactions/
+        # the probe: one LIST of _transactions/ (on the probe pool) while one of _versions/
+        # is made here: one round trip, not two
+        marking = _probes().submit(_transaction_marks, uri, options)
+        listed = listed_versions(uri, options)
+        marks = marking.result()
         key = table_key(uri, options)
         entry = self._get(key) if listed else None
         if (entry is not None and entry.listed == tuple(listed) and marks is not None
@@ -226,7 +237,7 @@ class HealthCache:
         keep = _Entry(tuple(listed), config, times)
         healths = []
         for policy in chosen:
-            v = version_health(ds, policy, history, options, facts, indices)
+            v = version_health(ds, policy, history, options, facts, indices, listed=listed)
             count, old = version_facts(ds, options, v.cutoff(now), v.retain, listed, times)
             if not times:  # not from this listing (a concurrent cleanup): nothing to keep
                 keep = None
@@ -257,6 +268,20 @@ def own_policy_key(table: str, catalog: str, settings: Mapping[str, str]) -> tup
 def call_policy_key(table: str, catalog: str, settings: Mapping[str, str], call_args: Mapping[str, Any]) -> tuple:
     """``policy_key`` of maintain_warehouse's policies (the call's, and the table's own)."""
     return ("call", repr(sorted(call_args.items())), *own_policy_key(table, catalog, settings)[1:])
+
+
+_PROBES: ThreadPoolExecutor | None = None
+_PROBES_LOCK = threading.Lock()
+
+
+def _probes() -> ThreadPoolExecutor:
+    """Threads for the probe's second listing, as many as tables are evaluated at once (each
+    waits on the store with the GIL released and submits nothing more)."""
+    global _PROBES
+    with _PROBES_LOCK:
+        if _PROBES is None:
+            _PROBES = ThreadPoolExecutor(EVALUATION_THREADS, thread_name_prefix="lance-compact-probe")
+        return _PROBES
 
 
 def _transaction_marks(uri: str, storage_options: Mapping[str, str]) -> str | None:
