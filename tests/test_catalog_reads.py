@@ -229,7 +229,7 @@ def _samples():
         samples[t] = ["a", None, "é"]
     for t in (pa.binary(), pa.large_binary(), pa.binary(2)):
         samples[t] = [b"ab", None, b"cd"]
-    for t in (pa.timestamp("ns"), pa.timestamp("us", "UTC")):
+    for t in (pa.timestamp("ns"), pa.timestamp("us", "UTC"), pa.timestamp("ns", "America/New_York")):
         samples[t] = [datetime.datetime(2026, 1, 1, 0, 0, 1), None, datetime.datetime(2026, 3, 1, 12, 0)]
     return samples
 
@@ -247,6 +247,7 @@ def test_every_type_of_the_type_map_reads_on_the_driver_and_the_executors(spark,
     samples = _samples()
     examples = [t for _, _, ts in RULES for t in ts]
     assert [t for t in examples if t not in samples] == []  # a new rule needs a sample here
+    examples.append(pa.timestamp("ns", "America/New_York"))  # an instant in another zone, read as UTC
     columns = {"id": pa.array([0, 1, 2], pa.int64())}
     columns.update({f"c{i}": pa.array([np.float16(v) if v is not None else None for v in samples[t]], t)
                     if pa.types.is_float16(t) else pa.array(samples[t], t) for i, t in enumerate(examples)})

@@ -64,7 +64,10 @@ RULES: tuple[tuple[Callable[[pa.DataType], bool], Callable[[pa.DataType], tuple[
     (lambda t: _t.is_binary(t) or _t.is_large_binary(t) or _t.is_fixed_size_binary(t), _as("BINARY", pa.binary()),
      (pa.binary(), pa.large_binary(), pa.binary(2))),
     (_t.is_date, _as("DATE", pa.date32()), (pa.date32(),)),
-    (_t.is_timestamp, lambda t: ("TIMESTAMP" if t.tz else "TIMESTAMP_NTZ", pa.timestamp("us", t.tz)),
+    # an instant in any zone is read as UTC (Spark's TIMESTAMP: the same instant, Arrow keeps UTC
+    # values; a column of 'America/New_York' was refused by Spark's read as a schema mismatch)
+    (_t.is_timestamp, lambda t: ("TIMESTAMP", pa.timestamp("us", "UTC")) if t.tz else
+     ("TIMESTAMP_NTZ", pa.timestamp("us")),
      (pa.timestamp("ns"), pa.timestamp("us", "UTC"))),
     (lambda t: _t.is_list(t) or _t.is_large_list(t) or _t.is_fixed_size_list(t), _array,
      (pa.large_list(pa.int32()), pa.list_(pa.float32(), 3))),
