@@ -5,8 +5,10 @@ when only tables that changed are read again (maintenance/health_cache.py), agai
 loops over the same tables; the requests each makes, counted by the latency proxy.
 
 The tables: ``--tables`` small tables ``ns<i % 4>/t<i>`` (healthy ones: three appends of a
-20-row fragment, three versions; every ``--degraded-every``-th one degraded: 24 fragments of
-20 rows in four appends and a delete, five versions, so compaction is due). A few template
+20-row fragment, three versions, a quarter of them then compacted by pylance's
+``compact_files``, five versions, so table_health must find a compaction it did not make; every
+``--degraded-every``-th one degraded: 24 fragments of 20 rows in four appends and a delete, five
+versions, so compaction is due). A few template
 tables are written once with pylance on local disk and each table is uploaded from one of them
 to the store (Lance's own client, 16 at a time): a manifest names its files relative to the
 table, so every copy is a table of its own (writing ten thousand tables through the store takes
@@ -27,7 +29,12 @@ In one run, each figure printed as it is measured (wall seconds, requests to the
 * ``--changed`` tables appended to by pylance, then one round of the maintenance service
   (``maintenance_service.Service``, the same ``maintain_warehouse``): it reads those again only.
 
+``--health-only``: the dry runs, ``table_health`` and a pylance loop over every table of what it
+reads (the last compaction included, found the same), 16 threads, one session; no maintenance.
+``--health-first``: the same with ``table_health`` as the worker's first read.
+
     flock /tmp/lance-bench.lock .venv/bin/python benchmarks/many_tables.py --tables 10000 --latency-ms 20
+    flock /tmp/lance-bench.lock .venv/bin/python benchmarks/many_tables.py --tables 10000 --latency-ms 20 --health-only --sample 0
 """
 from __future__ import annotations
 
@@ -46,7 +53,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 HEALTHY_TEMPLATES, DEGRADED_TEMPLATES = 4, 2
-THREADS = 16
+COMPACTED_TEMPLATE = 3  # this healthy template's three fragments compacted by pylance's compact_files
+THREADS = 16  # the engine's full reads at once (health.METADATA_THREADS)
 
 
 def templates(work: Path) -> tuple[list[Path], list[Path]]:
@@ -63,6 +71,8 @@ def templates(work: Path) -> tuple[list[Path], list[Path]]:
         uri = work / f"healthy{k}.lance"
         for v in range(3):
             lance.write_dataset(rows(v * 20, 20, k), str(uri), mode="append" if v else "create")
+        if k == COMPACTED_TEMPLATE:  # compacted by pylance, not by us: table_health must find it
+            lance.dataset(str(uri)).optimize.compact_files()
         healthy.append(uri)
     for k in range(DEGRADED_TEMPLATES):
         uri = work / f"degraded{k}.lance"
@@ -95,12 +105,16 @@ def upload(tables: list[tuple[str, Path]], bucket: str, prefix: str, storage: di
     return len(jobs)
 
 
-def pylance_health_reads(uris: list[str], storage: dict, threads: int) -> None:
+def pylance_health_reads(uris: list[str], storage: dict, threads: int, last_compaction: bool = False) -> dict:
     """What health reads, with pylance: open, config, fragments, indices, versions() (every
-    manifest, for the versions' ages), ``threads`` tables at a time, one Lance session."""
+    manifest, for the versions' ages) and (``last_compaction``, table_health's) the newest
+    Rewrite: ``read_transaction`` newest first until one (pylance 14.0.2 cannot decode a Rewrite
+    that remapped an index: its TypeError counts as one), ``threads`` tables at a time, one
+    Lance session. The last compaction found, by URI."""
     import lance
 
     session = lance.Session()
+    found = {}
 
     def one(uri: str) -> None:
         ds = lance.dataset(uri, storage_options=storage, session=session)
@@ -108,6 +122,17 @@ def pylance_health_reads(uris: list[str], storage: dict, threads: int) -> None:
         [f.metadata for f in ds.get_fragments()]
         ds.describe_indices()
         ds.versions()
+        if last_compaction:
+            found[uri] = None
+            for v in range(ds.version, 0, -1):
+                try:
+                    t = ds.read_transaction(v)
+                except TypeError:
+                    found[uri] = v
+                    break
+                if t is not None and type(t.operation).__name__ == "Rewrite":
+                    found[uri] = v
+                    break
 
     if threads == 1:
         for uri in uris:
@@ -115,6 +140,7 @@ def pylance_health_reads(uris: list[str], storage: dict, threads: int) -> None:
     else:
         with ThreadPoolExecutor(threads) as pool:
             list(pool.map(one, uris))
+    return found
 
 
 def pylance_maintenance(uris: list[str], storage: dict) -> None:
@@ -162,6 +188,12 @@ def main() -> int:
     p.add_argument("--changed", type=int, default=100, help="tables appended to before the service's round")
     p.add_argument("--evaluations-only", action="store_true",
                    help="the dry runs and the service's round only: no table_health, pylance loops or maintenance")
+    p.add_argument("--health-first", action="store_true",
+                   help="with --health-only: table_health (and the pylance loop) before the dry runs, as the "
+                        "worker's first read of the tables")
+    p.add_argument("--health-only", action="store_true",
+                   help="the dry runs, table_health and the pylance loop of health's reads (the last compaction "
+                        "included) over every table only: no maintenance, no service round")
     a = p.parse_args()
 
     from conftest import lance_session
@@ -179,7 +211,8 @@ def main() -> int:
         storage = server.storage_options
         bucket, other = server.fresh_bucket("many"), server.fresh_bucket("many-pylance")
         objects = upload(tables, bucket, "wh", storage)
-        copies = [] if a.evaluations_only else tables[:a.pylance_copy] if a.pylance_copy is not None else tables
+        a.health_only = a.health_only or a.health_first
+        copies = [] if a.evaluations_only or a.health_only else tables[:a.pylance_copy] if a.pylance_copy is not None else tables
         objects += upload(copies, other, "wh", storage) if copies else 0
         built = time.perf_counter() - t
         print(f"built {len(tables):,} tables ({sum(t in degraded for _, t in tables):,} degraded) and a copy of "
@@ -196,24 +229,31 @@ def main() -> int:
         spark.sql("SELECT * FROM lance.system.table_health WHERE namespace = 'none'").collect()
         run = Run(proxy, len(tables))
         dry = "CALL lance.maintain_warehouse(dry_run => true)"
-        first = run("maintain_warehouse(dry_run => true), the worker's first read", lambda: spark.sql(dry).collect())
+        if a.health_first:  # table_health as the worker's first read; the dry runs then served from it
+            health_reads(run, spark, storage, uris, tables, healthy)
+        first = run("maintain_warehouse(dry_run => true), " + ("after table_health" if a.health_first else
+                                                                 "the worker's first read"), lambda: spark.sql(dry).collect())
         due = {r.table for r in first if r.step == "compact" and r.reason.startswith("due")}
         assert not [r for r in first if r.error], [r.error for r in first if r.error][:3]
         assert len(due) == sum(t in degraded for _, t in tables), len(due)
         again = run("maintain_warehouse(dry_run => true), again", lambda: spark.sql(dry).collect())
         assert list(map(_no_elapsed, again)) == list(map(_no_elapsed, first)), "a served row differs"
-        if not a.evaluations_only:
+        if a.health_only:
+            if not a.health_first:
+                health_reads(run, spark, storage, uris, tables, healthy)
+        elif not a.evaluations_only:
             table_health_and_maintenance(a, run, spark, storage, server, uris, copy_uris, tables, degraded, due, dry)
-        changed = uris[1::max(1, len(uris) // max(1, a.changed))][:a.changed]
+        changed = [] if a.health_only else uris[1::max(1, len(uris) // max(1, a.changed))][:a.changed]
         import lance
         import pyarrow as pa
         for u in changed:  # straight to the store: not counted
             lance.write_dataset(pa.table({"id": pa.array([10**6], pa.int64()), "payload": ["new"]}), u,
                                 mode="append", storage_options=server.storage_options)
-        from lance_compact.maintenance_service import Service
-        service = Service(spark, None, {}, every=0, min_interval=0, backoff=60, max_backoff=3600)
-        report = run(f"the maintenance service's round ({len(changed)} tables appended to)", lambda: service.round(1))
-        assert report["tables"] == len(tables) and not report["failed"], report
+        if not a.health_only:
+            from lance_compact.maintenance_service import Service
+            service = Service(spark, None, {}, every=0, min_interval=0, backoff=60, max_backoff=3600)
+            report = run(f"the maintenance service's round ({len(changed)} tables appended to)", lambda: service.round(1))
+            assert report["tables"] == len(tables) and not report["failed"], report
         kept = re.findall(r"health of (\d+) tables kept \(at most \d+\); (\d+) evaluations served from it, "
                           r"(\d+) read the table", engine_log.read_text())
         print(f"\n{len(tables):,} tables on S3Proxy, {a.latency_ms} ms a request; built in {built:.0f} s; "
@@ -237,6 +277,27 @@ def main() -> int:
             server.stop()
         shutil.rmtree(work, ignore_errors=True)
     return 0
+
+
+def health_reads(run, spark, storage, uris, tables, healthy) -> None:
+    """table_health twice (its last-compaction look-up: the tables of the compacted template must
+    show pylance's compaction, the others none), and pylance reading what it reads, the last
+    compaction included, from as many threads as the engine reads tables at once, over every
+    table; both find the same last compactions."""
+    health = run("SELECT * FROM lance.system.table_health, first (its last-compaction look-up)",
+                 lambda: spark.sql("SELECT * FROM lance.system.table_health").collect())
+    assert len(health) == len(tables) and not [h for h in health if h.error], [h.error for h in health if h.error][:3]
+    run("SELECT * FROM lance.system.table_health, again",
+        lambda: spark.sql("SELECT * FROM lance.system.table_health").collect())
+    found = run(f"pylance: health's reads and the last compaction, {THREADS} threads, every table",
+                lambda: pylance_health_reads(uris, storage, THREADS, last_compaction=True))
+    compacted = {path[:-len(".lance")].rsplit("/", 1)[-1] for path, t in tables if t == healthy[COMPACTED_TEMPLATE]}
+    ours = {h.table: h.last_compacted_version for h in health}
+    assert {t for t, v in ours.items() if v is not None} == compacted, "table_health missed a pylance compaction"
+    by_name = {u[:-len(".lance")].rsplit("/", 1)[-1]: v for u, v in found.items()}
+    assert ours == by_name, [(t, ours[t], by_name.get(t)) for t in ours if ours[t] != by_name.get(t)][:3]
+    print(f"last compactions found: {len(compacted):,} tables (pylance's compact_files), the same as pylance's "
+          f"read_transaction walk", flush=True)
 
 
 def table_health_and_maintenance(a, run, spark, storage, server, uris, copy_uris, tables, degraded, due, dry) -> None:
