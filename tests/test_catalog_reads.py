@@ -303,3 +303,18 @@ def test_column_names_with_back_quotes_and_spaces(spark, warehouse):
             spark.sql(statement).collect()
         assert "column named 'we`ird', with a back-quote" in str(e.value) and fix in str(e.value), statement
     assert lance.dataset(str(bad)).version == 1
+
+
+def test_a_column_spark_has_no_type_for_is_named_with_its_table():
+    """A Lance column of a type Spark has none for (a duration, a time of day) makes the table
+    unreadable through the catalog: the error names the table and the column (it named only
+    the Arrow type) and says that Lance's maintenance of it works."""
+    import pyarrow as pa
+
+    from lance_compact.errors import CompactionError
+    from lance_compact.runtime.spark_types import schema_ddl
+
+    schema = pa.schema([("id", pa.int64()), ("took", pa.duration("us"))])
+    with pytest.raises(CompactionError, match=r"table db\.t: column 'took': Arrow type duration\[us\] has no "
+                                              r"Spark type here, so Spark cannot read the table"):
+        schema_ddl(schema, "db.t")

@@ -15,9 +15,10 @@ from ..compaction.clustering.state import shown_config
 def describe(request: Envelope) -> Result:
     """The table's schema as Spark DDL, its live rows, its version and its config (what
     SHOW TBLPROPERTIES shows): one row."""
-    ds = request.require_target().open()
+    target = request.require_target()
+    ds = target.open()
     return Result("`schema` STRING, `rows` BIGINT, `version` BIGINT, `config` MAP<STRING, STRING>",
-                  [(schema_ddl(ds.schema), ds.count_rows(), ds.version, shown_config(dict(ds.config() or {})))])
+                  [(schema_ddl(ds.schema, target.table), ds.count_rows(), ds.version, shown_config(dict(ds.config() or {})))])
 
 
 DRIVER_READ_MAX_BYTES = 32 << 20

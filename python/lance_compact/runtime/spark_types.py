@@ -14,6 +14,7 @@ from typing import Callable
 import pyarrow as pa
 
 from ..errors import CompactionError
+from .identifiers import shown
 
 _t = pa.types
 
@@ -96,6 +97,16 @@ def arrow_type_for_spark(t: pa.DataType) -> pa.DataType:
     return spark_and_arrow(t)[1]
 
 
-def schema_ddl(schema: pa.Schema) -> str:
-    """A table's schema as Spark DDL."""
-    return ", ".join(f"{quoted(f.name)} {spark_type(f.type)}" for f in schema)
+def schema_ddl(schema: pa.Schema, table: str | None = None) -> str:
+    """A table's schema as Spark DDL; a column of a type Spark has none for is named (with
+    ``table``) in the error."""
+    out = []
+    for f in schema:
+        try:
+            out.append(f"{quoted(f.name)} {spark_type(f.type)}")
+        except CompactionError as e:
+            where = f"table {table}: " if table else ""
+            raise CompactionError(f"{where}column {shown(f.name)}: {e.message}, so Spark cannot read the table "
+                                  "through this catalog (Lance reads it; compaction and maintenance of it "
+                                  "work)") from None
+    return ", ".join(out)
