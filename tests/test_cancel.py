@@ -485,14 +485,19 @@ def test_in_the_engine_the_jvm_is_asked_at_most_every_50_ms_and_a_cancel_sticks(
         return said[0]
 
     statement = cancellation.Statement(probe, cancellation.Gate(object(), "request-1"))
-    assert all(statement() is None for _ in range(100)) and len(asked) == 1
+    started = time.monotonic()
+    assert all(statement() is None for _ in range(100))
+    # once, unless this loaded machine stopped the loop for more than an interval (then once more an interval)
+    assert 1 <= len(asked) <= 1 + int((time.monotonic() - started) / cancellation.Statement.PROBE_INTERVAL_S)
     said[0] = "the statement was interrupted"
     time.sleep(cancellation.Statement.PROBE_INTERVAL_S * 1.5)
-    assert statement() == "the statement was interrupted" and len(asked) == 2
-    assert statement() == "the statement was interrupted" and len(asked) == 2  # it stays, unasked
+    before = len(asked)
+    assert statement() == "the statement was interrupted" and len(asked) == before + 1
+    time.sleep(cancellation.Statement.PROBE_INTERVAL_S * 1.5)
+    assert statement() == "the statement was interrupted" and len(asked) == before + 1  # it stays, unasked
     # outside the engine (no gate) every check asks
     plain = cancellation.Statement(probe)
     said[0] = None
     for _ in range(3):
         plain()
-    assert len(asked) == 5
+    assert len(asked) == before + 4

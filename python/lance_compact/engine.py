@@ -475,6 +475,21 @@ def _detach_from_terminal() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+# EngineBridge methods whose arguments are only strings, numbers and booleans, which Py4J
+# sends as they are: called thousands of times by a warehouse run (progress, figures, the
+# commit gate), they skip PySpark's argument converters, whose checks (inspect.getattr_static
+# a converter and an argument) cost more than the call's own round trip.
+PLAIN_BRIDGE_METHODS = ("progress", "figures", "cancelled", "beginCommit", "endCommit", "staged",
+                        "heartbeat", "adopt", "respond", "nextRequest", "cancel")
+
+
+def _plain_arguments(obj: Any, names: tuple[str, ...]) -> None:
+    """Py4J keeps one member object a method name on ``obj``: without converters, its calls
+    send their arguments as they are (a list or dict argument would then fail: none is passed)."""
+    for name in names:
+        getattr(obj, name).converters = None
+
+
 def main() -> None:
     from .runtime.memory import ARENAS, limit_arenas
     capped = limit_arenas()  # before any thread is made (runtime/memory.py)
@@ -493,6 +508,7 @@ def main() -> None:
 
     gateway = launch_gateway()  # PYSPARK_GATEWAY_PORT/SECRET from the JVM
     bridge = gateway.entry_point
+    _plain_arguments(bridge, PLAIN_BRIDGE_METHODS)
     jsc = bridge.javaSparkContext()
     sc = SparkContext(gateway=gateway, jsc=jsc, conf=SparkConf(_jconf=jsc.sc().conf()))
     _read_driver_settings(sc)

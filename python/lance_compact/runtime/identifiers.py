@@ -81,7 +81,10 @@ def escape(text: Any, limit: int | None = None) -> str:
     text = str(text)
     cut = limit is not None and len(text) > limit
     body = text[:limit] if cut else text
-    out = "".join(ch if printable(ch) else _escape_char(ch) for ch in body)
+    # str.isprintable is stricter than printable() (it also refuses spaces other than ' '), so
+    # a text it passes has nothing to escape: the common case, without a call per character
+    # (progress lines and log lines go through here; a warehouse run says thousands)
+    out = body if body.isprintable() else "".join(ch if printable(ch) else _escape_char(ch) for ch in body)
     return f"{out}... ({len(text):,} characters)" if cut else out
 
 
@@ -90,8 +93,9 @@ def shown(name: Any, limit: int = SHOWN) -> str:
     is not printable escaped (as Python's ``repr`` does), cut after ``limit`` characters."""
     text = str(name)
     cut = len(text) > limit
-    body = "".join("\\\\" if ch == "\\" else ch if printable(ch) else _escape_char(ch)
-                   for ch in (text[:limit] if cut else text))
+    part = text[:limit] if cut else text
+    body = part.replace("\\", "\\\\") if part.isprintable() else "".join(
+        "\\\\" if ch == "\\" else ch if printable(ch) else _escape_char(ch) for ch in part)
     return f"'{body}'" + (f"... ({len(text):,} characters)" if cut else "")
 
 
