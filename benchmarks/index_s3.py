@@ -22,8 +22,9 @@ trip) and counts it. Per index type, on fresh copies of one table (100,000 x 128
   (a fresh dataset object, nothing cached) with the requests it makes: the price of segments.
 
 ``--rows-per-segment`` (default 25,000) makes the CALL build 4 segments, as a table past the
-default group size (262,144 rows a task) builds several; 0 keeps the product's default (one
-segment at 100,000 rows: no merge either way).
+default group size (262,144 rows a task) builds several (one task trains the model first); 0
+keeps the product's default (one group at 100,000 rows: one task trains its own model and
+builds the index, as pylance's create_index does; no merge either way).
 
     flock /tmp/lance-bench.lock .venv/bin/python benchmarks/index_s3.py --merge
 
