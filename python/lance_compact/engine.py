@@ -276,7 +276,9 @@ def _exit_with_parent() -> None:
 
 def _remove_own_staged() -> None:
     """Before exiting because the JVM is gone (no pool is left to do it): remove what this
-    worker's requests wrote and did not commit (maintenance/staged_files.py), within 10 s."""
+    worker's requests wrote and did not commit (maintenance/staged_files.py), within 10 s; and
+    the Lance warm-up's scratch folder if the exit came during it."""
+    _remove_warm_folder()
     try:
         from .maintenance.staged_files import remove_own
         remove_own(10.0)
@@ -309,13 +311,14 @@ def _warm_lance() -> None:
     folder (about 0.05-0.1 s) before this worker is ready: its runtime's threads, allocators and
     first-run code are then warm for the first statement (measured on a 600-fragment
     compaction: 0.54-0.81 s first in a fresh process, 0.47-0.50 s after this). Never fails the start."""
-    import shutil
     import tempfile
 
     import lance
     import pyarrow as pa
 
-    folder = tempfile.mkdtemp(prefix="lance-compact-warm-")
+    global _WARM_FOLDER
+    _remove_dead_workers_warm_folders()
+    folder = _WARM_FOLDER = tempfile.mkdtemp(prefix=f"{WARM_PREFIX}{os.getpid()}-")
     try:
         uri = os.path.join(folder, "warm.lance")
         rows = pa.table({"id": pa.array(range(64), pa.int64()), "s": pa.array([f"r{i}" for i in range(64)])})
@@ -326,7 +329,45 @@ def _warm_lance() -> None:
     except Exception as e:  # only a head start
         log.debug("warming Lance failed: %s", e)
     finally:
+        _remove_warm_folder()
+
+
+# The warm-up's scratch folder (a worker's pid in its name), while it exists: an exit during
+# the warm-up (the JVM gone: os._exit from another thread) removes it; one left by a worker
+# that was killed is removed by the next worker that warms up on this machine.
+WARM_PREFIX = "lance-compact-warm-"
+_WARM_FOLDER: str | None = None
+
+
+def _remove_warm_folder() -> None:
+    global _WARM_FOLDER
+    import shutil
+
+    folder, _WARM_FOLDER = _WARM_FOLDER, None
+    if folder:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def _remove_dead_workers_warm_folders() -> None:
+    """Scratch folders of workers no longer running (killed during their warm-up)."""
+    import shutil
+    import tempfile
+
+    root = tempfile.gettempdir()
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return
+    for name in names:
+        pid = name[len(WARM_PREFIX):].split("-", 1)[0] if name.startswith(WARM_PREFIX) else ""
+        if not (pid.isascii() and pid.isdigit()) or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:  # gone: its folder is nobody's
+            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+        except (PermissionError, OverflowError, ValueError):  # another user's process, or no pid
+            pass
 
 
 def _start_workers(sc: Any) -> None:
