@@ -350,3 +350,41 @@ def test_a_thousand_tables_render_within_a_second(browser, ui, spark):
     # machine it follows the load (1.0 s to 4.4 s seen; benchmarks/lance_tab.py measures it
     # beside Spark's own Environment page).
     assert min(server) < 1.0
+
+
+def _index_files(uri: str, uuids: set[str]) -> int:
+    """Bytes on disk of these index segments' files (_indices/<uuid>/...)."""
+    return sum(f.stat().st_size for u in uuids for f in (Path(uri) / "_indices" / u).rglob("*") if f.is_file())
+
+
+def test_index_builds_keep_their_bytes_and_task_time(spark, warehouse, maintained):
+    """CREATE INDEX in the engine worker and on Spark tasks, and optimize_indices, keep what
+    they read and wrote and their task time (not only their elapsed time): bytes written are
+    exactly the bytes of the index files the commit added, on disk (a segment merged into
+    another counts too: at least the committed files)."""
+    import lance
+    from oracle import batch
+
+    def segments(uri: str) -> set[str]:
+        return {str(s.uuid) for s in lance.dataset(uri).describe_indices()[0].segments} \
+            if lance.dataset(uri).describe_indices() else set()
+
+    def cost(table: str, version: int):
+        return spark.sql(f"""SELECT bytes_read, bytes_written, task_seconds, elapsed_ms FROM lance.system.maintenance_history
+            WHERE `table` = '{table}' AND version = {version}""").collect()[0]
+
+    for table, options, where in (("t3", "", "engine"), ("t4", ", options => map('test_task_sleep_ms', 'all:0')", "spark tasks")):
+        uri = str(warehouse / "db" / f"{table}.lance")
+        r = spark.sql(f"CALL lance.create_index(table => 'db.{table}', column => 'id', index_type => 'BTREE'{options})").collect()[0]
+        assert r.built_by == where, r
+        c = cost(table, r.new_version)
+        assert c.bytes_written == _index_files(uri, segments(uri)) > 0, (table, c)
+        assert c.bytes_read > 0 and c.task_seconds > 0 and c.elapsed_ms > 0, (table, c)
+    uri = str(warehouse / "db" / "t1.lance")
+    lance.write_dataset(batch(100_000, 200), uri, mode="append")
+    old = segments(uri)
+    r = spark.sql("CALL lance.optimize_indices(table => 'db.t1')").collect()
+    version = lance.dataset(uri).version
+    c = cost("t1", version)
+    new = _index_files(uri, segments(uri) - old)
+    assert c.bytes_written >= new > 0 and c.bytes_read > 0 and c.task_seconds > 0, (r, c, new)

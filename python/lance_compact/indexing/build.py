@@ -49,7 +49,7 @@ from . import spec as specs
 from . import tiers
 from .commit import commit_segments, is_conflict, keep_unmerged, merge_segments, remove_unreferenced, unchanged
 from .plan import Group, allowed, decoded_within, plan_groups, value_bytes
-from .segments import NAMED_BY_LANCE, SegmentJob, build_one, build_segments
+from .segments import NAMED_BY_LANCE, SegmentJob, build_one, build_segments, io_since
 from .train import sample_rate, sample_size, sampled_vectors, train_on_executor
 
 log = logging.getLogger(__name__)
@@ -140,6 +140,8 @@ def create_index(request: Envelope, sc: Any) -> dict[str, Any]:
         else:
             _on_spark(sc, target, ds, req, groups, partitions, most_sampled, row)
     row["elapsed_ms"] = int((time.monotonic() - started) * 1000)
+    for key in _COST_KEYS:  # kept with the table (_keep_cost), not columns of the result
+        row.pop(key, None)
     return row
 
 
@@ -181,11 +183,12 @@ def _in_engine(target: Target, ds: lance.LanceDataset, req: specs.IndexRequest, 
         commit_gate.add(uri, [f"_indices/{folder}"], storage)
     try:
         try:
-            segment = run_bounded(lambda: build_one(ds, job, fragment_ids, job.params, folder), timeout, table)
+            segment = run_bounded(lambda: _measured(ds, lambda: build_one(ds, job, fragment_ids, job.params, folder),
+                                                    row), timeout, table)
             if folder is None:  # Lance named it: known only now
                 written.append(str(segment.uuid))
                 commit_gate.add(uri, [f"_indices/{segment.uuid}"], storage)
-            merged = merge_segments(ds, [segment], 2, req.index_type)
+            merged = _measured(ds, lambda: merge_segments(ds, [segment], 2, req.index_type), row)
         except (Cancelled, CompactionError):
             raise
         except Exception as e:
@@ -194,6 +197,7 @@ def _in_engine(target: Target, ds: lance.LanceDataset, req: specs.IndexRequest, 
         written += [str(m.uuid) for m in merged if str(m.uuid) not in written]
         commit_gate.add(uri, [f"_indices/{m.uuid}" for m in merged], storage)
         row["build_ms"] = int((time.monotonic() - clock) * 1000)
+        row["_task_ms"] = row["build_ms"]  # one worker process built it
         hooks.before_commit(SimpleNamespace(hooks=req.hooks, uri=uri, storage_options=storage))
         clock = time.monotonic()
         row["new_version"] = _commit(ds, req, merged)
@@ -255,11 +259,35 @@ def _commit(ds: lance.LanceDataset, req: specs.IndexRequest, segments: list[Any]
         return version
 
 
+# The build's measured cost in its result row until it is kept (removed before the row is returned).
+_COST_KEYS = ("_bytes_read", "_bytes_written", "_task_ms")
+
+
+def _add(row: dict[str, Any], read: int, wrote: int, task_ms: int = 0) -> None:
+    for key, n in zip(_COST_KEYS, (read, wrote, task_ms)):
+        row[key] = row.get(key, 0) + int(n)
+
+
+def _measured(ds: lance.LanceDataset, work: Any, row: dict[str, Any]) -> Any:
+    """``work()``, the bytes ``ds``'s object store read and wrote meanwhile added to ``row``
+    (this statement's own dataset object: nothing else uses its counters meanwhile)."""
+    io_since(ds)
+    try:
+        return work()
+    finally:
+        _add(row, *io_since(ds))
+
+
 def _keep_cost(req: specs.IndexRequest, uri: str, storage: dict[str, str], row: dict[str, Any]) -> None:
     """The build's cost kept with the table under the version it committed (cost_records.py):
-    its elapsed time (building and committing); its bytes and task time are not measured here."""
+    the bytes Lance read and wrote building and merging the segments (each task's or this
+    worker's dataset I/O counters: what was written is the segments' files, those merged away
+    included), the tasks' time (a build in this worker: its build time), and the elapsed time
+    building and committing. A vector model trained by a Spark job first is not in the bytes or
+    task time (its sample is read by that job)."""
     cost_records.record(req.table, uri, storage, cost_records.Cost(
-        version=row["new_version"], step="index build", bytes_read=None, bytes_written=None, task_ms=None,
+        version=row["new_version"], step="index build", bytes_read=row.get("_bytes_read"),
+        bytes_written=row.get("_bytes_written"), task_ms=row.get("_task_ms"),
         elapsed_ms=int(row.get("build_ms") or 0) + int(row.get("commit_ms") or 0)))
 
 
@@ -301,6 +329,8 @@ def _on_spark(sc: Any, target: Target, ds: lance.LanceDataset, req: specs.IndexR
                 f"planned at version {read.version}" + (f" (retry {attempt})" if attempt else ""))
             row["build_ms"] += int((time.monotonic() - clock) * 1000)
             row["segments_built"] += len(built)
+            for s in built:  # what each task measured (segments.Segment)
+                _add(row, s.bytes_read, s.bytes_written, s.elapsed_ms)
             written += [str(s.index.uuid) for s in built]
             _stage(target, [str(s.index.uuid) for s in built])
             if failure is not None:  # a task may have written its segment after the job failed
@@ -322,7 +352,8 @@ def _on_spark(sc: Any, target: Target, ds: lance.LanceDataset, req: specs.IndexR
                 merged = ordered  # their merge on an object store: a round trip per partition per segment
             else:
                 progress.report(f"{table}: create_index: merging and committing {len(segments)} segments")
-                merged = merge_segments(read, ordered, int(req.setting("merge_fan_in")), req.index_type)
+                merged = _measured(read, lambda: merge_segments(read, ordered, int(req.setting("merge_fan_in")),
+                                                                req.index_type), row)
             written += [str(m.uuid) for m in merged]
             _stage(target, [str(m.uuid) for m in merged])
             try:

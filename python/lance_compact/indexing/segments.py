@@ -77,12 +77,22 @@ class SegmentJob:
 @dataclass(frozen=True)
 class Segment:
     """One built, uncommitted segment: its group's place, the fragments it covers, Lance's
-    metadata, the task's time."""
+    metadata, the task's time, and the bytes Lance read and wrote building it (the task's
+    dataset's I/O counters: what the segment's files hold, written)."""
 
     position: int
     fragment_ids: tuple[int, ...]
     index: Any  # lance.dataset.Index
     elapsed_ms: int
+    bytes_read: int = 0
+    bytes_written: int = 0
+
+
+def io_since(ds: lance.LanceDataset) -> tuple[int, int]:
+    """Bytes ``ds``'s object store read and wrote since the last call (pylance's
+    io_stats_incremental, which also resets them): call once before the work to start at zero."""
+    stats = ds.io_stats_incremental()
+    return int(stats.read_bytes), int(stats.written_bytes)
 
 
 @dataclass(frozen=True)
@@ -131,14 +141,17 @@ class _Builder:
                 hooks.task_fault(dict(job.hooks), position, attempt)
                 hooks.task_sleep(dict(job.hooks), position)
                 ds = ds or open_dataset(job.table, job.uri, dict(job.storage_options), version=job.version)
+                io_since(ds)  # the build's own bytes from here
                 index = build_one(ds, job, fragment_ids, params, job.segment_uuid(position, attempt))
+                read, wrote = io_since(ds)
             except CompactionError:
                 raise
             except Exception as e:  # Spark logs a task's error on both sides: never a credential
                 raise CompactionError(redact(f"table {job.table}: building the index segment of fragments "
                                              f"{_ids(fragment_ids)} failed: {describe(e)}", dict(job.storage_options))
                                       ) from None
-            outcomes.add([Segment(position, tuple(fragment_ids), index, int((time.monotonic() - started) * 1000))])
+            outcomes.add([Segment(position, tuple(fragment_ids), index, int((time.monotonic() - started) * 1000),
+                                  read, wrote)])
         return iter(())
 
 

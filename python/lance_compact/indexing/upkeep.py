@@ -221,10 +221,13 @@ def _segments(target: Target, ds: lance.LanceDataset, ups: list[Upkeep], procedu
 def _once(target: Target, ds: lance.LanceDataset, ups: list[Upkeep], procedure: str, sc: Any,
           outcomes: dict[str, Outcome], written: list[str], hooks: dict[str, Any]) -> None:
     from .build import engine_limit, run_bounded
-    from .segments import SegmentJob, build_one, build_segments
+    from .segments import SegmentJob, build_one, build_segments, io_since
 
     table = target.table
     clock = time.monotonic()
+    io_since(ds)  # this worker's reads and writes (models, in-worker builds, merges) from here
+    tasks = [0, 0, 0]  # what Spark tasks measured: bytes read, written, task ms
+    engine_ms = 0
     new_segments: list[Any] = []
     removed: list[Index] = []
     for up in ups:
@@ -245,7 +248,9 @@ def _once(target: Target, ds: lance.LanceDataset, ups: list[Upkeep], procedure: 
             if in_engine:
                 timeout = index_engine_limits(sc)[INDEX_TIMEOUT] if sc is not None else None
                 for g in groups:  # bounded in time as create_index's worker builds (build.run_bounded)
+                    started = time.monotonic()
                     shard = run_bounded(lambda g=g: build_one(ds, job, g, model), timeout, table, procedure)
+                    engine_ms += int((time.monotonic() - started) * 1000)
                     written.append(str(shard.uuid))
                     _stage(target, [str(shard.uuid)])
                     shards.append(shard)
@@ -258,6 +263,8 @@ def _once(target: Target, ds: lance.LanceDataset, ups: list[Upkeep], procedure: 
                     f"planned at version {up.read_version}")
                 written += [str(s.index.uuid) for s in built]
                 _stage(target, [str(s.index.uuid) for s in built])
+                for s in built:
+                    tasks = [tasks[0] + s.bytes_read, tasks[1] + s.bytes_written, tasks[2] + s.elapsed_ms]
                 if failure is not None:
                     if failure.cancelled:
                         why = cancellation.reason() or failure.message  # the statement's own cancel says more
@@ -283,6 +290,7 @@ def _once(target: Target, ds: lance.LanceDataset, ups: list[Upkeep], procedure: 
     if hooks:
         test_hooks.fault_at(SimpleNamespace(hooks=hooks, uri=target.uri, storage_options=dict(target.storage_options)),
                             "index_commit")
+    here = io_since(ds)
     operation = LanceOperation.CreateIndex(new_indices=new_segments, removed_indices=removed)
     read_version = ups[0].read_version
     try:
@@ -303,11 +311,13 @@ def _once(target: Target, ds: lance.LanceDataset, ups: list[Upkeep], procedure: 
     written[:] = [u for u in written if u not in kept]  # the versions from now on hold them
     for out in outcomes.values():
         out.new_version, out.latest = committed.version, committed
-    # its cost kept with the table (runtime/cost_records.py): the elapsed time of this attempt,
-    # building and committing; bytes and task time are not measured here
+    # its cost kept with the table (runtime/cost_records.py): the bytes Lance read and wrote in
+    # this worker (the indices' models, builds here, merges) and in the Spark tasks (each
+    # measured its own), the tasks' time (a build here: its time), this attempt's elapsed time
     cost_records.record(table, target.uri, target.storage_options, cost_records.Cost(
-        version=committed.version, step="index optimization", bytes_read=None, bytes_written=None,
-        task_ms=None, elapsed_ms=int((time.monotonic() - clock) * 1000)))
+        version=committed.version, step="index optimization", bytes_read=here[0] + tasks[0],
+        bytes_written=here[1] + tasks[1], task_ms=engine_ms + tasks[2],
+        elapsed_ms=int((time.monotonic() - clock) * 1000)))
 
 
 def _groups(up: Upkeep, ds: lance.LanceDataset) -> list[list[int]]:
@@ -327,7 +337,10 @@ def _groups(up: Upkeep, ds: lance.LanceDataset) -> list[list[int]]:
 
 def _pylance(target: Target, ds: lance.LanceDataset, up: Upkeep, retrain: bool) -> Outcome:
     """pylance's optimize_indices of this one index, in the engine (one commit)."""
-    before = ds.version
+    from .segments import io_since
+
+    before, clock = ds.version, time.monotonic()
+    io_since(ds)
     try:
         # pylance's optimize_indices commits inside the call and has no uncommitted form: the whole
         # call goes through the gate (a cancel after it began waits for it; only indices no segment
@@ -349,6 +362,12 @@ def _pylance(target: Target, ds: lance.LanceDataset, up: Upkeep, retrain: bool) 
                               ) from None
     why = f" ({up.why})" if up.why else ""
     changed = ds.version != before
+    if changed:  # its cost (cost_records.py): all in this worker; its bytes include the commit's own
+        read, wrote = io_since(ds)
+        elapsed = int((time.monotonic() - clock) * 1000)
+        cost_records.record(target.table, target.uri, target.storage_options, cost_records.Cost(
+            version=ds.version, step="index optimization", bytes_read=read, bytes_written=wrote,
+            task_ms=elapsed, elapsed_ms=elapsed))
     return Outcome(PYLANCE, up.rows if retrain else up.new_rows, 1 if changed else 0, 0,
                    ds.version if changed else None, notes=[f"pylance{why}"], latest=ds if changed else None)
 
