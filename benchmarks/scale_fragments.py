@@ -56,12 +56,18 @@ def build(uri: str, fragments: int, deletions: bool, index: bool, plain: Path | 
     from lance.fragment import write_fragments
 
     if plain is not None and plain.exists():
+        # Made under another name and renamed when whole: a build stopped half way (the
+        # delete scans every file) must not be taken for the variant by the next run.
+        partial = uri + ".partial"
+        shutil.rmtree(partial, ignore_errors=True)
         source = lance.dataset(str(plain))
-        ds = source.shallow_clone(uri, source.version)
+        ds = source.shallow_clone(partial, source.version)
         if deletions:
             ds.delete("id % 100 = 5")
         if index:
             ds.create_scalar_index("id", "BTREE")
+        del ds
+        Path(partial).rename(uri)
         return
     rows = fragments * 10
     data = pa.table({"id": pa.array(range(rows), pa.int64()),
