@@ -388,3 +388,28 @@ def test_index_builds_keep_their_bytes_and_task_time(spark, warehouse, maintaine
     c = cost("t1", version)
     new = _index_files(uri, segments(uri) - old)
     assert c.bytes_written >= new > 0 and c.bytes_read > 0 and c.task_seconds > 0, (r, c, new)
+
+
+def test_a_clustered_compaction_keeps_its_cost_and_posts_its_layouts(browser, ui, spark, warehouse, maintained):
+    """A compaction with a sort order keeps its cost as a plain one does (the bytes of its source
+    and new fragments' data files, its tasks' time) and posts its layout before and after."""
+    import lance
+
+    uri = str(warehouse / "db" / "t2.lance")
+    before = lance.dataset(uri)
+    source = sum(d.file_size_bytes or 0 for f in before.get_fragments() for d in f.metadata.files)
+    r = spark.sql("CALL lance.compact(table => 'db.t2', sort_order => 'category', target_rows_per_fragment => 200)").collect()[0]
+    assert r.strategy == "clustering" and r.commits >= 1, r
+    after = lance.dataset(uri)
+    new = sum(Path(uri, "data", d.path).stat().st_size for f in after.get_fragments() for d in f.metadata.files)
+    kept = spark.sql("""SELECT version, operation, bytes_read, bytes_written, task_seconds, elapsed_ms
+        FROM lance.system.maintenance_history WHERE `table` = 't2' AND version > %d AND elapsed_ms IS NOT NULL""" % before.version).collect()
+    assert [k.operation for k in kept] == ["Rewrite"], kept
+    k = kept[0]
+    # every fragment was rewritten: read the table's data files, wrote the new ones (on disk)
+    assert k.bytes_read == r.bytes_read == source and k.bytes_written == r.bytes_written == new > 0, (k, r, source, new)
+    assert k.task_seconds > 0 and 0 < k.elapsed_ms <= r.elapsed_ms, (k, r)
+    load(browser, f"{ui}/lance/table/?name=lance.db.t2")
+    captions = browser.evaluate("[...document.querySelectorAll('figure.lance-layout figcaption')].map(c => c.textContent)")
+    assert f"version {before.version} (before compaction)" in [c.split(":")[0] for c in captions], captions
+    assert f"version {k.version} (after compaction)" in [c.split(":")[0] for c in captions], captions

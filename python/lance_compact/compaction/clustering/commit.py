@@ -11,6 +11,7 @@ at its end (``compaction/index_restore.py``).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import lance
 from lance import LanceOperation
@@ -27,6 +28,7 @@ class CommitResult:
 
     version: int | None
     conflict: str | None = None
+    dataset: Any = None  # the table as the commit left it (its layout after, said to the Lance tab)
 
 
 def new_fragments(fragment_json: list[str]) -> list[FragmentMetadata]:
@@ -47,7 +49,7 @@ def commit_rewrite(uri: str, storage_options: dict[str, str], read_version: int,
         if is_retryable_conflict(e):
             return CommitResult(None, str(e).split(", /")[0][:300])
         raise
-    return CommitResult(ds.version)
+    return CommitResult(ds.version, dataset=ds)
 
 
 def changed_fragments(read: lance.LanceDataset, latest: lance.LanceDataset, fragment_ids: list[int]) -> set[int]:

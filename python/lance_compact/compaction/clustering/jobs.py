@@ -22,8 +22,9 @@ import bisect
 import json
 import re
 import resource
-from dataclasses import dataclass
-from typing import Iterator
+import time
+from dataclasses import dataclass, replace
+from typing import Any, Iterator
 
 import lance
 import numpy as np
@@ -127,6 +128,7 @@ class Written:
     ranges: tuple[tuple[int, int], ...] = ()  # per new fragment: its lowest and highest code (state.py)
     group: int = 0  # the plan's group this partition belongs to
     error: str | None = None  # the group failed (partial progress): nothing of it is committed
+    task_ms: int = 0  # the reduce task's run time (its shuffle read, sort and write)
 
 
 # A map task that failed its last attempt under partial progress sends this, then its error,
@@ -195,20 +197,26 @@ class _Router:
     layout: Layout
     chunk_rows: int
     faults: Faults = Faults()
+    spent: Any = None  # an accumulator of the map tasks' run time, ms (the cost kept with the table)
 
     def __call__(self, fragment_ids: Iterator[int]) -> Iterator[tuple[int, bytes]]:
-        ds = self.source.open()
-        offsets = self.layout.offsets
-        for fid in fragment_ids:
-            g = self.layout.group_of[fid]
-            try:
-                yield from self._fragment(ds, fid, self.layout.bounds[g], offsets[g])
-            except Exception as e:
-                if not self.faults.last():
-                    raise
-                blob = FAILED + self.faults.text(e).encode()
-                for p in self.layout.owned(g):
-                    yield p, blob
+        started = time.monotonic()
+        try:
+            ds = self.source.open()
+            offsets = self.layout.offsets
+            for fid in fragment_ids:
+                g = self.layout.group_of[fid]
+                try:
+                    yield from self._fragment(ds, fid, self.layout.bounds[g], offsets[g])
+                except Exception as e:
+                    if not self.faults.last():
+                        raise
+                    blob = FAILED + self.faults.text(e).encode()
+                    for p in self.layout.owned(g):
+                        yield p, blob
+        finally:
+            if self.spent is not None:
+                self.spent.add(int((time.monotonic() - started) * 1000))
 
     def _fragment(self, ds, fid: int, bounds: Bounds, offset: int) -> Iterator[tuple[int, bytes]]:
         linear = from_ipc(bounds.linear) if bounds.linear is not None else None
@@ -257,6 +265,7 @@ class _Writer:
 
     def __call__(self, outcomes, index: int, items: Iterator[tuple[int, bytes]]) -> Iterator[None]:
         from ...runtime import hooks
+        started = time.monotonic()
         g = self.layout.group_at(index)
         try:
             hooks.task_fault(self.faults.hooks or {}, g, _attempt())
@@ -265,7 +274,7 @@ class _Writer:
             if not self.faults.last():
                 raise
             written = Written(index, (), 0, 0, group=g, error=self.faults.text(e))
-        outcomes.add([written])
+        outcomes.add([replace(written, task_ms=int((time.monotonic() - started) * 1000))])
         return iter(())
 
     def _write(self, index: int, g: int, items: Iterator[tuple[int, bytes]]) -> Written:
@@ -361,15 +370,17 @@ def _failed_partition(sc, error: Exception) -> int | None:
 
 def rewrite(sc, source: Source, order: SortOrder, layout: Layout, fragment_ids: list[int],
             target_rows: int, max_bytes_per_file: int | None, domain: tuple[bytes, ...] = (),
-            faults: Faults = Faults()) -> tuple[list[Written], dict[int, str]]:
+            faults: Faults = Faults()) -> tuple[list[Written], dict[int, str], int]:
     """Job 2, all groups in ONE Spark job: route, shuffle, sort and write; (the partitions'
-    outcomes in partition order, the groups that failed -> why). Without partial progress a
+    outcomes in partition order, the groups that failed -> why, the map tasks' run time in ms,
+    summed: each reduce task's is in its outcome). Without partial progress a
     failed task fails the job: :class:`RewriteFailed`. With it, a task that fails its last
     attempt fails its group; when Spark gave up on a reduce task (its worker died on every
     attempt), that group fails and the other groups' unfinished partitions run again
     (their shuffle input is kept)."""
     from ...runtime import cancellation
-    router = _Router(source, order, layout, target_rows, faults)
+    spent = sc.accumulator(0)
+    router = _Router(source, order, layout, target_rows, faults, spent)
     writer = _Writer(source, order, layout, target_rows, max_bytes_per_file, domain, faults)
     n = layout.partitions
     outcomes = outcomes_accumulator(sc)
@@ -400,7 +411,7 @@ def rewrite(sc, source: Source, order: SortOrder, layout: Layout, fragment_ids: 
     for w in written:
         if w.error is not None:
             failed.setdefault(w.group, w.error)
-    return written, failed
+    return written, failed, int(spent.value)
 
 
 def _drain(items: Iterator[None]) -> list[int]:

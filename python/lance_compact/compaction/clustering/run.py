@@ -33,7 +33,7 @@ from typing import Any
 
 import lance
 
-from ...runtime import cancellation, commit_gate, progress
+from ...runtime import cancellation, commit_gate, cost_records, progress
 from ...runtime.failures import CORRUPT, classify, committed_phrase, describe, job_failure, keep_traceback
 
 from ...runtime import hooks
@@ -41,7 +41,7 @@ from ...errors import CompactionError
 from ...options import result_columns
 from ..commit import is_retryable_conflict
 from ..fragments import name_damage
-from .. import index_restore
+from .. import index_restore, layout_figures
 from ..index_restore import IndexCoverage
 from ..request import CompactionRequest
 from ...runtime.tables import open_dataset
@@ -177,6 +177,9 @@ class _Totals:
     coverage: IndexCoverage | None = None
     left: int = 0
     versions: list[int] = field(default_factory=list)  # committed by this run, in order
+    map_ms: int = 0  # the attempt's map tasks' time, not yet in a kept cost (its first commit takes it)
+    clock: float = 0.0  # when the attempt began, or its last commit landed (a kept cost's elapsed time)
+    after: Any = None  # the table as the last Rewrite left it (its layout, said to the Lance tab)
 
 
 @dataclass
@@ -237,6 +240,9 @@ def _attempt(sc: Any, request: CompactionRequest, order: SortOrder, dataset: lan
     totals.read_version = totals.read_version or plan.read_version
     if not plan.groups:  # incremental and nothing to do
         return 0
+    totals.clock = time.monotonic()
+    if not totals.versions:  # the layout this clustering starts from, as the plan read it (no extra read)
+        layout_figures.said(request.table, request.catalog, dataset, "before compaction")
     groups = plan.groups
     ids = plan.fragment_ids
     sc.setJobDescription(f"lance.compact {request.table}: sampling {order.text()} over {len(groups)} groups "
@@ -256,8 +262,8 @@ def _attempt(sc: Any, request: CompactionRequest, order: SortOrder, dataset: lan
         sc.setJobDescription(f"lance.compact {request.table}: clustering {len(ids)} fragments of {len(groups)} "
                              f"groups into {plan.partitions} partitions by {order.text()}")
         progress.report(f"{request.table}: clustering {len(ids)} fragments into {plan.partitions} partitions")
-        written, failed = jobs.rewrite(sc, source, order, layout, ids, plan.target_rows,
-                                       plan.max_bytes_per_file, domain, faults)
+        written, failed, totals.map_ms = jobs.rewrite(sc, source, order, layout, ids, plan.target_rows,
+                                                      plan.max_bytes_per_file, domain, faults)
     except jobs.RewriteFailed as e:
         removed = _remove(request, [m for w in e.written for m in new_fragments(list(w.fragments))])
         raise _job_error(request, totals, e.error, removed, dataset, ids) from None
@@ -352,6 +358,7 @@ def _commit_gated(request: CompactionRequest, order: SortOrder, dataset: lance.L
             _remove(request, [m for d in keep for m in d.new])
             return len(batch)
         batch = keep
+    totals.after = result.dataset
     _committed(request, order, dataset, plan, state, domain, batch, totals, result.version)
     return len(olds) - len(batch)
 
@@ -381,7 +388,7 @@ def _commit_rewrite(request: CompactionRequest, plan: ClusterPlan, olds: dict[in
     if files and files <= {p.path for f in latest.get_fragments() for p in f.metadata.data_files()}:
         log.warning("table %s: the clustering's commit failed (%s) but landed, as version %d", request.table,
                     error, latest.version)
-        return CommitResult(latest.version)
+        return CommitResult(latest.version, dataset=latest)
     removed = remove_files(request.uri, latest, new)
     local = "://" not in request.uri or request.uri.startswith("file://")
     left = (f"the {removed} files it wrote were removed" if local else
@@ -411,6 +418,17 @@ def _committed(request: CompactionRequest, order: SortOrder, dataset: lance.Lanc
     totals.bytes_read += sum(d.group.bytes for d in batch)
     totals.bytes_written += sum(w.bytes for w in written)
     totals.commits += 1
+    # its cost kept with the table (runtime/cost_records.py), as a plain compaction's: the bytes
+    # of the groups' source fragments and of the new fragments, the reduce tasks' time and the
+    # map tasks' (those of the attempt, with its first commit), elapsed since the attempt began
+    # (or its previous commit)
+    now = time.monotonic()
+    cost_records.record(request.table, request.uri, request.storage_options, cost_records.Cost(
+        version=version, step="compaction", bytes_read=sum(d.group.bytes for d in batch),
+        bytes_written=sum(w.bytes for w in written), task_ms=sum(w.task_ms for w in written) + totals.map_ms,
+        elapsed_ms=int((now - totals.clock) * 1000)), request.catalog)
+    totals.map_ms, totals.clock = 0, now
+    progress.figures({"kind": "progress", "bytes_read": totals.bytes_read, "bytes_written": totals.bytes_written})
     totals.lost |= set(indices_covering(dataset, {i for d in batch for i in d.group.fragment_ids}))
     recorded = record_clustering(request, order, domain, state, written)
     if recorded is not None:
@@ -517,6 +535,8 @@ def cluster(request: CompactionRequest, sc: Any) -> tuple:
         keep_traceback(e, f"table {request.table}: the clustering failed", request.storage_options)
         raise CompactionError(f"table {request.table}: the clustering failed: {type(e).__name__}: {describe(e)}; "
                               f"{committed_phrase(totals.versions)}", classify(e).kind) from None
+    if totals.after is not None:
+        layout_figures.said(request.table, request.catalog, totals.after, "after compaction")
     # Every index covering less than the table, whoever left it so (raises naming what was committed).
     totals.coverage = index_restore.restore(request, totals.lost, totals.versions)
     if totals.coverage is not None and totals.coverage.restored:
