@@ -166,3 +166,15 @@ def test_driver_java_options_are_merged_with_ours(tmp_path):
     assert given == f"{DRIVER_JAVA_OPTIONS} -XX:TieredStopAtLevel=1 -Dx=1"
     assert not [a for a in args if a.startswith("--driver-java-options=")]
     assert args[-2:] == ["-e", "SELECT 1"]
+
+
+def test_a_short_run_exits_quietly(cli_warehouse):
+    """issue 42: a short ``-e`` run ended while the job that starts the executors' Python workers
+    (the pool's first worker starts it with the session) still ran, and the context's stop printed
+    executor ERROR traces (a heartbeat meeting a stopped block manager). The JVM now waits for
+    that job at exit (StartJobAtExit.scala): stderr holds no ERROR line and no trace."""
+    p = spark_sql(cli_warehouse, "-e", "SELECT 1")
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert p.stdout.strip().splitlines()[-1] == "1", p.stdout
+    noisy = [line for line in p.stderr.splitlines() if " ERROR " in line or "Exception" in line or "\tat " in line]
+    assert noisy == [], p.stderr[-3000:]

@@ -81,6 +81,7 @@ def start_workers(sc: SparkContext) -> None:
     # caller's job group, and looked like that statement's rewrite job).
     for key in ("spark.jobGroup.id", "spark.job.tags", "spark.job.interruptOnCancel", "spark.scheduler.pool"):
         sc.setLocalProperty(key, None)
+    # the JVM waits for this group's job at exit (StartJobAtExit.scala: the same literal)
     sc.setJobGroup("lance_compact-start-workers", "lance_compact: starting Python workers")
     sc.setJobDescription("lance_compact: starting Python workers")
     try:
