@@ -32,7 +32,9 @@ from terminal import CTRL_C, Terminal
 
 os.environ["LANCE_COMPACT_TEST_HOOKS"] = "1"
 GRACE_S = 2
-SERVER_CONF = ["--conf", f"spark.lance.compact.engine.cancelGrace={GRACE_S}s"]
+# two engine workers, as in the attacker's finding that one user's statements held both
+SERVER_CONF = ["--conf", f"spark.lance.compact.engine.cancelGrace={GRACE_S}s",
+               "--conf", "spark.lance.compact.engine.workers=2"]
 HOLD = "options => map('test_before_commit', 'writers.mark_then_hold')"
 ANSWER_BOUND_S = GRACE_S + 15  # the grace, the kill, the client's way back on 2 loaded cores
 
@@ -204,6 +206,53 @@ def test_thrift_query_timeout_stops_the_heavy_index_build(thrift):
         assert not lance.dataset(str(path)).describe_indices()
 
 
+def test_thrift_one_users_statements_do_not_hold_up_anothers(thrift):
+    """issue 42 (the attacker's finding): with engine.workers = 2, one user's two statements held
+    both workers and another user's SELECT on lance.system.table_health waited 16.2 s. Here
+    alice's two CALLs hold both workers (held right before their commits, for as long as the test
+    wants): bob's read of the system table and then his own compaction answer while hers are
+    still held (the pool's reserve worker: a short statement, a user holding none); once released,
+    alice's compactions commit with their rows exact."""
+    server, wh = thrift
+    made = {n: make_table(wh, n) for n in ("fair_alice_1", "fair_alice_2", "fair_bob")}
+    expected = {n: content(ds) for n, (_, _, ds) in made.items()}
+    answers: dict[str, object] = {}
+
+    def alice(name: str) -> None:
+        answers[name] = cs.beeline(server.port, f"CALL lance.compact(table => '{made[name][0]}', "
+                                   f"target_rows_per_fragment => 300, {HOLD});", server.workdir, "-n", "alice")
+
+    with server.logs_on_failure():
+        threads = [threading.Thread(target=alice, args=(n,), daemon=True) for n in ("fair_alice_1", "fair_alice_2")]
+        for t in threads:
+            t.start()
+        try:
+            wait_for(lambda: held(made["fair_alice_1"][1]) and held(made["fair_alice_2"][1]), timeout=180)
+            started = time.monotonic()
+            bob = cs.beeline(server.port, "SELECT count(*) FROM lance.system.table_health WHERE namespace = 'db';\n"
+                             "CALL lance.compact(table => 'db.fair_bob', target_rows_per_fragment => 300);",
+                             server.workdir, "-n", "bob", timeout=150)
+            took = time.monotonic() - started
+            print(f"\nbob's beeline (a JVM's start, the health read, a compaction) beside alice's two held "
+                  f"CALLs: {took:.1f} s")
+            assert bob.returncode == 0, (bob.stdout + bob.stderr)[-3000:]
+            # answered while both of alice's statements still held their workers
+            assert all(t.is_alive() for t in threads) and held(made["fair_alice_1"][1])
+            assert lance.dataset(str(made["fair_alice_1"][1])).version == made["fair_alice_1"][2].version
+        finally:
+            for n in ("fair_alice_1", "fair_alice_2"):
+                writers.release(str(made[n][1]))
+        for t in threads:
+            t.join(timeout=180)
+        for n, (_, path, before) in made.items():
+            if n != "fair_bob":
+                said = answers[n]
+                assert said.returncode == 0, (said.stdout + said.stderr)[-3000:]
+            after = lance.dataset(str(path))
+            assert after.version > before.version and content(after) == expected[n], n
+            assert len(after.get_fragments()) < len(before.get_fragments()), n
+
+
 # ---------------------------------------------------------------------------------------------
 # Spark Connect
 
@@ -249,6 +298,44 @@ CONNECT_FORMS = {
     "interruptTag": lambda remote, tag: remote.interruptTag(tag),
     "interruptOperation": lambda remote, tag: [remote.interruptOperation(op) for op in remote.interruptTag(tag)],
 }
+
+
+def test_connect_one_users_statements_do_not_hold_up_anothers(connect, remote):
+    """The same on Spark Connect, where the user is the session's user_id: this module's session
+    holds both engine workers with two CALLs held before their commits; carol's session (a user of
+    her own) reads lance.system.table_health and compacts a table meanwhile; the held ones then
+    commit with their rows exact."""
+    from pyspark.sql import SparkSession
+
+    server, wh = connect
+    made = {n: make_table(wh, n) for n in ("cfair_1", "cfair_2", "cfair_carol")}
+    expected = {n: content(ds) for n, (_, _, ds) in made.items()}
+    carol = SparkSession.builder.remote(f"sc://127.0.0.1:{server.port}/;user_id=carol").create()
+    with server.logs_on_failure():
+        calls = [RemoteCall(remote, f"CALL lance.compact(table => '{made[n][0]}', target_rows_per_fragment => 300, "
+                                    f"{HOLD})", f"fair-{n}") for n in ("cfair_1", "cfair_2")]
+        try:
+            wait_for(lambda: held(made["cfair_1"][1]) and held(made["cfair_2"][1]), timeout=180)
+            started = time.monotonic()
+            [row] = carol.sql("SELECT count(*) AS n FROM lance.system.table_health WHERE namespace = 'db'").collect()
+            read = time.monotonic() - started
+            carol.sql(f"CALL lance.compact(table => '{made['cfair_carol'][0]}', target_rows_per_fragment => 300)").collect()
+            took = time.monotonic() - started
+            print(f"\ncarol beside two held CALLs: the health read {read:.1f} s, with her compaction {took:.1f} s")
+            assert row.n >= 3
+            assert all(c.ended is None for c in calls) and held(made["cfair_1"][1])
+            assert read < 30, read
+        finally:
+            for n in ("cfair_1", "cfair_2"):
+                writers.release(str(made[n][1]))
+            carol.stop()
+        for c in calls:
+            c.join(120)
+            assert c.error is None, c.error
+        for n, (_, path, before) in made.items():
+            after = lance.dataset(str(path))
+            assert after.version > before.version and content(after) == expected[n], n
+            assert len(after.get_fragments()) < len(before.get_fragments()), n
 
 
 @pytest.mark.parametrize("form", list(CONNECT_FORMS))

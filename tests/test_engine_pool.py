@@ -27,8 +27,10 @@ import writers
 
 os.environ["LANCE_COMPACT_TEST_HOOKS"] = "1"  # test hooks exist only in processes started so
 MAX_STATEMENTS = 8
+WAIT_TIMEOUT_S = 15
 SPARK_CONF = {"spark.lance.compact.engine.workers": "2", "spark.lance.compact.engine.spareWorkers": "1",
               "spark.lance.compact.engine.maxStatements": str(MAX_STATEMENTS),
+              "spark.lance.compact.engine.waitTimeout": f"{WAIT_TIMEOUT_S}s",
               # every rewrite and index build as Spark tasks (as on a cluster)
               "spark.lance.compact.engineRewrite.maxBatchBytes": "0"}
 
@@ -122,7 +124,9 @@ def test_a_statement_waits_for_a_free_worker_when_all_are_leased(spark, warehous
     line = spark._jvm.io.github.lancecompact.spark.engine.Progress.line("third")
     assert line.startswith("waiting for a free engine worker: all 2 serve other statements (0 waiting before it"), line
     time.sleep(1)
-    assert third.ended is None and len(workers(spark)) == 2  # no third process beyond the size
+    # no third statement beyond the size: the reserve worker (started now) serves only a short
+    # statement or a user holding none, and this user holds both
+    assert third.ended is None and len(leased_pids(spark)) == 2 and len(workers(spark)) <= 3, workers(spark)
     assert writers.release(uris["wait_a"])
     first[0].join()
     third.join()  # it ran once a worker was free
@@ -184,6 +188,44 @@ def test_a_worker_is_replaced_after_its_statements(spark, warehouse):
     assert len(pids) >= 2, pids  # the worker that served it was replaced by another
     assert all(w["served"] < MAX_STATEMENTS for w in workers(spark)), workers(spark)
 
+
+def test_a_short_statement_is_served_while_long_ones_hold_every_worker(spark, warehouse):
+    """Both workers hold a compaction (held before its commit): a metadata read is served by the
+    pool's reserve worker at once, not after them; a third compaction of the same user is not
+    (it waits its turn) and, waiting past spark.lance.compact.engine.waitTimeout, fails saying so,
+    having run nothing; the held ones then finish with their rows exact."""
+    names = ["full_a", "full_b", "full_c"]
+    uris = {n: small_table(warehouse, n) for n in names}
+    expected = {n: content(lance.dataset(u)) for n, u in uris.items()}
+    before_c = lance.dataset(uris["full_c"]).version
+    held = [Running(spark, compact_sql(n, held=True)) for n in names[:2]]
+    for n in names[:2]:
+        wait_held(uris[n])
+    third = Running(spark, compact_sql("full_c"))
+    wait_for(lambda: pool(spark).queued() == 1, timeout=30)
+    started = time.monotonic()
+    rows = spark.sql("SELECT `table`, fragments FROM lance.system.table_health "
+                     "WHERE namespace = 'db' AND `table` = 'full_c'").collect()
+    took = time.monotonic() - started
+    assert [tuple(r) for r in rows] == [("full_c", 6)], rows
+    assert took < 20, f"the short statement took {took:.1f} s beside two held compactions"
+    assert all(r.ended is None for r in held) and third.ended is None
+    third.thread.join(WAIT_TIMEOUT_S + 60)
+    assert third.ended is not None and third.error is not None, "the waiting statement did not fail"
+    said = str(third.error)
+    assert "LANCE_CANCELLED" in said and "spark.lance.compact.engine.waitTimeout" in said, said
+    assert "nothing ran and nothing was committed" in said, said
+    assert lance.dataset(uris["full_c"]).version == before_c
+    for n in names[:2]:
+        assert writers.release(uris[n])
+    for r in held:
+        r.join()
+    for n in names[:2]:
+        ds = lance.dataset(uris[n])
+        assert content(ds) == expected[n] and len(ds.get_fragments()) == 1
+    assert pool(spark).queued() == 0
+    # the pool is back to its size once it is no longer full (the reserve left)
+    wait_for(lambda: len(workers(spark)) <= 2, timeout=30)
 
 
 def _descendants(root: int) -> set[int]:

@@ -23,7 +23,21 @@ import org.apache.spark.sql.SparkSession
  *
  *  - Size: at most `spark.lance.compact.engine.workers` workers (default twice the driver's
  *    cores, at least 2, at most 8); a statement that finds all of them leased waits its turn
- *    (first come, first served) and hears so on its progress line.
+ *    and hears so on its progress line.
+ *  - Fairness between users (a shared Thrift or Connect server): no user's statements hold up
+ *    another's beyond a bound. A worker cannot be taken from a running statement (that would
+ *    lose its work), so a lone user who filled the pool (two index builds with
+ *    `workers = 2`: another user's `SELECT count(*) FROM lance.system.table_health` waited
+ *    16.2 s) is answered with ONE reserve worker above the size
+ *    (`spark.lance.compact.engine.reserveWorker`, default on), leased only by a short statement
+ *    ([[ShortActions]]: catalog reads, metadata and system tables, plans) or by the statement
+ *    of a user who holds no worker. It is started as the pool's spare when the size is all
+ *    leased, and leaves once the pool is no longer full. A lone user (a notebook) still gets
+ *    every worker, exactly as before. When a worker frees, it goes to the waiting statement of
+ *    the user who holds the fewest workers (first come among equals), so a user holds at most
+ *    N-1 while another waits. A wait is bounded (`spark.lance.compact.engine.waitTimeout`,
+ *    default 10 min): past it the statement fails, LANCE_CANCELLED, having run nothing.
+ *    The user is the one Spark runs the statement as ([[userOf]]).
  *  - Warm: `spark.lance.compact.engine.spareWorkers` (default 1) idle workers are kept started,
  *    from the session's start when the plugin is on ([[EnginePlugin]]), so a statement does not
  *    pay a process start.
@@ -44,15 +58,20 @@ final class EnginePool private (val sc: SparkContext, python: String, val logFil
   val maxWorkers: Int = math.max(1, conf.getInt(WorkersConf, math.max(2, math.min(8, 2 * cores))))
   val spares: Int = math.max(0, math.min(maxWorkers, conf.getInt(SparesConf, 1)))
   val maxStatements: Int = math.max(1, conf.getInt(MaxStatementsConf, 1000))
+  /** Workers above [[maxWorkers]] for a short statement or a user holding none (0 or 1). */
+  val reserve: Int = if (conf.getBoolean(ReserveConf, true)) 1 else 0
+  val waitTimeoutMs: Long = math.max(1000L, conf.getTimeAsMs(WaitTimeoutConf, "10min"))
 
   /** Started and free: spares that never served first, then the most recently released last. */
   private val idle = mutable.ArrayBuffer[EngineProcess]()
   private val leased = mutable.LinkedHashSet[EngineProcess]()
+  /** Who each leased worker serves (a user name, [[userOf]]). */
+  private val leasedBy = mutable.HashMap[EngineProcess, String]()
   private var starting = 0
   private var numbered = 0
   private var closed = false
   /** Statements waiting for a worker, in the order they came (their turn tickets). */
-  private val waiting = new java.util.ArrayDeque[AnyRef]()
+  private val waiting = new java.util.ArrayDeque[Ticket]()
 
   private def total: Int = idle.size + leased.size + starting
   /** Workers that ended without being stopped by the pool (died, were killed, hung). */
@@ -72,7 +91,7 @@ final class EnginePool private (val sc: SparkContext, python: String, val logFil
   /** Run `action` in a worker of its own and return its response JSON. */
   def call(action: String, requestJson: String): String = {
     val table = tableOf(requestJson)
-    val worker = lease(table, action)
+    val worker = lease(table, action, userOf(sc))
     try worker.call(action, requestJson)
     catch {
       case e: EngineFailure =>
@@ -82,16 +101,31 @@ final class EnginePool private (val sc: SparkContext, python: String, val logFil
     } finally release(worker, table)
   }
 
-  private def lease(table: String, action: String): EngineProcess = {
-    val ticket = new AnyRef
+  private def lease(table: String, action: String, user: String): EngineProcess = {
+    val ticket = Ticket(user, ShortActions.contains(action))
     synchronized(waiting.addLast(ticket))
     var got: EngineProcess = null
     var build = false
+    var came = System.nanoTime()
     var waitedSince = 0L
-    def waitTurn(): Unit = if (waitedSince == 0L) {
-      waitedSince = System.nanoTime()
-      Progress.waiting(sc, s"waiting for a free engine worker: all $maxWorkers serve other statements " +
-        s"(${math.max(0, waiting.asScala.toSeq.indexWhere(_ eq ticket))} waiting before it; $WorkersConf)")
+    def waitTurn(): Unit = {
+      if (waitedSince == 0L) {
+        waitedSince = System.nanoTime()
+        Progress.waiting(sc, s"waiting for a free engine worker: all $maxWorkers serve other statements " +
+          s"(${math.max(0, waiting.asScala.toSeq.indexWhere(_ eq ticket))} waiting before it; $WorkersConf)")
+      }
+      // Bounded: never a hang behind statements that outlast the operator's bound. A worker's
+      // start (bounded by its own timeout) is not the pool being full: the clock starts after it.
+      if (starting > 0) came = System.nanoTime()
+      else if (System.nanoTime() - came > waitTimeoutMs * 1000000L) {
+        waiting.remove(ticket)
+        notifyAll()
+        Progress.waiting(sc, null)
+        throw new EngineFailure(s"$action waited ${waitTimeoutMs / 1000} s for an engine worker and got none " +
+          s"($WaitTimeoutConf): all ${leased.size} workers served other statements (at most $maxWorkers, " +
+          s"$WorkersConf); nothing ran and nothing was committed", LanceCompactException.Cancelled)
+      }
+      wait(250)
     }
     try {
       while (got == null && !build) {
@@ -99,17 +133,14 @@ final class EnginePool private (val sc: SparkContext, python: String, val logFil
           if (closed) throw new EngineFailure("the lance_compact engine pool is closed (the session is ending)",
             LanceCompactException.WorkerLost)
           retireIdle()
-          if (waiting.peekFirst() eq ticket) {
+          if (next() eq ticket) {
             pick(table) match {
-              case Some(w) => got = w; leased += w
-              case None if total < maxWorkers => build = true; starting += 1; numbered += 1
-              case None => waitTurn(); wait(250)
+              case Some(w) => got = w; leased += w; leasedBy(w) = user
+              case None if total < limit(ticket) => build = true; starting += 1; numbered += 1
+              case None => waitTurn()
             }
-            if (got != null || build) waiting.removeFirst()
-          } else {
-            waitTurn()
-            wait(250)
-          }
+            if (got != null || build) waiting.remove(ticket)
+          } else waitTurn()
         }
       }
     } catch {
@@ -134,11 +165,35 @@ final class EnginePool private (val sc: SparkContext, python: String, val logFil
             "nothing was committed", LanceCompactException.Cancelled)
         case e: Throwable => synchronized { starting -= 1; notifyAll() }; throw e
       }
-      synchronized { starting -= 1; leased += w }
+      synchronized { starting -= 1; leased += w; leasedBy(w) = user }
       got = w
     }
     topUp()
     got
+  }
+
+  /** Workers leased by `user` now (under the lock). */
+  private def heldBy(user: String): Int = leasedBy.valuesIterator.count(_ == user)
+
+  /** The most workers the pool may have leased (and started) for `t`: the size, and the reserve
+   * for a short statement or a user who holds none (under the lock). */
+  private def limit(t: Ticket): Int =
+    maxWorkers + (if (t.short || heldBy(t.user) == 0) reserve else 0)
+
+  /** The waiting statement whose turn it is (under the lock): of those the pool may serve now,
+   * the one whose user holds the fewest workers, first come among equals; null if none may. */
+  private def next(): Ticket = {
+    var best: Ticket = null
+    var bestHeld = Int.MaxValue
+    val it = waiting.iterator()
+    while (it.hasNext) {
+      val t = it.next()
+      if (leased.size < limit(t)) {
+        val held = heldBy(t.user)
+        if (held < bestHeld) { best = t; bestHeld = held }
+      }
+    }
+    best
   }
 
   /** Free workers that died or asked to be replaced since their last statement leave the pool
@@ -164,15 +219,19 @@ final class EnginePool private (val sc: SparkContext, python: String, val logFil
   }
 
   private def release(worker: EngineProcess, table: String): Unit = {
+    var surplus: Option[EngineProcess] = None
     val retire = synchronized {
       leased -= worker
+      leasedBy -= worker
       worker.served += 1
       if (table.nonEmpty) worker.lastTable = table
       val r = closed || !worker.alive || worker.overCeiling || worker.served >= maxStatements
       if (!r) idle += worker
+      surplus = trimSurplus()
       notifyAll()
       r
     }
+    surplus.foreach(w => background("lance-compact-engine-stop")(w.stop()))
     if (retire) {
       if (worker.alive) logInfo(s"lance_compact engine worker (pid ${worker.pid}) replaced after ${worker.served} " +
         s"statements${if (worker.overCeiling) s" (its memory over ${EngineProcess.CeilingConf})" else ""}")
@@ -181,11 +240,20 @@ final class EnginePool private (val sc: SparkContext, python: String, val logFil
     topUp()
   }
 
+  /** Above the size with more than the spares free (the reserve, once the pool is no longer
+   * full): the coldest free worker leaves (a spare that never served, else the least recently
+   * used), not a warm one just released. Counts started workers only: one still starting is
+   * trimmed, if still surplus, when it comes up (under the lock; the caller stops it). */
+  private def trimSurplus(): Option[EngineProcess] =
+    if (idle.size + leased.size > maxWorkers && idle.size > spares) Some(idle.remove(0)) else None
+
   /** Start workers in the background until `spares` are free or starting (within the size). */
   def topUp(): Unit = {
     val numbers = synchronized {
       if (closed || sc.isStopped) Nil else {
-        val n = math.max(0, math.min(spares - idle.size - starting, maxWorkers - total))
+        // all of the size leased: the spare is the reserve (a short statement's, or that of a
+        // user who holds none), started now so that it does not wait for a start
+        val n = math.max(0, math.min(spares - idle.size - starting, maxWorkers + reserve - total))
         starting += n
         (1 to n).map { _ => numbered += 1; numbered }
       }
@@ -198,7 +266,10 @@ final class EnginePool private (val sc: SparkContext, python: String, val logFil
             // A new spare goes first in line, behind every worker that served: those are warm
             // (their Lance caches, allocators and code paths), and a spare is what a second
             // statement at once gets.
-            if (closed) background("lance-compact-engine-stop")(w.stop()) else idle.prepend(w)
+            if (closed) background("lance-compact-engine-stop")(w.stop()) else {
+              idle.prepend(w)
+              trimSurplus().foreach(x => background("lance-compact-engine-stop")(x.stop()))
+            }
           }
         } catch {
           case e: Exception => logWarning(s"starting a spare lance_compact engine worker failed: ${e.getMessage}")
@@ -275,6 +346,36 @@ object EnginePool extends Logging {
   val WorkersConf = "spark.lance.compact.engine.workers"
   val SparesConf = "spark.lance.compact.engine.spareWorkers"
   val MaxStatementsConf = "spark.lance.compact.engine.maxStatements"
+  val ReserveConf = "spark.lance.compact.engine.reserveWorker"
+  val WaitTimeoutConf = "spark.lance.compact.engine.waitTimeout"
+
+  /** A statement waiting for a worker: whose it is, and whether it is short. */
+  private final class Ticket(val user: String, val short: Boolean)
+  private object Ticket { def apply(user: String, short: Boolean): Ticket = new Ticket(user, short) }
+
+  /** Actions that read metadata only and answer in about a second on a table (catalog reads,
+   * metadata and system tables, a compaction's plan, a SELECT's plan): they may use the reserve
+   * worker. No action that writes, builds or reads rows is among them. */
+  val ShortActions: Set[String] = Set("describe", "namespace", "metadata", "table_health", "maintenance_history",
+    "plan", "layout", "warehouse", "read_plan")
+
+  private val ConnectUser = "SparkConnect_OperationTag_User_(.+)_Session_[^_]+_Operation_[^_]+".r
+
+  /** The user a statement runs as: on a Thrift server the session's user (Spark runs it as that
+   * user: a proxy of the server's login user, as the Lance tab names it), on a Connect server
+   * the session's `user_id` (from the operation's job tag Spark Connect sets itself; a tag a user
+   * adds is prefixed by Spark with their own name), else the application's user. It is the
+   * identity the server authenticated, or was told: the pool trusts it as Spark does. */
+  def userOf(sc: SparkContext): String = {
+    val ugi = scala.util.Try(org.apache.hadoop.security.UserGroupInformation.getCurrentUser).toOption
+    val proxied = ugi.filter(u => scala.util.Try(u.getRealUser != null ||
+      u.getShortUserName != org.apache.hadoop.security.UserGroupInformation.getLoginUser.getShortUserName).getOrElse(false))
+    proxied.map(_.getShortUserName).orElse {
+      Option(sc.getLocalProperty("spark.job.tags")).toSeq.flatMap(_.split(",")).collectFirst {
+        case ConnectUser(u) => s"connect:$u"
+      }
+    }.orElse(ugi.map(_.getShortUserName)).getOrElse(sc.sparkUser)
+  }
   private val Mapper = new ObjectMapper()
   private var current: Option[EnginePool] = None
 
@@ -300,6 +401,7 @@ object EnginePool extends Logging {
           override def onApplicationEnd(end: SparkListenerApplicationEnd): Unit = p.close()
         })
         logInfo(s"lance_compact engine pool: up to ${p.maxWorkers} workers, ${p.spares} kept spare (log: $logFile)")
+        StartJobAtExit.install(sc)  // a quiet exit while its first worker's start job runs
         current = Some(p)
         p
     }
