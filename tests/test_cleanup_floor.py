@@ -262,9 +262,13 @@ def test_cleanup_removes_the_kept_costs_of_the_versions_it_removed(spark, wareho
     assert len(_costs(uri)) == len(first) + 1, _costs(uri)
     second = _costs(uri)[-1]
     latest = lance.dataset(uri).version
-    r = spark.sql(f"CALL lance.cleanup(table => '{t}', older_than => '0s', "
-                  f"retain_versions => {latest - second + 1})").collect()[0]
-    assert r.old_versions >= 1
+    call = f"CALL lance.cleanup(table => '{t}', older_than => '0s', retain_versions => {latest - second + 1}"
+    # a dry run counts the records it would remove among its files and bytes, and removes none
+    dry = spark.sql(call + ", dry_run => true)").collect()[0]
+    assert [f for f in dry.files if f.startswith("_lance_compact/")] == [f"_lance_compact/costs/{v}.json" for v in first]
+    assert _costs(uri) == first + [second]
+    r = spark.sql(call + ")").collect()[0]
+    assert r.old_versions >= 1 and r.bytes_removed == dry.bytes_removed
     assert _costs(uri) == [second]  # the first compaction's version is gone, and its cost
     row = spark.sql(f"SELECT bytes_read FROM lance.system.maintenance_history WHERE table = 'costs_pruned' "
                     f"AND version = {second}").collect()

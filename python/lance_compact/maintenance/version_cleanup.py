@@ -62,6 +62,20 @@ _SYNTAX = durations.DURATION_FORMS
 _shown = durations.shown
 
 
+def _manifest_versions(candidates: Any) -> set[int]:
+    """The versions whose manifests are among a dry run's candidate files (``_versions/<n>.manifest``:
+    n the version, or u64::MAX - version in Lance's V2 naming). A list cut at FILES_LISTED files
+    names only some: the dry run then counts the records of those only."""
+    out = set()
+    for c in candidates:
+        name = c.path.rsplit("/", 1)[-1]
+        if c.path.rsplit("/", 2)[-2:-1] == ["_versions"] and name.endswith(".manifest") \
+                and name[:-9].isascii() and name[:-9].isdigit():
+            n = int(name[:-9])
+            out.add((1 << 64) - 1 - n if n >= 1 << 63 else n)
+    return out
+
+
 def parse_duration(text: str, what: str = "a duration") -> timedelta | None:
     """A duration (:mod:`runtime.durations`' forms); None if ``text`` is not one."""
     return durations.parse_duration(text, what)
@@ -338,10 +352,14 @@ def _cleanup(target: Target, ds: Any, args: Mapping[str, Any], kwargs: dict[str,
         if not dry_run:
             _remove_empty_folders(uri, segments)
         ds = opened[-1]
-    if not dry_run and stats.old_versions:  # the kept costs of the versions removed go with them
-        kept = listed_versions(uri, storage)
-        if kept:
-            cost_records.prune(uri, storage, kept)
+    records: list[str] = []
+    if stats.old_versions:  # the kept costs of the versions removed go with them (a dry run: counted)
+        kept = set(listed_versions(uri, storage))
+        if dry_run:  # the versions Lance would remove: its candidate manifests
+            kept -= _manifest_versions(explained.candidate_files)
+        records = cost_records.prune(uri, storage, kept, dry_run)
+        listed += records
+        bytes_removed += cost_records.SIZE * len(records)
     row = {"table": table, "version": ds.version, "dry_run": dry_run,
            "old_versions": stats.old_versions,
            "data_files_removed": stats.data_files_removed + data_removed,

@@ -107,24 +107,27 @@ def read(uri: str, storage_options: Mapping[str, str] | None, versions: Iterable
     return out
 
 
-def prune(uri: str, storage_options: Mapping[str, str] | None, kept: Iterable[int]) -> int:
+def prune(uri: str, storage_options: Mapping[str, str] | None, kept: Iterable[int],
+          dry_run: bool = False) -> list[str]:
     """Remove the records of versions the table no longer has (after a cleanup): a version
-    below the newest of ``kept`` (the table's listed versions) and not among them is gone for
-    good; one above may be a commit landing now, whose record comes after it. How many were
-    removed; never raises (a record left behind only costs its listing)."""
+    below the newest of ``kept`` (the table's versions after it) and not among them is gone for
+    good; one above may be a commit landing now, whose record comes after it. The records'
+    paths under the table's location, removed (``dry_run``: that would be, none removed); never
+    raises (a record left behind only costs its listing)."""
     kept = set(kept)
     if not kept:
-        return 0
-    newest, removed = max(kept), 0
+        return []
+    newest, removed = max(kept), []
     try:
         names = list_folder(uri, storage_options, FOLDER)
         session, base = FILE_SESSIONS.folder(uri, storage_options)
         for n in names:
             v = _version_of(n)
             if v is not None and v < newest and v not in kept:
-                session.delete_file(_path(base, n))
-                removed += 1
+                if not dry_run:
+                    session.delete_file(_path(base, n))
+                removed.append(f"{FOLDER}/{n}")
     except Exception as e:  # noqa: BLE001 - the cleanup stands; old records stay until the next one
         log.warning("table at %s: the costs of removed versions were not all removed (%d were): %s",
-                    uri, removed, type(e).__name__)
+                    uri, len(removed), type(e).__name__)
     return removed
