@@ -228,6 +228,8 @@ def test_running_page_cancel_cancels_the_statement(browser, ui, spark, warehouse
         return [r for r in (browser.table("#lance-running") or []) if r["table"] == "db.held"]
     held = wait_for(running, timeout=60, step=0.5)[0]
     assert held["procedure"] == "compact"
+    # before its first task ends the page says why it shows no bytes yet
+    assert held["bytes"].startswith(("none yet (said as each rewrite task ends", "read ")), held
     # its bytes so far: the finished task's, while the other is held
     held = wait_for(lambda: [r for r in running() if "written" in r["bytes"] and r["tasks"] == "1 of 2"],
                     timeout=60, step=0.5)[0]  # 480 rows at 240 a fragment: two tasks
@@ -309,6 +311,9 @@ def test_history_server_shows_the_same_pages(browser, ui, spark, maintained, eve
             # go on counting only for running statements: none here)
             assert shown == live[path], path
         load(browser, f"{base}/history/{app}/lance/running/")
+        said = browser.evaluate("document.body.innerText")
+        assert "A finished application has nothing running" in said and \
+            "every statement of this application ended before its event log did" in said, said
         load(browser, f"{base}/history/{app}/lance/table/?name=lance.db.t0")
         # describe_layout's two and the compaction's own two
         assert browser.evaluate("document.querySelectorAll('figure.lance-layout').length") == 4
@@ -357,7 +362,7 @@ def _index_files(uri: str, uuids: set[str]) -> int:
     return sum(f.stat().st_size for u in uuids for f in (Path(uri) / "_indices" / u).rglob("*") if f.is_file())
 
 
-def test_index_builds_keep_their_bytes_and_task_time(spark, warehouse, maintained):
+def test_index_builds_keep_their_bytes_and_task_time(browser, ui, spark, warehouse, maintained):
     """CREATE INDEX in the engine worker and on Spark tasks, and optimize_indices, keep what
     they read and wrote and their task time (not only their elapsed time): bytes written are
     exactly the bytes of the index files the commit added, on disk (a segment merged into
@@ -380,6 +385,17 @@ def test_index_builds_keep_their_bytes_and_task_time(spark, warehouse, maintaine
         c = cost(table, r.new_version)
         assert c.bytes_written == _index_files(uri, segments(uri)) > 0, (table, c)
         assert c.bytes_read > 0 and c.task_seconds > 0 and c.elapsed_ms > 0, (table, c)
+    # a table of one fragment below the target is not "small 100%": it has nothing to merge with
+    degraded_table(str(warehouse / "db" / "one.lance"), fragments=1, rows_per_fragment=40, delete_every=0)
+    one = [h for h in spark.sql("SELECT * FROM lance.system.table_health").collect() if h.table == "one"][0]
+    assert one.fragments == 1 and one.small_fragments == 1, one
+    load(browser, f"{ui}/lance/")
+    parts = browser.evaluate("document.querySelector('#lance-warehouse tr[data-table=\"db.one\"]').cells[2].textContent")
+    assert parts.startswith("one fragment") and "small" not in parts, parts
+    load(browser, f"{ui}/lance/table/?name=lance.db.one")
+    facts = browser.evaluate("""Object.fromEntries([...document.querySelectorAll('#lance-table-facts tr')]
+        .map(r => [r.cells[0].textContent.trim(), r.cells[1].textContent.trim()]))""")
+    assert facts["small fragments"] == "1 (the only fragment: nothing to merge it with)", facts
     uri = str(warehouse / "db" / "t1.lance")
     lance.write_dataset(batch(100_000, 200), uri, mode="append")
     old = segments(uri)

@@ -264,8 +264,10 @@ _COST_KEYS = ("_bytes_read", "_bytes_written", "_task_ms")
 
 
 def _add(row: dict[str, Any], read: int, wrote: int, task_ms: int = 0) -> None:
+    """Count bytes and task time into ``row``, and say the bytes so far (the Lance tab's Running page)."""
     for key, n in zip(_COST_KEYS, (read, wrote, task_ms)):
         row[key] = row.get(key, 0) + int(n)
+    progress.figures({"kind": "progress", "bytes_read": row["_bytes_read"], "bytes_written": row["_bytes_written"]})
 
 
 def _measured(ds: lance.LanceDataset, work: Any, row: dict[str, Any]) -> Any:

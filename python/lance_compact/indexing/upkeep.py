@@ -265,6 +265,7 @@ def _once(target: Target, ds: lance.LanceDataset, ups: list[Upkeep], procedure: 
                 _stage(target, [str(s.index.uuid) for s in built])
                 for s in built:
                     tasks = [tasks[0] + s.bytes_read, tasks[1] + s.bytes_written, tasks[2] + s.elapsed_ms]
+                progress.figures({"kind": "progress", "bytes_read": tasks[0], "bytes_written": tasks[1]})
                 if failure is not None:
                     if failure.cancelled:
                         why = cancellation.reason() or failure.message  # the statement's own cancel says more

@@ -20,10 +20,15 @@ object StatementFigures {
   def bytesRead(rs: Seq[JsonNode]): Option[Long] = sum(rs.flatMap(r => long(r, "bytes_read").orElse(long(r, "bytes_rewritten"))))
   def bytesWritten(rs: Seq[JsonNode]): Option[Long] = sum(rs.flatMap(long(_, "bytes_written")))
   private def sum(xs: Seq[Long]): Option[Long] = if (xs.isEmpty) None else Some(xs.sum)
-  /** What a running statement read and wrote so far, as its engine last said ("" before it said). */
-  def soFar(s: LanceStatementRecord): String =
-    Seq(if (s.bytesRead >= 0) s"read ${bytes(s.bytesRead)}" else "", if (s.bytesWritten >= 0) s"written ${bytes(s.bytesWritten)}" else "")
-      .filter(_.nonEmpty).mkString(", ")
+  /** What a running statement read and wrote so far, as its engine last said; before it said,
+   * why there is nothing yet (or nothing at all: a cleanup measures no bytes). */
+  def soFar(s: LanceStatementRecord): String = {
+    val said = Seq(if (s.bytesRead >= 0) s"read ${bytes(s.bytesRead)}" else "",
+      if (s.bytesWritten >= 0) s"written ${bytes(s.bytesWritten)}" else "").filter(_.nonEmpty).mkString(", ")
+    if (said.nonEmpty) said
+    else if (s.procedure == "cleanup") "not measured (a cleanup deletes files; its row counts them)"
+    else "none yet (said as each rewrite task ends, or when an index's segments are built)"
+  }
 
   /** The maintenance versions the statement committed, with their cost as kept with the table. */
   def costs(s: LanceStatementRecord): Seq[JsonNode] = rows(s.costsJson)
@@ -73,8 +78,11 @@ final class RunningPage(store: KVStore, live: Boolean) extends LanceCompactPage 
     }
     nav(base, "running") ++
     <p>{if (live) s"Statements of this application running now (as of ${when(now)})."
-        else "Statements that had not ended when the application's event log ended."}</p> ++
-    (if (running.isEmpty) empty("No Lance statement is running.") else table("lance-running", headers, body, "filter statements"))
+        else "A finished application has nothing running: listed here are only the statements that had not " +
+          "ended when its event log ended (the application was killed, or its log cut short, during them)."}</p> ++
+    (if (running.isEmpty) empty(if (live) "No Lance statement is running." else
+       "Nothing: every statement of this application ended before its event log did.")
+     else table("lance-running", headers, body, "filter statements"))
   }
 }
 

@@ -48,7 +48,8 @@ final class TablePage(store: KVStore) extends LanceCompactPage {
     val reasons = field(j, "reasons").map(_.properties().asScala.map(e => s"${e.getKey}: ${e.getValue.asText}").toSeq).getOrElse(Nil)
     <table class="table table-sm table-bordered" id="lance-table-facts" style="max-width: 60em"><tbody>{
       Seq("health score" -> text(j, "health_score"), "due" -> text(j, "due"), "version" -> text(j, "version"),
-        "rows" -> text(j, "rows"), "fragments" -> text(j, "fragments"), "small fragments" -> text(j, "small_fragments"),
+        "rows" -> text(j, "rows"), "fragments" -> text(j, "fragments"), "small fragments" -> (text(j, "small_fragments") +
+          (if (long(j, "fragments").contains(1L) && long(j, "small_fragments").contains(1L)) " (the only fragment: nothing to merge it with)" else "")),
         "deleted rows" -> text(j, "deleted_rows"), "unindexed rows" -> text(j, "unindexed_rows"),
         "versions" -> (text(j, "versions") + long(j, "reclaimable_versions").filter(_ > 0).map(n =>
           s" ($n reclaimable${long(j, "reclaimable_bytes").map(b => s", ${bytes(b)}").getOrElse("")})").getOrElse("")),

@@ -43,7 +43,9 @@ object WarehousePage {
     // sorts as one without a key; whitespace between cells dropped by trim).
     def num(c: String): Node = <td>{n(c).map(_.toString).getOrElse("")}</td>
     val parts = Seq(
-      double(j, "small_fragment_ratio").map(v => f"small ${v * 100}%.0f%%"),
+      // a table of one fragment has nothing to merge it with, whatever its size: not "small 100%"
+      (if (n("fragments").exists(_ <= 1)) n("fragments").map(v => if (v == 1) "one fragment" else "no fragment")
+       else double(j, "small_fragment_ratio").map(v => f"small ${v * 100}%.0f%%")),
       double(j, "deleted_row_ratio").map(v => f"deleted ${v * 100}%.1f%%"),
       n("unindexed_fragments").filter(_ > 0).map(v => s"unindexed fragments $v"),
       n("reclaimable_versions").filter(_ > 0).map(v => s"old versions $v")).flatten.mkString(", ")
