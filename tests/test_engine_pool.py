@@ -65,14 +65,19 @@ def wait_held(uri: str) -> None:
 class Running:
     """A statement on a thread of its own; when it answered."""
 
-    def __init__(self, spark, sql: str, progress_key: str | None = None) -> None:
+    def __init__(self, spark, sql: str, progress_key: str | None = None, group: str | None = None,
+                 tag: str | None = None) -> None:
         self.result, self.error, self.ended = None, None, None
-        self.thread = threading.Thread(target=self._run, args=(spark, sql, progress_key), daemon=True)
+        self.thread = threading.Thread(target=self._run, args=(spark, sql, progress_key, group, tag), daemon=True)
         self.thread.start()
 
-    def _run(self, spark, sql: str, progress_key: str | None) -> None:
+    def _run(self, spark, sql: str, progress_key: str | None, group: str | None, tag: str | None) -> None:
         if progress_key:  # as the PySpark API's progress line does (progress_line.py)
             spark.sparkContext.setLocalProperty("lance_compact.progress", progress_key)
+        if group:
+            spark.sparkContext.setJobGroup(group, group)
+        if tag:
+            spark.sparkContext.addJobTag(tag)
         try:
             self.result = spark.sql(sql).collect()
         except Exception as e:  # noqa: BLE001 - shown by the test
@@ -226,6 +231,38 @@ def test_a_short_statement_is_served_while_long_ones_hold_every_worker(spark, wa
     assert pool(spark).queued() == 0
     # the pool is back to its size once it is no longer full (the reserve left)
     wait_for(lambda: len(workers(spark)) <= 2, timeout=30)
+
+
+def test_a_cancel_of_a_waiting_statements_group_or_tag_stops_it_before_it_runs(spark, warehouse):
+    """Both workers hold a compaction; two more wait for a worker, one in a job group, one with a
+    job tag. Spark posts no event a worker could see for a cancel of a group or tag with no job
+    (the attack review: such a cancel was lost, and the statement later ran and committed): the
+    pool watches waiting statements, so each fails at once as cancelled, having run nothing, and
+    neither table changes after the held ones finish."""
+    names = ["queue_a", "queue_b", "queue_c", "queue_d"]
+    uris = {n: small_table(warehouse, n) for n in names}
+    before = {n: lance.dataset(uris[n]).version for n in names[2:]}
+    held = [Running(spark, compact_sql(n, held=True)) for n in names[:2]]
+    for n in names[:2]:
+        wait_held(uris[n])
+    by_group = Running(spark, compact_sql("queue_c"), group="queued-statement")
+    by_tag = Running(spark, compact_sql("queue_d"), tag="queued-tag")
+    wait_for(lambda: pool(spark).queued() == 2, timeout=30)
+    spark.sparkContext.cancelJobGroup("queued-statement")
+    spark.sparkContext.cancelJobsWithTag("queued-tag")
+    for waiting in (by_group, by_tag):
+        waiting.thread.join(30)
+        assert waiting.ended is not None and waiting.error is not None, "the cancel of a waiting statement was lost"
+        said = str(waiting.error)
+        assert "LANCE_CANCELLED" in said and "while it waited for an engine worker" in said, said
+        assert "nothing ran and nothing was committed" in said, said
+    assert pool(spark).queued() == 0
+    for n in names[:2]:
+        assert writers.release(uris[n])
+    for r in held:
+        r.join()
+    time.sleep(1)  # a lost cancel's statement would have run by now
+    assert {n: lance.dataset(uris[n]).version for n in names[2:]} == before
 
 
 def _descendants(root: int) -> set[int]:

@@ -230,12 +230,7 @@ final class EngineBridge(sc: SparkContext) {
   private[engine] def submit(action: String, requestJson: String): (String, CompletableFuture[String]) = {
     val id = ids.incrementAndGet().toString
     val body = s"""{"id":"$id","action":${quote(action)},"request":${quote(requestJson)}}"""
-    val own = Inherited.flatMap(k => Option(sc.getLocalProperty(k)).map(k -> _)).toMap
-    // Spark Classic's session tags (SparkSession.addTag, interruptTag/interruptAll): CancelWatch.scala
-    val tags = (own.get("spark.job.tags").toSeq.flatMap(_.split(",")) ++ CancelWatch.sessionTags())
-      .filter(_.nonEmpty).distinct
-    val props = if (tags.isEmpty) own else own + ("spark.job.tags" -> tags.mkString(","))
-    val r = new Request(id, action, body, props, requestJson)
+    val r = new Request(id, action, body, EngineBridge.callerProperties(sc), requestJson)
     pending.put(id, r)
     // watched from now: a cancel sent while it waits for the engine is kept too
     if (r.watched && cancelWatch) watch.watch(r.id, r.tag, r.properties)
@@ -275,6 +270,16 @@ object EngineBridge {
   /** Local properties that tie a job to its statement: cancellation and scheduling. */
   val Inherited: Seq[String] = Seq("spark.jobGroup.id", "spark.job.interruptOnCancel",
     "spark.job.tags", "spark.scheduler.pool")
+
+  /** The calling thread's statement as its jobs and cancels know it: its [[Inherited]] local
+   * properties, with Spark Classic's session tags (SparkSession.addTag, interruptTag/interruptAll:
+   * CancelWatch.scala) among its tags. */
+  def callerProperties(sc: SparkContext): Map[String, String] = {
+    val own = Inherited.flatMap(k => Option(sc.getLocalProperty(k)).map(k -> _)).toMap
+    val tags = (own.get("spark.job.tags").toSeq.flatMap(_.split(",")) ++ CancelWatch.sessionTags())
+      .filter(_.nonEmpty).distinct
+    if (tags.isEmpty) own else own + ("spark.job.tags" -> tags.mkString(","))
+  }
 
   /** Actions whose statements' cancels are watched for: those that run Spark jobs and commit, and
    * those that commit or delete files without a job (drop_index, ALTER TABLE's properties,

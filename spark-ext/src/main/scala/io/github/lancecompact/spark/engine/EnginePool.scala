@@ -31,8 +31,10 @@ import org.apache.spark.sql.SparkSession
  *    16.2 s) is answered with ONE reserve worker above the size
  *    (`spark.lance.compact.engine.reserveWorker`, default on), leased only by a short statement
  *    ([[ShortActions]]: catalog reads, metadata and system tables, plans) or by the statement
- *    of a user who holds no worker. It is started as the pool's spare when the size is all
- *    leased, and leaves once the pool is no longer full. A lone user (a notebook) still gets
+ *    of a user who holds no worker. It is started by such a statement when it comes (not
+ *    ahead: a lone user who fills the pool would start and stop one a statement), and leaves
+ *    once the pool is no longer full. A cancel of a waiting statement's group or tags ends its
+ *    wait (a watch of the pool's own until its request reaches a worker). A lone user (a notebook) still gets
  *    every worker, exactly as before. When a worker frees, it goes to the waiting statement of
  *    the user who holds the fewest workers (first come among equals), so a user holds at most
  *    N-1 while another waits. A wait is bounded (`spark.lance.compact.engine.waitTimeout`,
@@ -91,18 +93,45 @@ final class EnginePool private (val sc: SparkContext, python: String, val logFil
   /** Run `action` in a worker of its own and return its response JSON. */
   def call(action: String, requestJson: String): String = {
     val table = tableOf(requestJson)
-    val worker = lease(table, action, userOf(sc))
-    try worker.call(action, requestJson)
-    catch {
+    val ticket = Ticket(userOf(sc), ShortActions.contains(action))
+    // A cancel of the statement's job group, tags or all jobs while it waits for a worker (or one
+    // starts for it) posts no event a worker could see: the pool watches for it until the
+    // request is queued in its worker, whose own watch sees every cancel from then on.
+    val watched = Option(queueWatch).exists { w =>
+      waitingById.put(ticket.id, ticket)
+      w.watch(ticket.id, ticket.id, EngineBridge.callerProperties(sc))
+      true
+    }
+    def unwatch(): Unit = if (watched) { queueWatch.unwatch(ticket.id); waitingById.remove(ticket.id) }
+    val worker = try lease(table, action, ticket) catch { case e: Throwable => unwatch(); throw e }
+    try {
+      if (ticket.cancelled != null) throw cancelledWaiting(action, ticket.cancelled)
+      worker.call(action, requestJson, id => {
+        unwatch()
+        val why = ticket.cancelled
+        if (why != null) worker.bridge.cancel(id, why)  // came before its own watch began
+      })
+    } catch {
       case e: EngineFailure =>
         if (e.ended.nonEmpty || e.kind == LanceCompactException.WorkerLost) lost.incrementAndGet()
         e.ended.filter(_.staged.nonEmpty).foreach(discardLater)
         throw e
-    } finally release(worker, table)
+    } finally { unwatch(); release(worker, table) }
   }
 
-  private def lease(table: String, action: String, user: String): EngineProcess = {
-    val ticket = Ticket(user, ShortActions.contains(action))
+  /** Watches statements for cancels until their requests reach a worker (null: the cancel
+   * watch is off, `spark.lance.compact.cancelWatch`); the cancel is seen at the wait's next turn. */
+  private val queueWatch: CancelWatch =
+    if (conf.getBoolean(EngineBridge.CancelWatchConf, true)) new CancelWatch(sc, (id, why) =>
+      Option(waitingById.get(id)).foreach(t => if (t.cancelled == null) t.cancelled = why)) else null
+  private val waitingById = new java.util.concurrent.ConcurrentHashMap[String, Ticket]()
+
+  private def cancelledWaiting(action: String, why: String): EngineFailure =
+    new EngineFailure(s"$action was cancelled while it waited for an engine worker ($why): nothing ran and " +
+      "nothing was committed", LanceCompactException.Cancelled)
+
+  private def lease(table: String, action: String, ticket: Ticket): EngineProcess = {
+    val user = ticket.user
     synchronized(waiting.addLast(ticket))
     var got: EngineProcess = null
     var build = false
@@ -133,6 +162,12 @@ final class EnginePool private (val sc: SparkContext, python: String, val logFil
           if (closed) throw new EngineFailure("the lance_compact engine pool is closed (the session is ending)",
             LanceCompactException.WorkerLost)
           retireIdle()
+          if (ticket.cancelled != null) {
+            waiting.remove(ticket)
+            notifyAll()
+            Progress.waiting(sc, null)
+            throw cancelledWaiting(action, ticket.cancelled)
+          }
           if (next() eq ticket) {
             pick(table) match {
               case Some(w) => got = w; leased += w; leasedBy(w) = user
@@ -251,9 +286,9 @@ final class EnginePool private (val sc: SparkContext, python: String, val logFil
   def topUp(): Unit = {
     val numbers = synchronized {
       if (closed || sc.isStopped) Nil else {
-        // all of the size leased: the spare is the reserve (a short statement's, or that of a
-        // user who holds none), started now so that it does not wait for a start
-        val n = math.max(0, math.min(spares - idle.size - starting, maxWorkers + reserve - total))
+        // within the size: the reserve is started by the statement that may use it, when it
+        // comes (a lone user who fills the pool does not start and stop one per statement)
+        val n = math.max(0, math.min(spares - idle.size - starting, maxWorkers - total))
         starting += n
         (1 to n).map { _ => numbered += 1; numbered }
       }
@@ -334,6 +369,7 @@ final class EnginePool private (val sc: SparkContext, python: String, val logFil
     val all = synchronized {
       closed = true
       notifyAll()
+      if (queueWatch != null) queueWatch.stop()
       val a = idle.toSeq ++ leased.toSeq
       idle.clear()
       a
@@ -350,8 +386,13 @@ object EnginePool extends Logging {
   val WaitTimeoutConf = "spark.lance.compact.engine.waitTimeout"
 
   /** A statement waiting for a worker: whose it is, and whether it is short. */
-  private final class Ticket(val user: String, val short: Boolean)
+  private final class Ticket(val user: String, val short: Boolean) {
+    val id: String = s"lance-compact-waiting-${tickets.incrementAndGet()}"
+    /** Why the statement was cancelled before its request was queued in a worker (else null). */
+    @volatile var cancelled: String = null
+  }
   private object Ticket { def apply(user: String, short: Boolean): Ticket = new Ticket(user, short) }
+  private val tickets = new java.util.concurrent.atomic.AtomicLong()
 
   /** Actions that read metadata only and answer in about a second on a table (catalog reads,
    * metadata and system tables, a compaction's plan, a SELECT's plan): they may use the reserve

@@ -152,9 +152,11 @@ final class EngineProcess private[engine] (val sc: SparkContext, python: String,
   def pid: Long = if (process == null) -1L else process.pid()
 
   /** Run one request in this worker and return its response JSON. Throws an [[EngineFailure]]
-   * when the worker dies, hangs, or is killed after a cancel it did not honour in time. */
-  def call(action: String, requestJson: String): String = {
+   * when the worker dies, hangs, or is killed after a cancel it did not honour in time.
+   * `submitted(id)` is called once the request is queued for the engine and watched. */
+  def call(action: String, requestJson: String, submitted: String => Unit = _ => ()): String = {
     val (id, response) = bridge.submit(action, requestJson)
+    submitted(id)  // from here the request's own watch sees its cancels (EnginePool: those before)
     var interrupted = false
     try {
       while (true) {
