@@ -110,11 +110,11 @@ from lance_compact.runtime.memory import limit_arenas
 if sys.argv[1] == "capped":
     assert limit_arenas(), "limit_arenas did not apply"
 bufs = []
-together = threading.Barrier(8)  # all alive at once: an ended thread's arena goes to the next one
+together = threading.Barrier(16)  # all alive at once (more than the cap: 8): an ended thread's arena goes to the next one
 def allocate():
     bufs.extend(ctypes.create_string_buffer(4096) for _ in range(100))  # above pymalloc's 512 bytes: malloc
     together.wait()
-threads = [threading.Thread(target=allocate) for _ in range(8)]
+threads = [threading.Thread(target=allocate) for _ in range(16)]
 for t in threads:
     t.start()
 for t in threads:

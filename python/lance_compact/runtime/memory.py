@@ -15,7 +15,12 @@ threads spread the same churn (manifests read, cached, evicted) over many arenas
 fragmented on its own, which trimming does not undo. Measured (maintain_warehouse back to back
 over 5 tables, 2 MiB caches, 2 shared cores): RSS after the trim rose 4.4 MiB a minute over
 minutes 5-9 with glibc's default; with 2 arenas it stayed within 1 MiB. :func:`limit_arenas`
-caps them at the engine's start, before its threads are made.
+caps them at the engine's start, before its threads are made: at 8, not 2 (issue 42). Two
+arenas made Lance's rewrite threads queue for the heap's locks: warm CALLs of the streaming
+table took 0.47-0.59 s with 2 against 0.40-0.52 s with 8 (2026-11-28, paired runs); with 8,
+four users' workers over an hour (the pool soak, benchmark.md) rose 4-6 MiB an hour each, as
+with 2, and back-to-back maintenance held about 35 MiB more free heap after 12 minutes (a worker
+is replaced after engine.maxStatements statements or over its ceiling, which bounds it).
 
 What is left after that creeps (4-10 MiB an hour in soaks of hours: the native libraries' C
 heap and its fragmentation, not Python's objects), so the engine also has a ceiling: once its
@@ -58,7 +63,7 @@ def rss_bytes(pid: int | str = "self") -> int:
     return 0
 
 
-ARENAS = 2
+ARENAS = 8
 # mallopt's M_ARENA_MAX (glibc's malloc.h)
 _M_ARENA_MAX = -8
 
