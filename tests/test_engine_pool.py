@@ -325,15 +325,3 @@ def test_index_segments_run_at_a_lower_priority_than_other_tasks(spark, warehous
     assert any(nices == {10} for nices in background), workers_now
     assert ordinary and all(nices == {0} for nices in ordinary), workers_now
     assert lance.dataset(uri).describe_indices()[0].name == "v_idx"
-
-
-def test_the_jvm_warm_up_analyzes_a_call_without_running_it(spark, warehouse):
-    """JvmWarmUp analyzes a CALL of the operator's catalog (its procedure's resolution and
-    binding, warm for the first statement) with Spark's ``execute = false``: the table it names
-    must not be compacted. Run again here, after the table exists (the plugin's run came first)."""
-    uri = small_table(warehouse, "events")  # the warm-up's CALL names db.events
-    before = lance.dataset(uri).version
-    analyzed = spark._jvm.io.github.lancecompact.spark.engine.JvmWarmUp.analyzeCall(spark._jsparkSession)
-    assert analyzed.isDefined() and analyzed.get() == "lance"
-    ds = lance.dataset(uri)
-    assert ds.version == before and len(ds.get_fragments()) == 6 and ds.count_rows() == 60

@@ -7,7 +7,6 @@ import org.apache.spark.sql.SparkSession
 import org.apache.spark.sql.catalyst.QueryPlanningTracker
 import org.apache.spark.sql.catalyst.expressions.UnsafeProjection
 import org.apache.spark.sql.catalyst.parser.CatalystSqlParser
-import org.apache.spark.sql.catalyst.plans.logical.Call
 
 import io.github.lancecompact.spark.procedures.OptionSpec
 
@@ -33,11 +32,7 @@ private[spark] object JvmWarmUp extends Logging {
 
   /** Once the application's session exists (made after the context: spark-sql makes its Hive
    * metastore on the main thread meanwhile), Spark's analyzer on a query that reads nothing:
-   * its rules' classes and first runs; then on a CALL of the operator's first Lance catalog
-   * with `execute = false` (as EXPLAIN CALL has it: Spark's InvokeProcedures runs only a Call
-   * whose `execute` is true), so the procedure's resolution and binding (the catalog's
-   * initialization, its procedures' classes, about 0.4-0.9 s of class loading on a first
-   * CALL) are done. Analysis only: nothing executes, no table is read, no event is posted. */
+   * its rules' classes and first runs. Analysis only: nothing executes, no event is posted. */
   private def withSession(): Unit = {
     val deadline = System.nanoTime() + 120L * 1000000000L
     var session = SparkSession.getDefaultSession
@@ -50,34 +45,10 @@ private[spark] object JvmWarmUp extends Logging {
         val state = spark.sessionState
         state.analyzer.executeAndCheck(state.sqlParser.parsePlan("SELECT 1 AS a, 'b' AS b"), new QueryPlanningTracker)
         Statements.take(1).foreach(state.sqlParser.parsePlan)
-        analyzeCall(spark)
       } catch {
         case e: Throwable if NonFatal(e) || e.isInstanceOf[LinkageError] => logDebug("warming the analyzer failed", e)
       }
     }
-  }
-
-  /** Analyze (never run) a CALL of the operator's first Lance catalog: its name, if any. */
-  def analyzeCall(spark: SparkSession): Option[String] = {
-    // as a statement's thread has it: the catalog's initialization reads the active session
-    SparkSession.setActiveSession(spark)
-    val state = spark.sessionState
-    operatorCatalog(spark).map { name =>
-      state.sqlParser.parsePlan(s"CALL `$name`.compact(table => 'db.events', target_rows_per_fragment => 1048576)") match {
-        case call: Call => state.analyzer.executeAndCheck(call.copy(execute = false), new QueryPlanningTracker)
-        case other => throw new IllegalStateException(s"a CALL parsed as ${other.nodeName}")
-      }
-      name
-    }
-  }
-
-  /** The first catalog of this project's class that the operator registered (static conf);
-   * a session's own catalogs are not touched. */
-  private def operatorCatalog(spark: SparkSession): Option[String] = {
-    val cls = "io.github.lancecompact.spark.catalog.LanceCatalog"
-    spark.sparkContext.getConf.getAllWithPrefix("spark.sql.catalog.").collect {
-      case (name, value) if !name.contains('.') && value.trim == cls && !name.contains('`') => name
-    }.sorted.headOption
   }
 
   private[engine] def run(): Unit = {
