@@ -153,8 +153,11 @@ final class EngineProcess private[engine] (val sc: SparkContext, python: String,
 
   /** Run one request in this worker and return its response JSON. Throws an [[EngineFailure]]
    * when the worker dies, hangs, or is killed after a cancel it did not honour in time.
-   * `submitted(id)` is called once the request is queued for the engine and watched. */
-  def call(action: String, requestJson: String, submitted: String => Unit = _ => ()): String = {
+   * `submitted(id)` is called once the request is queued for the engine and watched. (Two
+   * methods, not a default argument: Py4J callers, tests among them, see only real methods.) */
+  def call(action: String, requestJson: String): String = call(action, requestJson, _ => ())
+
+  def call(action: String, requestJson: String, submitted: String => Unit): String = {
     val (id, response) = bridge.submit(action, requestJson)
     submitted(id)  // from here the request's own watch sees its cancels (EnginePool: those before)
     var interrupted = false
