@@ -126,6 +126,12 @@ final class EnginePool private (val sc: SparkContext, python: String, val logFil
       Option(waitingById.get(id)).foreach(t => if (t.cancelled == null) t.cancelled = why)) else null
   private val waitingById = new java.util.concurrent.ConcurrentHashMap[String, Ticket]()
 
+  /** A statement gives up its place in the queue (it fails): the next one may take its turn. */
+  private def leaveQueue(ticket: Ticket): Unit = {
+    synchronized { waiting.remove(ticket); notifyAll() }
+    Progress.waiting(sc, null)
+  }
+
   private def cancelledWaiting(action: String, why: String): EngineFailure =
     new EngineFailure(s"$action was cancelled while it waited for an engine worker ($why): nothing ran and " +
       "nothing was committed", LanceCompactException.Cancelled)
@@ -147,9 +153,7 @@ final class EnginePool private (val sc: SparkContext, python: String, val logFil
       // start (bounded by its own timeout) is not the pool being full: the clock starts after it.
       if (starting > 0) came = System.nanoTime()
       else if (System.nanoTime() - came > waitTimeoutMs * 1000000L) {
-        waiting.remove(ticket)
-        notifyAll()
-        Progress.waiting(sc, null)
+        leaveQueue(ticket)
         throw new EngineFailure(s"$action waited ${waitTimeoutMs / 1000} s for an engine worker and got none " +
           s"($WaitTimeoutConf): all ${leased.size} workers served other statements (at most $maxWorkers, " +
           s"$WorkersConf); nothing ran and nothing was committed", LanceCompactException.Cancelled)
@@ -163,9 +167,7 @@ final class EnginePool private (val sc: SparkContext, python: String, val logFil
             LanceCompactException.WorkerLost)
           retireIdle()
           if (ticket.cancelled != null) {
-            waiting.remove(ticket)
-            notifyAll()
-            Progress.waiting(sc, null)
+            leaveQueue(ticket)
             throw cancelledWaiting(action, ticket.cancelled)
           }
           if (next() eq ticket) {
@@ -180,8 +182,7 @@ final class EnginePool private (val sc: SparkContext, python: String, val logFil
       }
     } catch {
       case e: InterruptedException =>
-        synchronized { waiting.remove(ticket); notifyAll() }
-        Progress.waiting(sc, null)
+        leaveQueue(ticket)
         Thread.currentThread().interrupt()
         throw new EngineFailure(s"$action was cancelled while it waited for an engine worker (all " +
           s"$maxWorkers were serving other statements, $WorkersConf): nothing ran and nothing was committed",
