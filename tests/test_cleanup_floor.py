@@ -89,6 +89,18 @@ def test_a_commit_between_listing_and_references_keeps_its_files(warehouse):
     assert lance.dataset(uri).to_table().sort_by("id").to_pylist() == first.expected.to_pylist()
 
 
+def test_a_stray_name_with_other_digits_in_the_deletions_folder_is_not_a_deletion_file(warehouse):
+    """str.isdigit passes digits int() refuses ("²", "٣"): a file so named in _deletions/ (put
+    there by anyone who writes the store) is no deletion file of the table, not a crash."""
+    _, uri = fresh(warehouse, "stray_deletion_name")
+    folder = Path(uri) / "_deletions"
+    folder.mkdir(exist_ok=True)
+    for name in ("²-1-2.arrow", "1-٣-2.bin", "1-2-3.arrow"):
+        (folder / name).write_bytes(b"x")
+    orphans = {f.path for f in unreferenced_files(lance.dataset(uri), lambda: lance.dataset(uri))}
+    assert orphans == {"_deletions/1-2-3.arrow"}
+
+
 @pytest.mark.parametrize("setting", ["8 days", "soon", "99999999999999 days"])
 def test_an_invalid_operator_floor_removes_nothing_and_says_which_setting(warehouse, setting):
     """The engine's own cleanup, in this process, with the floor this process's driver

@@ -178,7 +178,9 @@ def _deletion_key(name: str) -> tuple[int, int, int] | None:
     """(fragment id, read version, id) of a deletion file's name (``<fragment>-<read
     version>-<id>.arrow`` or ``.bin``), or None for another name."""
     parts = name.split(".")[0].split("-")
-    return tuple(map(int, parts)) if len(parts) == 3 and all(p.isdigit() for p in parts) else None
+    # isascii too: str.isdigit passes digits int() refuses (e.g. "²"), a stray name in the store
+    return tuple(map(int, parts)) if len(parts) == 3 and all(p.isascii() and p.isdigit() for p in parts) \
+        else None
 
 
 ANY_SEGMENT = "*"  # in Referenced.segments: which segments are referenced is unknown
