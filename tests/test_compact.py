@@ -296,3 +296,33 @@ def test_the_callers_line_is_coalesced_but_ui_steps_and_the_newest_line_always_a
     time.sleep(progress.COALESCE_S * 1.5)
     line("db.t: cleanup", False)  # the interval has passed: at once
     assert said[-1] == ("db.t: cleanup", False) and len(said) == 4
+
+
+def test_a_coalesced_line_never_arrives_after_a_newer_one():
+    """progress.Reporter: the flusher's thread takes the waiting line, and a step is said on
+    the work's thread before the flusher has sent it: the caller still gets them in the order
+    they were said, never the older one last."""
+    import threading
+    import time
+
+    from lance_compact.runtime import progress
+
+    said: list[str] = []
+    flusher_sending, newer_said = threading.Event(), threading.Event()
+
+    def send(text: str, ui: bool) -> None:
+        if threading.current_thread().name == "progress-flusher":
+            flusher_sending.set()
+            newer_said.wait(2)  # the work's thread says its step meanwhile
+        said.append(text)
+
+    line = progress.Reporter(send)
+    line("db.t: compact", True)
+    line("db.t: batch 1", False)  # waits for the flusher
+    assert flusher_sending.wait(5)
+    threading.Timer(0.2, newer_said.set).start()  # the flusher sends on 0.2 s later
+    line("db.t: optimize_indices", True)
+    deadline = time.monotonic() + 2
+    while "db.t: batch 1" not in said and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert said == ["db.t: compact", "db.t: batch 1", "db.t: optimize_indices"], said

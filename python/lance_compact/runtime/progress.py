@@ -46,6 +46,12 @@ class Reporter:
         self._sent_at = -1e9  # monotonic time of the last send
         self._waiting: str | None = None  # the newest line not sent yet (coalesced)
         self.last: str | None = None
+        # Lines are numbered as they are taken (under _lock) and sent in that order (under
+        # _send_lock): a line taken earlier and sent later (the flusher's, beside a thread's)
+        # is dropped, so the caller never sees an older line after a newer one.
+        self._taken = 0
+        self._delivered = 0
+        self._send_lock = threading.Lock()
 
     def __call__(self, text: str, ui: bool = True) -> None:
         text = escape(text)  # a name in it never breaks the line (the driver's log, a job's description)
@@ -62,13 +68,19 @@ class Reporter:
                 return
             self._waiting = None
             self._sent_at = now
-        self._deliver(text, ui)
+            self._taken += 1
+            number = self._taken
+        self._deliver(text, ui, number)
 
-    def _deliver(self, text: str, ui: bool) -> None:
-        try:
-            self._send(text, ui)
-        except Exception as e:  # a view only: never fails the work
-            log.debug("progress not reported: %s", e)
+    def _deliver(self, text: str, ui: bool, number: int) -> None:
+        with self._send_lock:
+            if number < self._delivered:
+                return  # a newer line is out already
+            self._delivered = number
+            try:
+                self._send(text, ui)
+            except Exception as e:  # a view only: never fails the work
+                log.debug("progress not reported: %s", e)
 
     def _flush(self) -> None:
         """The coalesced line, if no newer one was sent meanwhile (the flusher's thread)."""
@@ -77,7 +89,9 @@ class Reporter:
             if text is None:
                 return
             self._sent_at = time.monotonic()
-        self._deliver(text, False)
+            self._taken += 1
+            number = self._taken
+        self._deliver(text, False, number)
 
 
     def figures(self, body: dict) -> None:
