@@ -321,7 +321,10 @@ def test_index_segments_run_at_a_lower_priority_than_other_tasks(spark, warehous
     workers_now = _python_workers(spark._jvm.java.lang.ProcessHandle.current().pid())
     background = [nices for bg, nices in workers_now.values() if bg]
     ordinary = [nices for bg, nices in workers_now.values() if not bg]
-    # the workers that ran a segment lowered every thread; the daemon that forks them did not
-    assert any(nices == {10} for nices in background), workers_now
-    assert ordinary and all(nices == {0} for nices in ordinary), workers_now
+    # the workers that ran a segment lowered every thread to 10 (never raised one: a session
+    # started at a lower priority, e.g. pytest under nice 19, keeps its own); the daemon that
+    # forks them did not
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    assert any(nices == {max(10, base)} for nices in background), (base, workers_now)
+    assert ordinary and all(nices == {base} for nices in ordinary), (base, workers_now)
     assert lance.dataset(uri).describe_indices()[0].name == "v_idx"
