@@ -8,8 +8,8 @@ trip) and counts it. Per index type, on fresh copies of one table (100,000 x 128
 16-d subspace plus noise, fragments of 25,000 rows, written before the proxy starts):
 
 - pylance ``create_index`` in this process;
-- the CALL with the product's defaults for the store (IVF_FLAT's segments committed as they are
-  on an object store, IVF_PQ's and IVF_RQ's merged: indexing/commit.py ``keep_unmerged``);
+- the CALL with the product's defaults for the store (IVF_FLAT's, IVF_PQ's and IVF_RQ's segments
+  committed as they are on an object store: indexing/commit.py ``keep_unmerged``);
 - with ``--merge``, for a type kept unmerged, the CALL with ``merge_fan_in`` 16 given (the
   segments merged on the driver before the commit, as every build did before): the cost the
   default avoids;

@@ -215,25 +215,32 @@ def test_reads_and_metadata_tables(spark, s3, wh):
         [v["version"] for v in ds.versions()]
 
 
-def test_create_index_on_spark_tasks(spark, s3, wh):
-    """CALL lance.create_index on the object store: the sample and the segments read by Spark
+@pytest.mark.parametrize("index_type", ["IVF_PQ", "IVF_RQ"])
+def test_create_index_on_spark_tasks(spark, s3, wh, index_type):
+    """CALL lance.create_index on the object store: the model and the segments built by Spark
     tasks with the catalog's storage options (a test hook keeps the small table off the
-    engine), merged and committed once; queries answer from the index."""
-    t, uri = table(s3, wh, "indexed")
+    engine), the segments committed once as they are (pylance's merge there is round trips a
+    segment), each fragment in exactly one; queries answer from the index, every row found once."""
+    t, uri = table(s3, wh, f"indexed_{index_type.lower()}")
     before = dataset(s3, uri)
-    r = spark.sql(f"CALL lance.create_index(table => '{t}', column => 'vector', index_type => 'IVF_PQ', "
-                  "options => map('num_partitions', '4', 'num_sub_vectors', '2', 'rows_per_segment', '1000', "
+    sub = ", 'num_sub_vectors', '2'" if index_type == "IVF_PQ" else ""
+    r = spark.sql(f"CALL lance.create_index(table => '{t}', column => 'vector', index_type => '{index_type}', "
+                  f"options => map('num_partitions', '4'{sub}, 'rows_per_segment', '1000', "
                   "'test_task_sleep_ms', 'all:1'))").collect()[0]
-    assert r.built_by == "spark tasks" and r.segments_built == len(r.groups) >= 2 and r.segments_committed == 1
+    assert r.built_by == "spark tasks" and r.segments_built == r.segments_committed == len(r.groups) >= 2
     after = dataset(s3, uri)
     assert r.new_version == after.version == before.version + 1 and content(after) == content(before)
+    segments, = [i.segments for i in after.describe_indices()]
+    covered = [f for s in segments for f in s.fragment_ids]
+    assert len(segments) == r.segments_committed and sorted(covered) == sorted(set(covered)) == \
+        sorted(f.fragment_id for f in after.get_fragments())
     stats = after.stats.index_stats("vector_idx")
     assert stats["num_indexed_fragments"] == len(after.get_fragments()) and stats["num_unindexed_fragments"] == 0
-    q = after.to_table(columns=["vector"], limit=1)["vector"][0].values.to_numpy()
-    exact = after.to_table(nearest={"column": "vector", "q": q, "k": 5, "use_index": False}, columns=["id"])
-    ann = after.to_table(nearest={"column": "vector", "q": q, "k": 5, "nprobes": 4, "refine_factor": 100},
-                         columns=["id"])
-    assert ann["id"].to_pylist() == exact["id"].to_pylist()
+    for q in after.to_table(columns=["vector"], limit=3)["vector"].to_numpy(zero_copy_only=False):
+        exact = after.to_table(nearest={"column": "vector", "q": q, "k": 5, "use_index": False}, columns=["id"])
+        ann = after.to_table(nearest={"column": "vector", "q": q, "k": 5, "nprobes": 4, "refine_factor": 100},
+                             columns=["id"])
+        assert ann["id"].to_pylist() == exact["id"].to_pylist()
     no_secrets(str(r), "the result row")
 
 

@@ -6,9 +6,9 @@ bounded fan-in and commits once against the read version (commit.py). A vector i
 group is built by one Spark task that trains its own model, as pylance's ``create_index`` does:
 no training job, no second read of the vectors (on an object store that job was a third of the
 build). On an
-object store IVF_FLAT and IVF_HNSW_FLAT segments (at most tiers.MAX_SEGMENTS, no ``merge_fan_in``
-given) are committed as they are (commit.keep_unmerged: pylance's merge of them is a round trip
-per partition per segment there). A
+object store IVF_FLAT, IVF_HNSW_FLAT, IVF_PQ and IVF_RQ segments (at most tiers.MAX_SEGMENTS, no
+``merge_fan_in`` given) are committed as they are (commit.keep_unmerged: pylance's merge of them
+is a chain of round trips there). A
 concurrent writer that rewrote indexed fragments makes the commit conflict: the groups whose
 fragments changed are planned and built again on the new version (``max_retries`` times), the
 rest kept. Any failure removes the segment files written and says that nothing was committed.
