@@ -1,5 +1,5 @@
 """A table's health is read again only when the table changed (maintenance/health_cache.py):
-a later evaluation of an unchanged table makes one listing of its ``_versions/`` and gives the
+a later evaluation of an unchanged table makes one listing of its ``_transactions/`` and gives the
 same row a fresh evaluation gives at that moment (the versions' ages and the hours since the
 last compaction counted again), without Spark, on real Lance tables."""
 from __future__ import annotations
@@ -44,7 +44,14 @@ def _evaluate(cache: HealthCache, uri: str, now: datetime, history: bool = True,
                           lambda config: [resolve_policy(args, config, None, "ns.t")], history, now)
 
 
-def test_an_unchanged_table_is_served_with_the_fresh_row(tmp_path, opens):
+def test_an_unchanged_table_is_served_with_the_fresh_row(tmp_path, opens, monkeypatch):
+    from lance_compact.maintenance import health_cache
+    from lance_compact.runtime import tables as runtime_tables
+
+    listings = []  # the folders the probes listed (the real listing, counted)
+    real_list, real_versions = runtime_tables.list_folder, health_cache.listed_versions
+    monkeypatch.setattr(runtime_tables, "list_folder", lambda *a: listings.append(a[2]) or real_list(*a))
+    monkeypatch.setattr(health_cache, "listed_versions", lambda *a: listings.append("_versions") or real_versions(*a))
     cache = HealthCache()
     tables = _warehouse(tmp_path)
     now = datetime.now(timezone.utc)
@@ -52,8 +59,10 @@ def test_an_unchanged_table_is_served_with_the_fresh_row(tmp_path, opens):
     assert [e.served for e in first] == [False] * 3 and all(e.ds is not None for e in first)
     later = now + timedelta(hours=3)  # the hours since t0's compaction move on
     opens["n"] = 0
+    del listings[:]
     again = [_evaluate(cache, t["uri"], later) for t in tables]
     assert [e.served for e in again] == [True] * 3 and opens["n"] == 0  # a listing each, no open
+    assert listings == ["_transactions"] * 3, listings  # one request a table: no _versions/ listing
     for t, e in zip(tables, again):
         assert e.healths[0] == _fresh(t["uri"], later)  # every part, the score, due and reasons
     assert again[0].healths[0].parts["last_compacted_version"] is not None

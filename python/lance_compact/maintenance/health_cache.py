@@ -1,15 +1,20 @@
 """A table's health evaluated again only when the table changed: one listing of its
-``_versions/`` and one of its ``_transactions/`` (at once) per evaluation, and the rest from
-what this engine worker read before.
+``_transactions/`` per evaluation of a table read before, and the rest from what this engine
+worker read before.
 
 ``lance.system.table_health``, ``maintain_warehouse`` (its evaluation, dry run or not) and the
 maintenance service's rounds evaluate every table of the warehouse each time; most tables did not
 change in between. What a table's health is made of is decided by its version (the manifest:
 fragments, deletions, indices, config and so the policy's table properties), by the versions
-it keeps (how many, and which are older than ``older_than``: time) and by the policy. So each
-evaluation probes the table with one listing of ``_versions/`` (the request the evaluation
-makes anyway to count the versions: version_ages.py), and one of ``_transactions/`` beside it,
-and:
+it keeps (how many, and which are older than ``older_than``: time) and by the policy. The first
+evaluation of a table lists its ``_versions/`` (to count the versions: version_ages.py) and its
+``_transactions/`` at once (one round trip). Every commit Lance 14.0.2 makes writes a
+transaction file there, named by its read version and a UUID it drew, and a cleanup removes
+those of the versions it removes (checked: append, delete, compaction, index, config, update,
+restore; cleanup with and without a tag), so for a table whose every listed version had its
+transaction file the next evaluation's probe is that listing alone (one request); ``_versions/``
+is listed again only when it changed. A table some of whose versions have none (written by
+another writer) is probed with both listings, as at its first evaluation. Then:
 
 * when the listing is the one this worker evaluated last for the table (the same versions,
   so the same newest version and nothing cleaned up since), the policy is resolved again from
@@ -25,16 +30,18 @@ and:
 What ``lance.system.table_health`` kept (with the last compaction) also answers
 ``maintain_warehouse``'s evaluation (without it) under the same policy; not the other way round.
 
-The probe costs two requests made at once (the listings of ``_versions/`` and, to tell a table
-made again apart, ``_transactions/``: one round trip) on an object store where a full evaluation
+The probe of a table read before costs one request (two at once for a table first seen) on an
+object store where a full evaluation
 of a small table costs about five more (Lance's open: a LIST and a GET; a HEAD and a GET of the
 manifest that decides cleanup), the CPU of reading its fragments and indices, and for
 ``lance.system.table_health`` the last compaction: one ranged read of each version's manifest
 head, newest first, a few at once, until a compaction (compaction/history.py, health.LOOK_BACK).
 
-A version's manifest is named by its number only, so a table dropped and created again at the
-same location with exactly the same version numbers between two evaluations is not told apart
-(pylance's listing gives names, not the objects' tags or times); its next commit is.
+A version's manifest is named by its number only (pylance's listing gives names, not the
+objects' tags or times); a table dropped and created again at the same location is told apart by
+its transaction files' UUIDs. Not seen by the one-request probe: a cleanup that removed a
+version's manifest but failed to remove its transaction file (Lance counts ``failed_deletes``);
+the table's next commit or cleanup is.
 
 Kept per engine worker (each statement runs in a worker of the driver's pool): a warehouse-wide
 statement goes to the most recently used free worker, so one user's statements one after the
@@ -117,7 +124,8 @@ class HealthCache:
         # location with the same version numbers (which _versions/ alone cannot tell apart) is
         # read again. A digest, not the names: a table keeping many versions (a stream's every
         # few seconds for a week) has that many names, about 100 bytes each
-        self._marks: dict[str, str] = {}
+        # (digest, how many names): the count says whether every listed version had its file
+        self._marks: dict[str, tuple[str, int]] = {}
         self.served = 0  # evaluations answered from what was read before
         self.read = 0  # evaluations that opened the table
 
@@ -177,6 +185,21 @@ class HealthCache:
             out.append(assemble(v, len(listed), old, now))
         return out
 
+    def _serve(self, entry: _Entry, policies: Callable[[Mapping[str, str]], Sequence[Policy]], history: bool,
+               now: datetime, policy_key: Hashable | None) -> Evaluation | None:
+        """The evaluation from ``entry`` alone (the table did not change), or None when it does
+        not hold all the policies need."""
+        chosen = entry.resolved.get(policy_key) if policy_key is not None else None
+        if chosen is None:
+            chosen = list(policies(entry.config))
+            if policy_key is not None:
+                entry.resolved[policy_key] = chosen
+        healths = self._served(entry, chosen, history, now)
+        if healths is None:
+            return None
+        self._count(True)
+        return Evaluation(healths, chosen, entry.config, None, True)
+
     def evaluate(self, uri: str, storage_options: Mapping[str, str] | None,
                  open_table: Callable[[], lance.LanceDataset],
                  policies: Callable[[Mapping[str, str]], Sequence[Policy]],
@@ -191,24 +214,31 @@ class HealthCache:
         kept table are then kept too (a policy resolved again only costs CPU)."""
         now = (now or datetime.now(timezone.utc)).astimezone(timezone.utc)
         options = storage_options if storage_options is not None else {}
-        # the probe: one LIST of _transactions/ (on the probe pool) while one of _versions/
-        # is made here: one round trip, not two
-        marking = _probes().submit(_transaction_marks, uri, options)
-        listed = listed_versions(uri, options)
-        marks = marking.result()
         key = table_key(uri, options)
-        entry = self._get(key) if listed else None
-        if (entry is not None and entry.listed == tuple(listed) and marks is not None
-                and self._marks.get(key) == marks):
-            chosen = entry.resolved.get(policy_key) if policy_key is not None else None
-            if chosen is None:
-                chosen = list(policies(entry.config))
-                if policy_key is not None:
-                    entry.resolved[policy_key] = chosen
-            healths = self._served(entry, chosen, history, now)
-            if healths is not None:
-                self._count(True)
-                return Evaluation(healths, chosen, entry.config, None, True)
+        entry = self._get(key)
+        kept = self._marks.get(key)
+        if entry is not None and kept is not None and kept[1] >= len(entry.listed):
+            # a kept table whose every listed version had its transaction file: the probe is
+            # one LIST of _transactions/ (a commit adds a file, a cleanup removes those of the
+            # versions it removes, a table made again has other UUIDs); _versions/ is listed
+            # only when that changed
+            marks = _transaction_marks(uri, options)
+            if marks is not None and marks == kept:
+                healths = self._serve(entry, policies, history, now, policy_key)
+                if healths is not None:
+                    return healths
+            listed = listed_versions(uri, options)
+        else:
+            # the first evaluation: both listings at once (one round trip)
+            marking = _probes().submit(_transaction_marks, uri, options)
+            listed = listed_versions(uri, options)
+            marks = marking.result()
+            if (entry is not None and listed and entry.listed == tuple(listed) and marks is not None
+                    and kept is not None and kept[0] == marks[0]):
+                healths = self._serve(entry, policies, history, now, policy_key)
+                if healths is not None:
+                    return healths
+            entry = entry if listed else None
         self._count(False)
         with self._reads:
             out = self._read(uri, key, options, listed, entry, open_table, policies, history, now, policy_key)
@@ -284,9 +314,10 @@ def _probes() -> ThreadPoolExecutor:
         return _PROBES
 
 
-def _transaction_marks(uri: str, storage_options: Mapping[str, str]) -> str | None:
+def _transaction_marks(uri: str, storage_options: Mapping[str, str]) -> tuple[str, int] | None:
     """A digest of the names in the table's ``_transactions/`` (each a commit's read version
-    and a UUID it drew), sorted; None when they cannot be listed (the table is then always read)."""
+    and a UUID it drew), sorted, and how many there are; None when they cannot be listed (the
+    table is then always read)."""
     import hashlib
 
     from ..runtime.tables import list_folder
@@ -294,4 +325,4 @@ def _transaction_marks(uri: str, storage_options: Mapping[str, str]) -> str | No
         names = sorted(list_folder(uri, storage_options, "_transactions"))
     except Exception:  # noqa: BLE001 - no probe: read the table in full
         return None
-    return hashlib.sha256("\n".join(names).encode()).hexdigest()
+    return hashlib.sha256("\n".join(names).encode()).hexdigest(), len(names)
