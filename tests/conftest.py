@@ -24,6 +24,10 @@ os.environ["LANCE_COMPACT_TEST_HOOKS"] = "1"
 if "TieredStopAtLevel" not in os.environ.get("SPARK_SUBMIT_OPTS", ""):
     os.environ["SPARK_SUBMIT_OPTS"] = " ".join(
         filter(None, [os.environ.get("SPARK_SUBMIT_OPTS"), "-XX:TieredStopAtLevel=1"]))
+# lance-spark-sql's class-data archive (runtime/class_archive.py) is off for the tests' runs:
+# the first run of each JVM and jar set dumps one at its exit (seconds), which tests that time
+# an exit would meet at random. test_cli's tests of it turn it on with a cache of their own.
+os.environ.setdefault("LANCE_COMPACT_CLASS_ARCHIVE", "false")
 # The example strategy (examples/my_planners.py), registered as the catalog's operator would.
 STRATEGIES = {"skip_newest": "my_planners.SkipNewest"}
 # The operator's floor for cleanup's removal of unreferenced files lowered to nothing, for the

@@ -178,3 +178,70 @@ def test_a_short_run_exits_quietly(cli_warehouse):
     assert p.stdout.strip().splitlines()[-1] == "1", p.stdout
     noisy = [line for line in p.stderr.splitlines() if " ERROR " in line or "Exception" in line or "\tat " in line]
     assert noisy == [], p.stderr[-3000:]
+
+
+def test_the_class_archive_is_made_once_then_mapped_and_its_log_never_reaches_stdout(cli_warehouse, tmp_path):
+    """runtime/class_archive.py: the first run dumps the driver's class-data archive at its exit
+    (into a private cache folder, by a name of its own, renamed when whole); the next run maps
+    it. Both print the query's rows alone on stdout (HotSpot's cds lines go there: off)."""
+    import os
+
+    env = {**os.environ, "LANCE_COMPACT_CLASS_ARCHIVE": "true", "LANCE_COMPACT_CACHE_DIR": str(tmp_path)}
+
+    def run():
+        return subprocess.run([str(ROOT / "bin" / "lance-spark-sql"), "--warehouse", str(cli_warehouse),
+                               "-e", "SELECT count(*) FROM lance.db.events"],
+                              capture_output=True, text=True, timeout=600, env=env)
+
+    rows = str(lance.dataset(str(cli_warehouse / "db" / "events.lance")).count_rows())
+    first = run()
+    assert first.returncode == 0 and first.stdout.strip() == rows, first.stdout + first.stderr[-2000:]
+    folder = tmp_path / "class-archives"
+    archives = list(folder.iterdir())
+    assert len(archives) == 1 and archives[0].suffix == ".jsa", archives  # no .partial left
+    assert oct(folder.stat().st_mode & 0o777) == "0o700" and archives[0].stat().st_mode & 0o077 == 0
+    made = archives[0].stat().st_mtime_ns
+    second = run()
+    assert second.returncode == 0 and second.stdout.strip() == rows, second.stdout + second.stderr[-2000:]
+    assert list(folder.iterdir()) == archives and archives[0].stat().st_mtime_ns >= made  # mapped, not made again
+
+
+def test_a_class_archive_others_can_write_is_never_mapped(tmp_path):
+    """The archive becomes the JVM's classes: from a folder or file another user could write
+    (or a link), none is used; nor when the user names an archive or -Xshare of their own."""
+    import os
+    from pathlib import Path
+
+    from lance_compact.cli import command, with_class_archive
+    from lance_compact.runtime import class_archive
+
+    def java_options(env, argv=()):
+        args, run_env, _, _ = command(["--warehouse", str(tmp_path), *argv, "-e", "SELECT 1"], environ=env)
+        after = with_class_archive(args, run_env)
+        return args[args.index("--driver-java-options") + 1], after
+
+    env = {**os.environ, "LANCE_COMPACT_CLASS_ARCHIVE": "true", "LANCE_COMPACT_CACHE_DIR": str(tmp_path / "c")}
+    given, after = java_options(env)  # none made yet: this run dumps one, by a name of its own
+    assert "-XX:ArchiveClassesAtExit=" in given and ".partial" in given and after is not None
+    folder = class_archive.folder(env)
+    partial = Path(given.split("-XX:ArchiveClassesAtExit=")[1].split()[0])
+    assert partial.parent == folder
+    archive = folder / (partial.name.split(".")[0] + ".jsa")
+    archive.write_bytes(b"x")
+    archive.chmod(0o600)
+    given, after = java_options(env)
+    assert f"-XX:SharedArchiveFile={archive}" in given and class_archive.QUIET in given and after is None
+    archive.chmod(0o620)  # writable by the group
+    assert "Archive" not in java_options(env)[0]
+    archive.chmod(0o600)
+    folder.chmod(0o777)  # a folder anyone can write: the file could be swapped
+    assert "Archive" not in java_options(env)[0]
+    folder.chmod(0o700)
+    archive.unlink()
+    archive.symlink_to(tmp_path / "elsewhere.jsa")
+    (tmp_path / "elsewhere.jsa").write_bytes(b"x")
+    assert "Archive" not in java_options(env)[0]
+    archive.unlink()
+    (tmp_path / "elsewhere.jsa").rename(archive)
+    assert "SharedArchiveFile" not in java_options(env, ["--driver-java-options", "-Xshare:off"])[0]
+    assert "Archive" not in java_options({**env, "LANCE_COMPACT_CLASS_ARCHIVE": "false"})[0]

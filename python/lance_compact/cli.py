@@ -35,8 +35,10 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable
 
 from .api import spark_conf
+from .runtime import class_archive
 from .runtime.private_conf import is_sensitive, write_properties
 
 STORAGE_ENV_PREFIX = "LANCE_STORAGE_"
@@ -195,14 +197,31 @@ def _run(args: list[str], env: dict[str, str], secret: dict[str, str],
         shutil.rmtree(path.parent, ignore_errors=True)
 
 
+def with_class_archive(args: list[str], env: dict[str, str]) -> Callable[[], None] | None:
+    """Add the driver's class-data archive to ``args`` (runtime/class_archive.py: mapped when
+    one was made for this JVM and these jars, else dumped by this run at its exit); returns
+    what to do once spark-sql has ended (keep the dumped archive), or None."""
+    at = args.index("--driver-java-options") + 1
+    jars = args[args.index("--jars") + 1].split(",") if "--jars" in args else []
+    extra, after = class_archive.options(env["SPARK_HOME"], jars, args[at].split(), env)
+    if extra:
+        args[at] = " ".join([args[at], *extra])
+    return after
+
+
 def main(argv: list[str] | None = None) -> None:
     try:
         args, env, secret, properties = command(list(sys.argv[1:] if argv is None else argv))
     except FileNotFoundError as e:  # no jar
         raise SystemExit(f"lance-spark-sql: {e}")
-    if not secret and not properties:
+    after = with_class_archive(args, env)
+    if not secret and not properties and after is None:
         os.execve(args[0], args, env)
-    code = _run(args, env, secret, properties)
+    try:
+        code = _run(args, env, secret, properties)
+    finally:
+        if after is not None:
+            after()
     raise SystemExit(code if code >= 0 else 128 - code)
 
 

@@ -1,0 +1,131 @@
+"""The driver JVM's class-data archive for ``lance-spark-sql`` (Java's dynamic AppCDS).
+
+A fresh spark-sql process spends most of its first statement loading and verifying classes
+(Spark's analyzer, the procedure's binding, the catalog). Java 13+ can dump the classes a run
+loaded into an archive at exit (``-XX:ArchiveClassesAtExit``) and map it in later runs
+(``-XX:SharedArchiveFile``): measured here, the first statement of a fresh process fell from
+about 1.0 s to 0.5-0.6 s and the whole short run by 4-5 s (docs/benchmark.md).
+
+* The first run without an archive dumps one at its exit (a few seconds more, once) to a name
+  of its own, renamed into place when the JVM has ended, so runs side by side never read a
+  half-written file. Its name is a digest of what the archive depends on (the ``java`` binary
+  and every jar on Spark's class path, with their sizes and times): another Spark or JDK makes
+  another archive. The JVM checks the class path again itself and, on any mismatch, runs
+  without the archive.
+* The archive is mapped into the JVM as classes, so it is used only from a folder and a file
+  owned by this user and writable by nobody else (like ssh's keys); anything else is ignored.
+* HotSpot's ``cds`` log lines (a mismatch, a class it skips) go to standard output, which is
+  spark-sql's result stream: they are switched off.
+* An archive is about 180 MB; the three used last are kept (a rebuilt jar or another Spark
+  makes a new one).
+* ``LANCE_COMPACT_CLASS_ARCHIVE=false`` turns it off; so does a ``--driver-java-options`` of
+  the user's own that already names an archive or ``-Xshare``.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import stat
+from pathlib import Path
+from typing import Callable, Mapping
+
+ENV = "LANCE_COMPACT_CLASS_ARCHIVE"
+CACHE_ENV = "LANCE_COMPACT_CACHE_DIR"
+QUIET = "-Xlog:cds*=off -Xlog:class+path=off"
+_USERS_OWN = ("SharedArchiveFile", "ArchiveClassesAtExit", "-Xshare")
+
+
+def folder(environ: Mapping[str, str]) -> Path:
+    """Where archives are kept: ``$LANCE_COMPACT_CACHE_DIR``, else the user's cache folder."""
+    given = environ.get(CACHE_ENV)
+    if given:
+        return Path(given) / "class-archives"
+    base = environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "lance-compact" / "class-archives"
+
+
+def _java(environ: Mapping[str, str]) -> str | None:
+    """The ``java`` spark-class runs: ``$JAVA_HOME/bin/java``, else the first on the PATH."""
+    home = environ.get("JAVA_HOME")
+    found = os.path.join(home, "bin", "java") if home else shutil.which("java", path=environ.get("PATH"))
+    return os.path.realpath(found) if found and os.path.exists(found) else None
+
+
+def key(spark_home: str, java: str, jars: list[str]) -> str:
+    """A digest of the JVM and the jars: the archive made by one is never offered to another."""
+    h = hashlib.sha256()
+    spark_jars = Path(spark_home) / "jars"
+    files = [java, *sorted(str(p) for p in spark_jars.glob("*.jar")), *jars]
+    for f in files:
+        try:
+            s = os.stat(f)
+        except OSError:
+            continue
+        h.update(f"{f}\0{s.st_size}\0{s.st_mtime_ns}\n".encode())
+    return h.hexdigest()[:32]
+
+
+def _private(path: Path, is_dir: bool) -> bool:
+    """Owned by this user, of the expected kind, and writable by nobody else."""
+    try:
+        s = os.lstat(path)
+    except OSError:
+        return False
+    kind = stat.S_ISDIR(s.st_mode) if is_dir else stat.S_ISREG(s.st_mode)
+    return kind and s.st_uid == os.geteuid() and not s.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+
+
+def options(spark_home: str, jars: list[str], java_options: list[str], environ: Mapping[str, str]
+            ) -> tuple[list[str], Callable[[], None] | None]:
+    """The driver's Java options for the archive, and what to do after the JVM ended (rename
+    a dumped archive into place), or None. No options when turned off or unsafe."""
+    if environ.get(ENV, "true").lower() in ("false", "0", "off", "no"):
+        return [], None
+    if any(o in " ".join(java_options) for o in _USERS_OWN):
+        return [], None
+    java = _java(environ)
+    if java is None:
+        return [], None
+    where = folder(environ)
+    try:
+        where.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError:
+        return [], None
+    if not _private(where, is_dir=True):
+        return [], None
+    archive = where / f"{key(spark_home, java, jars)}.jsa"
+    if any(c.isspace() for c in str(archive)):
+        return [], None  # spark-submit splits the driver's Java options at white space
+    if archive.exists():
+        if not _private(archive, is_dir=False):
+            return [], None
+        try:
+            os.utime(archive)  # in use: the newest are the ones kept (_prune)
+        except OSError:
+            pass
+        return [f"-XX:SharedArchiveFile={archive}", QUIET], None
+    partial = where / f"{archive.stem}.{os.getpid()}.partial"
+
+    def keep() -> None:
+        try:
+            if partial.exists() and partial.stat().st_size > 0:
+                os.chmod(partial, 0o600)
+                os.replace(partial, archive)
+                _prune(where)
+        except OSError:
+            pass
+        finally:
+            partial.unlink(missing_ok=True)
+
+    return [f"-XX:ArchiveClassesAtExit={partial}", QUIET], keep
+
+
+KEEP = 3  # archives of other JVMs or jars (a rebuilt jar makes a new one): ~180 MB each
+
+
+def _prune(where: Path) -> None:
+    """Keep the :data:`KEEP` archives used last (a use touches its file); remove the rest."""
+    archives = sorted(where.glob("*.jsa"), key=lambda p: p.stat().st_mtime, reverse=True)
+    for old in archives[KEEP:]:
+        old.unlink(missing_ok=True)
