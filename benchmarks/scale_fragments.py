@@ -63,7 +63,7 @@ def build(uri: str, fragments: int, deletions: bool, index: bool, plain: Path | 
         source = lance.dataset(str(plain))
         ds = source.shallow_clone(partial, source.version)
         if deletions:
-            ds.delete("id % 100 = 5")
+            ds = delete_in_every_tenth(ds)
         if index:
             ds.create_scalar_index("id", "BTREE")
         del ds
@@ -78,9 +78,23 @@ def build(uri: str, fragments: int, deletions: bool, index: bool, plain: Path | 
         lance.LanceDataset.commit(uri, lance.LanceOperation.Append(new), read_version=1)
     ds = lance.dataset(uri)
     if deletions:
-        ds.delete("id % 100 = 5")  # one row in every tenth fragment
+        ds = delete_in_every_tenth(ds)  # one row in every tenth fragment
     if index:
         ds.create_scalar_index("id", "BTREE")
+
+
+def delete_in_every_tenth(ds):
+    """``delete("id % 100 = 5")`` without its scan of every file: fragment i holds ids
+    10i..10i+9 (:func:`build`), so the row is in the fragments whose id is a multiple of 10;
+    each of those is opened alone and the deletions land in one Delete commit. (A scan of
+    1,000,000 files of 10 rows took longer than 37 minutes on the shared machine.)"""
+    import lance
+
+    predicate = "id % 100 = 5"
+    chosen = [f for f in ds.get_fragments() if f.fragment_id % 10 == 0]
+    updated = [f.delete(predicate) for f in chosen]
+    op = lance.LanceOperation.Delete(updated_fragments=updated, deleted_fragment_ids=[], predicate=predicate)
+    return lance.LanceDataset.commit(ds.uri, op, read_version=ds.version)
 
 
 def table_path(work: Path, n: int, deletions: bool, index: bool) -> Path:
