@@ -122,13 +122,15 @@ SUMMARIES = {
                   "the index's files stay until cleanup). The same as `DROP INDEX name ON "
                   "lance.db.t`. One row of what was dropped.",
     "create_index": "Builds an index on the cluster: for a vector index of several fragment groups "
-                    "one model trained by a Spark task from a bounded sample of the table; a segment "
+                    "one model trained by a Spark task (Lance samples the table there); a segment "
                     "per fragment group built by a Spark task with that model (a vector index of one "
-                    "group: one task that trains its own, as pylance's create_index does); merged with bounded fan-in and "
-                    "committed once on the driver against the version it read (a concurrent rewrite "
-                    "of indexed fragments makes it build those groups again). A small table in local "
-                    "mode, and IVF_SQ and IVF_HNSW_SQ always, are built by pylance's create_index in "
-                    "the engine (`built_by`). `dry_run` returns the plan. One row.",
+                    "group: one task that trains its own, as pylance's create_index does); merged with bounded fan-in "
+                    "on the driver (on an object store IVF_FLAT, IVF_HNSW_FLAT, IVF_PQ and IVF_RQ segments, at most "
+                    "8, are committed as they are unless `merge_fan_in` is given) and committed once against the "
+                    "version it read (a concurrent rewrite of indexed fragments makes it build those groups again). "
+                    "IVF_SQ and IVF_HNSW_SQ, whose segments cannot be merged, are one Spark task over every fragment. "
+                    "A small table in local mode is built by pylance's create_index in the engine (`built_by`). "
+                    "`dry_run` returns the plan. One row.",
     "maintain": "Everyday maintenance in one call: compaction, index optimization and cleanup, "
                 "each only when the layout says it is due. One row per step.",
     "maintain_warehouse": "Maintains every table of the warehouse (or of a namespace) that its "

@@ -31,9 +31,9 @@ object Procedures {
     ProcedureSpec("drop_index",
       "Drops one of the table's indices by name with Lance's drop_index, in one commit (its files stay until cleanup); an unknown name is refused, listing the table's indices; one row of what was dropped.",
       CompactionArguments.dropIndex, "drop_index"),
-    // segments built by Spark tasks, merged and committed on the driver (indexing/build.py)
+    // segments built by Spark tasks, committed on the driver (indexing/build.py)
     ProcedureSpec("create_index",
-      "Builds an index on the cluster: a bounded training sample gathered by Spark tasks (vector types), one model, a segment per fragment group built by a Spark task, merged and committed once on the driver (a small table in local mode: pylance's create_index in the engine); dry_run returns the plan; one row of what was built and where.",
+      "Builds an index on the cluster: a vector index of several fragment groups has its model trained by one Spark task (Lance samples the table there), then a segment per group built by a Spark task with that model; a vector index of one group is one task that trains its own, as pylance's create_index does; the segments are merged on the driver (on an object store IVF_FLAT, IVF_PQ and IVF_RQ segments are kept as they are) and committed once against the version read; SQ types are one task over every fragment, and a small table in local mode is built by pylance's create_index in the engine; dry_run returns the plan; one row of what was built and where.",
       CompactionArguments.createIndex, "create_index"),
     ProcedureSpec("maintain",
       "Everyday maintenance: compacts, optimizes indices and cleans up old versions, each only when due; one row per step (ran or skipped, and why); dry_run reports only.",
