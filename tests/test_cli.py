@@ -208,7 +208,7 @@ def test_the_class_archive_is_made_once_then_mapped_and_its_log_never_reaches_st
 
 def test_a_class_archive_others_can_write_is_never_mapped(tmp_path):
     """The archive becomes the JVM's classes: from a folder or file another user could write
-    (or a link), none is used; nor when the user names an archive or -Xshare of their own."""
+    (or a link), or under a folder others can write that is not sticky, none is used; nor when the user names an archive or -Xshare of their own."""
     import os
     from pathlib import Path
 
@@ -245,3 +245,8 @@ def test_a_class_archive_others_can_write_is_never_mapped(tmp_path):
     (tmp_path / "elsewhere.jsa").rename(archive)
     assert "SharedArchiveFile" not in java_options(env, ["--driver-java-options", "-Xshare:off"])[0]
     assert "Archive" not in java_options({**env, "LANCE_COMPACT_CLASS_ARCHIVE": "false"})[0]
+    assert "SharedArchiveFile" in java_options(env)[0]
+    (tmp_path / "c").chmod(0o777)  # a folder above it that others can write, not sticky
+    assert "Archive" not in java_options(env)[0]
+    (tmp_path / "c").chmod(0o1777)  # sticky, as /tmp: nobody else may rename what is in it
+    assert "SharedArchiveFile" in java_options(env)[0]

@@ -202,8 +202,7 @@ def with_class_archive(args: list[str], env: dict[str, str]) -> Callable[[], Non
     one was made for this JVM and these jars, else dumped by this run at its exit); returns
     what to do once spark-sql has ended (keep the dumped archive), or None."""
     at = args.index("--driver-java-options") + 1
-    jars = args[args.index("--jars") + 1].split(",") if "--jars" in args else []
-    extra, after = class_archive.options(env["SPARK_HOME"], jars, args[at].split(), env)
+    extra, after = class_archive.options(env["SPARK_HOME"], args[at].split(), env)
     if extra:
         args[at] = " ".join([args[at], *extra])
     return after

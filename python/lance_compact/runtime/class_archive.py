@@ -10,10 +10,11 @@ about 1.0 s to 0.5-0.6 s and the whole short run by 4-5 s (docs/benchmark.md).
   of its own, renamed into place when the JVM has ended, so runs side by side never read a
   half-written file. Its name is a digest of what the archive depends on (the ``java`` binary
   and every jar on Spark's class path, with their sizes and times): another Spark or JDK makes
-  another archive. The JVM checks the class path again itself and, on any mismatch, runs
+  another archive (``--jars`` are not on that class path: a rebuilt jar needs none). The JVM checks the class path again itself and, on any mismatch, runs
   without the archive.
 * The archive is mapped into the JVM as classes, so it is used only from a folder and a file
-  owned by this user and writable by nobody else (like ssh's keys); anything else is ignored.
+  owned by this user and writable by nobody else, under folders nobody else can swap (like
+  ssh's keys); anything else is ignored.
 * HotSpot's ``cds`` log lines (a mismatch, a class it skips) go to standard output, which is
   spark-sql's result stream: they are switched off.
 * An archive is about 180 MB; the three used last are kept (a rebuilt jar or another Spark
@@ -52,11 +53,13 @@ def _java(environ: Mapping[str, str]) -> str | None:
     return os.path.realpath(found) if found and os.path.exists(found) else None
 
 
-def key(spark_home: str, java: str, jars: list[str]) -> str:
-    """A digest of the JVM and the jars: the archive made by one is never offered to another."""
+def key(spark_home: str, java: str) -> str:
+    """A digest of the JVM and Spark's jars (the driver's class path): the archive made by one
+    is never offered to another. ``--jars`` (ours among them) are loaded by Spark's own class
+    loader, whose classes a dynamic archive does not hold: a rebuilt jar needs no new one."""
     h = hashlib.sha256()
     spark_jars = Path(spark_home) / "jars"
-    files = [java, *sorted(str(p) for p in spark_jars.glob("*.jar")), *jars]
+    files = [java, *sorted(str(p) for p in spark_jars.glob("*.jar"))]
     for f in files:
         try:
             s = os.stat(f)
@@ -76,7 +79,22 @@ def _private(path: Path, is_dir: bool) -> bool:
     return kind and s.st_uid == os.geteuid() and not s.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
 
 
-def options(spark_home: str, jars: list[str], java_options: list[str], environ: Mapping[str, str]
+def _safe_parents(path: Path) -> bool:
+    """No folder above ``path`` lets another user swap what is below it (as ssh checks a key's
+    path): each belongs to this user or root, and one others may write is sticky (``/tmp``)."""
+    for parent in Path(os.path.realpath(path)).parents:
+        try:
+            s = os.stat(parent)
+        except OSError:
+            return False
+        if s.st_uid not in (0, os.geteuid()):
+            return False
+        if s.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not s.st_mode & stat.S_ISVTX:
+            return False
+    return True
+
+
+def options(spark_home: str, java_options: list[str], environ: Mapping[str, str]
             ) -> tuple[list[str], Callable[[], None] | None]:
     """The driver's Java options for the archive, and what to do after the JVM ended (rename
     a dumped archive into place), or None. No options when turned off or unsafe."""
@@ -92,9 +110,9 @@ def options(spark_home: str, jars: list[str], java_options: list[str], environ: 
         where.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError:
         return [], None
-    if not _private(where, is_dir=True):
+    if not _private(where, is_dir=True) or not _safe_parents(where):
         return [], None
-    archive = where / f"{key(spark_home, java, jars)}.jsa"
+    archive = where / f"{key(spark_home, java)}.jsa"
     if any(c.isspace() for c in str(archive)):
         return [], None  # spark-submit splits the driver's Java options at white space
     if archive.exists():
