@@ -229,3 +229,27 @@ def test_the_last_compaction_from_manifest_heads_and_its_bound(tmp_path, monkeyp
     bounded = table_health(ds, policy, now, True, {})
     assert bounded.parts["last_compacted_version"] is None and bounded.parts["hours_since_compaction"] is None
     assert bounded.reasons["last_compaction"].startswith("not known: no compaction among the newest 1 versions")
+
+
+def test_a_read_that_keeps_nothing_never_leaves_newer_marks_beside_an_older_state(tmp_path):
+    """A read that keeps nothing (the table it opened is not at the listed version: a commit
+    between the listing and the open, or a caller's handle of an earlier version) leaves the
+    earlier kept state: the probe's marks, of the table as it is now, must not be kept beside
+    it, or the next one-listing probe finds them unchanged and serves the table as it was
+    before (a maintained table still due: found by test_maintain_warehouse)."""
+    from oracle import degraded_table
+
+    uri = str(tmp_path / "ns" / "t.lance")
+    degraded_table(uri, fragments=8, rows_per_fragment=20, appends=2)
+    cache = HealthCache()
+    now = datetime.now(timezone.utc)
+    assert not _evaluate(cache, uri, now).served  # kept
+    earlier = lance.dataset(uri).version
+    lance.dataset(uri).optimize.compact_files(target_rows_per_fragment=1000)  # changes the table
+    raced = cache.evaluate(uri, {}, lambda: lance.dataset(uri, version=earlier),
+                           lambda config: [resolve_policy(None, config, None, "ns.t")], True, now)
+    assert not raced.served
+    again = _evaluate(cache, uri, now)
+    fresh = _fresh(uri, now)
+    assert [(h.score, h.parts.get("fragments"), h.due) for h in again.healths] == \
+        [(fresh.score, fresh.parts.get("fragments"), fresh.due)], (again, fresh)

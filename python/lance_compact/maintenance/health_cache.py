@@ -242,8 +242,13 @@ class HealthCache:
         self._count(False)
         with self._reads:
             out = self._read(uri, key, options, listed, entry, open_table, policies, history, now, policy_key)
-        with self._lock:  # kept only beside a kept table (bounded as the tables are)
-            if marks is None or key not in self._by_table:
+        with self._lock:
+            # The marks are kept only beside the entry this read kept for this very listing: a
+            # read that kept nothing (a commit between the listing and the open) leaves the
+            # earlier entry, which these newer marks must never vouch for (the one-listing
+            # probe would then serve the table as it was before that commit)
+            stored = self._by_table.get(key)
+            if marks is None or stored is None or stored is entry or not listed or stored.listed != tuple(listed):
                 self._marks.pop(key, None)
             else:
                 self._marks[key] = marks
