@@ -226,7 +226,16 @@ def test_a_class_archive_others_can_write_is_never_mapped(tmp_path):
     folder = class_archive.folder(env)
     partial = Path(given.split("-XX:ArchiveClassesAtExit=")[1].split()[0])
     assert partial.parent == folder
-    archive = folder / (partial.name.split(".")[0] + ".jsa")
+    digest = partial.name.split(".")[0]
+    cut = folder / f"{digest}-100.jsa"  # made at 100 bytes, now 1: HotSpot would crash on it
+    cut.write_bytes(b"x")
+    cut.chmod(0o600)
+    gone = folder / f"{digest}.999999999.partial"  # a run killed during its dump (no such pid)
+    gone.write_bytes(b"x")
+    given, _ = java_options(env)
+    assert "SharedArchiveFile" not in given and not cut.exists()  # removed, dumped again
+    assert not gone.exists()
+    archive = folder / f"{digest}-1.jsa"
     archive.write_bytes(b"x")
     archive.chmod(0o600)
     given, after = java_options(env)
@@ -240,7 +249,7 @@ def test_a_class_archive_others_can_write_is_never_mapped(tmp_path):
     archive.unlink()
     archive.symlink_to(tmp_path / "elsewhere.jsa")
     (tmp_path / "elsewhere.jsa").write_bytes(b"x")
-    assert "Archive" not in java_options(env)[0]
+    assert "SharedArchiveFile" not in java_options(env)[0]
     archive.unlink()
     (tmp_path / "elsewhere.jsa").rename(archive)
     assert "SharedArchiveFile" not in java_options(env, ["--driver-java-options", "-Xshare:off"])[0]

@@ -8,10 +8,14 @@ about 1.0 s to 0.5-0.6 s and the whole short run by 4-5 s (docs/benchmark.md).
 
 * The first run without an archive dumps one at its exit (a few seconds more, once) to a name
   of its own, renamed into place when the JVM has ended, so runs side by side never read a
-  half-written file. Its name is a digest of what the archive depends on (the ``java`` binary
-  and every jar on Spark's class path, with their sizes and times): another Spark or JDK makes
-  another archive (``--jars`` are not on that class path: a rebuilt jar needs none). The JVM checks the class path again itself and, on any mismatch, runs
-  without the archive.
+  half-written file; a run killed during its dump leaves a partial file, which the next
+  dumping run removes. The kept name holds the file's size, and a file of another size is
+  removed, not mapped: HotSpot trusts the header, and a truncated archive crashed the JVM at
+  its start with SIGBUS (tried).
+* The rest of the name is a digest of what the archive depends on (the ``java`` binary and
+  every jar on Spark's class path, with their sizes and times): another Spark or JDK makes
+  another archive (``--jars`` are not on that class path: a rebuilt jar needs none). The JVM
+  checks the class path again itself and, on any mismatch, runs without the archive.
 * The archive is mapped into the JVM as classes, so it is used only from a folder and a file
   owned by this user and writable by nobody else, under folders nobody else can swap (like
   ssh's keys); anything else is ignored.
@@ -112,10 +116,11 @@ def options(spark_home: str, java_options: list[str], environ: Mapping[str, str]
         return [], None
     if not _private(where, is_dir=True) or not _safe_parents(where):
         return [], None
-    archive = where / f"{key(spark_home, java)}.jsa"
-    if any(c.isspace() for c in str(archive)):
+    digest = key(spark_home, java)
+    if any(c.isspace() for c in str(where)):
         return [], None  # spark-submit splits the driver's Java options at white space
-    if archive.exists():
+    archive = _whole(where, digest)
+    if archive is not None:
         if not _private(archive, is_dir=False):
             return [], None
         try:
@@ -123,13 +128,15 @@ def options(spark_home: str, java_options: list[str], environ: Mapping[str, str]
         except OSError:
             pass
         return [f"-XX:SharedArchiveFile={archive}", QUIET], None
-    partial = where / f"{archive.stem}.{os.getpid()}.partial"
+    _remove_abandoned(where)
+    partial = where / f"{digest}.{os.getpid()}.partial"
 
     def keep() -> None:
         try:
-            if partial.exists() and partial.stat().st_size > 0:
+            size = partial.stat().st_size if partial.exists() else 0
+            if size > 0:
                 os.chmod(partial, 0o600)
-                os.replace(partial, archive)
+                os.replace(partial, where / f"{digest}-{size}.jsa")
                 _prune(where)
         except OSError:
             pass
@@ -137,6 +144,37 @@ def options(spark_home: str, java_options: list[str], environ: Mapping[str, str]
             partial.unlink(missing_ok=True)
 
     return [f"-XX:ArchiveClassesAtExit={partial}", QUIET], keep
+
+
+def _whole(where: Path, digest: str) -> Path | None:
+    """The archive made for ``digest``, if it still has the size it was made with (its name
+    says it). HotSpot maps the file and trusts its header: a shorter file (a full disk, a copy
+    cut short) crashed the JVM with SIGBUS at its start (measured), so one is removed, not
+    offered."""
+    for archive in where.glob(f"{digest}-*.jsa"):
+        made = archive.name[len(digest) + 1:-len(".jsa")]
+        try:
+            if made.isdigit() and archive.lstat().st_size == int(made):
+                return archive
+            if _private(archive, is_dir=False):
+                archive.unlink()
+        except OSError:
+            pass
+    return None
+
+
+def _remove_abandoned(where: Path) -> None:
+    """Partial dumps of runs that are gone (killed before they could keep or remove theirs)."""
+    for partial in where.glob("*.partial"):
+        pid = partial.name.split(".")[-2]
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            partial.unlink(missing_ok=True)
+        except OSError:
+            pass
 
 
 KEEP = 3  # archives of other JVMs or jars (a rebuilt jar makes a new one): ~180 MB each
