@@ -326,3 +326,26 @@ def test_a_coalesced_line_never_arrives_after_a_newer_one():
     while "db.t: batch 1" not in said and time.monotonic() < deadline:
         time.sleep(0.01)
     assert said == ["db.t: compact", "db.t: batch 1", "db.t: optimize_indices"], said
+
+
+def test_a_tables_first_step_is_shown_in_the_ui_when_another_lane_said_its_own_first():
+    """progress.PerTable under a warehouse run's two lanes: lane A takes its table's first step,
+    lane B takes and sends its own before A's is sent. A's first step is still a UI job (it was
+    dropped as 'older', and the table's second step, 'planning', became its UI job: the CI run
+    of stop 50 failed test_maintain_warehouse on it); a caller-only line that late is dropped."""
+    from lance_compact.runtime import progress
+
+    said: list[tuple[str, bool]] = []
+    parent = progress.Reporter(lambda text, ui: said.append((text, ui)), coalesce=False)
+    per = progress.PerTable(parent, lambda: "tables 0 of 2 done; ")
+    # the two lanes' lines, numbered as taken (1: A's, 2: B's) and sent in the other order
+    per._deliver("wb.t: compact", True, 2)
+    per._deliver("wa.t: compact", True, 1)
+    per("wa.t: planning")
+    assert said == [("tables 0 of 2 done; wb.t: compact", True), ("tables 0 of 2 done; wa.t: compact", True),
+                    ("tables 0 of 2 done; wa.t: planning", False)], said
+    line = progress.Reporter(lambda text, ui: said.append((text, ui)), coalesce=False)
+    said.clear()
+    line._deliver("db.t: batch 2", False, 2)
+    line._deliver("db.t: batch 1", False, 1)
+    assert said == [("db.t: batch 2", False)]

@@ -47,8 +47,8 @@ class Reporter:
         self._waiting: str | None = None  # the newest line not sent yet (coalesced)
         self.last: str | None = None
         # Lines are numbered as they are taken (under _lock) and sent in that order (under
-        # _send_lock): a line taken earlier and sent later (the flusher's, beside a thread's)
-        # is dropped, so the caller never sees an older line after a newer one.
+        # _send_lock): a caller-only line taken earlier and sent later (the flusher's, beside a
+        # thread's) is dropped, so the caller never sees an older line after a newer one.
         self._taken = 0
         self._delivered = 0
         self._send_lock = threading.Lock()
@@ -74,9 +74,12 @@ class Reporter:
 
     def _deliver(self, text: str, ui: bool, number: int) -> None:
         with self._send_lock:
-            if number < self._delivered:
-                return  # a newer line is out already
-            self._delivered = number
+            if number < self._delivered and not ui:
+                return  # a newer line is out already: this one only said less
+            # A UI step is always sent: it is a job of the UI's list, and under a warehouse
+            # run's parallel lanes two tables' first steps are both current (PerTable shows a
+            # table once: a dropped first step would show its second instead).
+            self._delivered = max(self._delivered, number)
             try:
                 self._send(text, ui)
             except Exception as e:  # a view only: never fails the work
