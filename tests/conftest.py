@@ -24,6 +24,22 @@ os.environ["LANCE_COMPACT_TEST_HOOKS"] = "1"
 if "TieredStopAtLevel" not in os.environ.get("SPARK_SUBMIT_OPTS", ""):
     os.environ["SPARK_SUBMIT_OPTS"] = " ".join(
         filter(None, [os.environ.get("SPARK_SUBMIT_OPTS"), "-XX:TieredStopAtLevel=1"]))
+# The tests' class-data archive (class_archive_for_tests.py, made by bin/test first): every JVM
+# spark-submit starts maps the Spark classes it would otherwise load and verify again.
+import class_archive_for_tests  # noqa: E402  (tests/ is on the path: pytest's rootdir)
+
+TEST_CLASS_ARCHIVE = class_archive_for_tests.java_options()
+if TEST_CLASS_ARCHIVE and "SharedArchiveFile" not in os.environ.get("SPARK_SUBMIT_OPTS", ""):
+    os.environ["SPARK_SUBMIT_OPTS"] = " ".join([os.environ["SPARK_SUBMIT_OPTS"], *TEST_CLASS_ARCHIVE])
+
+
+def without_test_class_archive(env: dict) -> dict:
+    """``env`` whose SPARK_SUBMIT_OPTS does not map the tests' archive (for tests of
+    lance-spark-sql's own, which stands aside for an archive of the user's)."""
+    opts = [o for o in env.get("SPARK_SUBMIT_OPTS", "").split() if o not in TEST_CLASS_ARCHIVE]
+    return {**env, "SPARK_SUBMIT_OPTS": " ".join(opts)}
+
+
 # lance-spark-sql's class-data archive (runtime/class_archive.py) is off for the tests' runs:
 # the first run of each JVM and jar set dumps one at its exit (seconds), which tests that time
 # an exit would meet at random. test_cli's tests of it turn it on with a cache of their own.

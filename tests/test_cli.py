@@ -186,7 +186,10 @@ def test_the_class_archive_is_made_once_then_mapped_and_its_log_never_reaches_st
     it. Both print the query's rows alone on stdout (HotSpot's cds lines go there: off)."""
     import os
 
-    env = {**os.environ, "LANCE_COMPACT_CLASS_ARCHIVE": "true", "LANCE_COMPACT_CACHE_DIR": str(tmp_path)}
+    from conftest import without_test_class_archive
+
+    env = {**without_test_class_archive(dict(os.environ)), "LANCE_COMPACT_CLASS_ARCHIVE": "true",
+           "LANCE_COMPACT_CACHE_DIR": str(tmp_path)}
 
     def run():
         return subprocess.run([str(ROOT / "bin" / "lance-spark-sql"), "--warehouse", str(cli_warehouse),
@@ -220,7 +223,10 @@ def test_a_class_archive_others_can_write_is_never_mapped(tmp_path):
         after = with_class_archive(args, run_env)
         return args[args.index("--driver-java-options") + 1], after
 
-    env = {**os.environ, "LANCE_COMPACT_CLASS_ARCHIVE": "true", "LANCE_COMPACT_CACHE_DIR": str(tmp_path / "c")}
+    from conftest import without_test_class_archive
+
+    env = {**without_test_class_archive(dict(os.environ)), "LANCE_COMPACT_CLASS_ARCHIVE": "true",
+           "LANCE_COMPACT_CACHE_DIR": str(tmp_path / "c")}
     given, after = java_options(env)  # none made yet: this run dumps one, by a name of its own
     assert "-XX:ArchiveClassesAtExit=" in given and ".partial" in given and after is not None
     folder = class_archive.folder(env)
@@ -253,6 +259,8 @@ def test_a_class_archive_others_can_write_is_never_mapped(tmp_path):
     archive.unlink()
     (tmp_path / "elsewhere.jsa").rename(archive)
     assert "SharedArchiveFile" not in java_options(env, ["--driver-java-options", "-Xshare:off"])[0]
+    for name in ("SPARK_SUBMIT_OPTS", "JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS"):  # every JVM's options
+        assert "Archive" not in java_options({**env, name: "-XX:SharedArchiveFile=/x/own.jsa"})[0], name
     assert "Archive" not in java_options({**env, "LANCE_COMPACT_CLASS_ARCHIVE": "false"})[0]
     assert "SharedArchiveFile" in java_options(env)[0]
     (tmp_path / "c").chmod(0o777)  # a folder above it that others can write, not sticky

@@ -23,8 +23,9 @@ about 1.0 s to 0.5-0.6 s and the whole short run by 4-5 s (docs/benchmark.md).
   spark-sql's result stream: they are switched off.
 * An archive is about 180 MB; the three used last are kept (a rebuilt jar or another Spark
   makes a new one).
-* ``LANCE_COMPACT_CLASS_ARCHIVE=false`` turns it off; so does a ``--driver-java-options`` of
-  the user's own that already names an archive or ``-Xshare``.
+* ``LANCE_COMPACT_CLASS_ARCHIVE=false`` turns it off; so does an archive or ``-Xshare`` of the
+  user's own, in ``--driver-java-options`` or in ``SPARK_SUBMIT_OPTS``, ``JAVA_TOOL_OPTIONS``
+  or ``JDK_JAVA_OPTIONS``.
 """
 from __future__ import annotations
 
@@ -39,6 +40,7 @@ ENV = "LANCE_COMPACT_CLASS_ARCHIVE"
 CACHE_ENV = "LANCE_COMPACT_CACHE_DIR"
 QUIET = "-Xlog:cds*=off -Xlog:class+path=off"
 _USERS_OWN = ("SharedArchiveFile", "ArchiveClassesAtExit", "-Xshare")
+_JAVA_ENV = ("SPARK_SUBMIT_OPTS", "JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS")  # options every JVM gets
 
 
 def folder(environ: Mapping[str, str]) -> Path:
@@ -104,7 +106,10 @@ def options(spark_home: str, java_options: list[str], environ: Mapping[str, str]
     a dumped archive into place), or None. No options when turned off or unsafe."""
     if environ.get(ENV, "true").lower() in ("false", "0", "off", "no"):
         return [], None
-    if any(o in " ".join(java_options) for o in _USERS_OWN):
+    # The user's own archive or -Xshare, given to spark-sql or to every JVM it starts through
+    # the environment (two archives on one command line: HotSpot takes the last, or refuses).
+    given = " ".join([*java_options, *(environ.get(k, "") for k in _JAVA_ENV)])
+    if any(o in given for o in _USERS_OWN):
         return [], None
     java = _java(environ)
     if java is None:
