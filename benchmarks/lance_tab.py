@@ -37,9 +37,6 @@ from conftest import lance_session, wait_for  # noqa: E402
 from history_server import history_server, lists  # noqa: E402
 from oracle import degraded_table  # noqa: E402
 
-# conftest's C1-only JIT is for short test JVMs; the render is timed on the JVM as deployed
-os.environ["SPARK_SUBMIT_OPTS"] = os.environ.get("SPARK_SUBMIT_OPTS", "").replace("-XX:TieredStopAtLevel=1", "").strip()
-
 
 def make_tables(wh: Path, n: int, start: int = 0) -> None:
     """``n`` degraded tables: names by namespace, a third indexed then appended to."""

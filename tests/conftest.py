@@ -17,20 +17,31 @@ sys.path.insert(0, str(ROOT / "examples"))
 # inherits this: their engines accept the test_* fault hooks. tests/test_shared_server.py
 # starts drivers without it.
 os.environ["LANCE_COMPACT_TEST_HOOKS"] = "1"
-# Every JVM spark-submit starts for these tests (each module's PySpark driver, spark-sql, the
-# Thrift and Connect servers, the service) compiles with C1 only: a test JVM lives minutes, and
-# C2's compiler threads took half of its CPU on this 2-core machine that runs three modules at
-# once (measured: one session's JVM 24.3 s -> 12.6 s of CPU for the same statements).
-if "TieredStopAtLevel" not in os.environ.get("SPARK_SUBMIT_OPTS", ""):
-    os.environ["SPARK_SUBMIT_OPTS"] = " ".join(
-        filter(None, [os.environ.get("SPARK_SUBMIT_OPTS"), "-XX:TieredStopAtLevel=1"]))
-# The tests' class-data archive (class_archive_for_tests.py, made by bin/test first): every JVM
-# spark-submit starts maps the Spark classes it would otherwise load and verify again.
+# The tests' class-data archive (class_archive_for_tests.py, made by bin/test first).
 import class_archive_for_tests  # noqa: E402  (tests/ is on the path: pytest's rootdir)
 
 TEST_CLASS_ARCHIVE = class_archive_for_tests.java_options()
-if TEST_CLASS_ARCHIVE and "SharedArchiveFile" not in os.environ.get("SPARK_SUBMIT_OPTS", ""):
-    os.environ["SPARK_SUBMIT_OPTS"] = " ".join([os.environ["SPARK_SUBMIT_OPTS"], *TEST_CLASS_ARCHIVE])
+
+
+def test_jvm_environment() -> None:
+    """What every JVM the tests start gets, set under pytest only (pytest_configure): the
+    benchmarks import this module for its sessions but time the JVM as it is deployed.
+
+    * spark-submit's JVMs (each module's PySpark driver, spark-sql, the Thrift and Connect
+      servers, the service) compile with C1 only: a test JVM lives minutes, and C2's compiler
+      threads took half of its CPU on this 2-core machine that runs three modules at once
+      (measured: one session's JVM 24.3 s -> 12.6 s of CPU for the same statements);
+    * they map the tests' class-data archive: the Spark classes each would otherwise load and
+      verify again;
+    * lance-spark-sql's own archive (runtime/class_archive.py) is off: the first run of each
+      JVM and jar set dumps one at its exit (seconds), which tests that time an exit would meet
+      at random. test_cli's tests of it turn it on with a cache of their own."""
+    if "TieredStopAtLevel" not in os.environ.get("SPARK_SUBMIT_OPTS", ""):
+        os.environ["SPARK_SUBMIT_OPTS"] = " ".join(
+            filter(None, [os.environ.get("SPARK_SUBMIT_OPTS"), "-XX:TieredStopAtLevel=1"]))
+    if TEST_CLASS_ARCHIVE and "SharedArchiveFile" not in os.environ["SPARK_SUBMIT_OPTS"]:
+        os.environ["SPARK_SUBMIT_OPTS"] = " ".join([os.environ["SPARK_SUBMIT_OPTS"], *TEST_CLASS_ARCHIVE])
+    os.environ.setdefault("LANCE_COMPACT_CLASS_ARCHIVE", "false")
 
 
 def without_test_class_archive(env: dict) -> dict:
@@ -40,10 +51,6 @@ def without_test_class_archive(env: dict) -> dict:
     return {**env, "SPARK_SUBMIT_OPTS": " ".join(opts)}
 
 
-# lance-spark-sql's class-data archive (runtime/class_archive.py) is off for the tests' runs:
-# the first run of each JVM and jar set dumps one at its exit (seconds), which tests that time
-# an exit would meet at random. test_cli's tests of it turn it on with a cache of their own.
-os.environ.setdefault("LANCE_COMPACT_CLASS_ARCHIVE", "false")
 # The example strategy (examples/my_planners.py), registered as the catalog's operator would.
 STRATEGIES = {"skip_newest": "my_planners.SkipNewest"}
 # The operator's floor for cleanup's removal of unreferenced files lowered to nothing, for the
@@ -63,6 +70,7 @@ def pytest_configure(config):
     in the summary: tests/scheduling.py."""
     import scheduling
 
+    test_jvm_environment()
     scheduling.configure(config)
 
 
