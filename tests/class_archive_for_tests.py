@@ -43,10 +43,11 @@ def java_options() -> list[str]:
         return []
     from lance_compact.runtime import class_archive
 
-    where = class_archive.folder(_environ())
+    named = class_archive.folder(_environ())
     java = class_archive._java(os.environ)
-    if java is None or not where.is_dir():
+    if named is None or java is None or not named.is_dir():
         return []
+    where = Path(os.path.realpath(named))
     found = class_archive._whole(where, class_archive.key(_spark_home(), java))
     if found is None or not class_archive._private(found, is_dir=False) or not class_archive._safe_parents(where):
         return []

@@ -227,6 +227,7 @@ def test_a_class_archive_others_can_write_is_never_mapped(tmp_path):
 
     env = {**without_test_class_archive(dict(os.environ)), "LANCE_COMPACT_CLASS_ARCHIVE": "true",
            "LANCE_COMPACT_CACHE_DIR": str(tmp_path / "c")}
+    whole = class_archive.MAGIC.to_bytes(4, "little")  # how a dynamic archive starts
     given, after = java_options(env)  # none made yet: this run dumps one, by a name of its own
     assert "-XX:ArchiveClassesAtExit=" in given and ".partial" in given and after is not None
     folder = class_archive.folder(env)
@@ -241,8 +242,8 @@ def test_a_class_archive_others_can_write_is_never_mapped(tmp_path):
     given, _ = java_options(env)
     assert "SharedArchiveFile" not in given and not cut.exists()  # removed, dumped again
     assert not gone.exists()
-    archive = folder / f"{digest}-1.jsa"
-    archive.write_bytes(b"x")
+    archive = folder / f"{digest}-4.jsa"
+    archive.write_bytes(whole)
     archive.chmod(0o600)
     given, after = java_options(env)
     assert f"-XX:SharedArchiveFile={archive}" in given and class_archive.QUIET in given and after is None
@@ -254,7 +255,7 @@ def test_a_class_archive_others_can_write_is_never_mapped(tmp_path):
     folder.chmod(0o700)
     archive.unlink()
     archive.symlink_to(tmp_path / "elsewhere.jsa")
-    (tmp_path / "elsewhere.jsa").write_bytes(b"x")
+    (tmp_path / "elsewhere.jsa").write_bytes(whole)
     assert "SharedArchiveFile" not in java_options(env)[0]
     archive.unlink()
     (tmp_path / "elsewhere.jsa").rename(archive)
@@ -267,3 +268,68 @@ def test_a_class_archive_others_can_write_is_never_mapped(tmp_path):
     assert "Archive" not in java_options(env)[0]
     (tmp_path / "c").chmod(0o1777)  # sticky, as /tmp: nobody else may rename what is in it
     assert "SharedArchiveFile" in java_options(env)[0]
+
+
+def test_a_class_archive_is_neither_dumped_nor_mapped_where_the_jvm_would_fail(tmp_path, monkeypatch):
+    """HotSpot fails a JVM whose dump cannot be made (exit 1 after the statement, two lines on
+    stdout; or no start at all), so none is tried: with a Java or JVMTI agent (the debugger),
+    without compressed class pointers, on a JDK without its base archive, on a disk short of
+    room, within a day of a dump that left no archive; a kept file that does not start as an
+    archive (a JVM killed in its dump leaves zeros) is removed, and a dump that is not whole is
+    not kept. With no absolute home there is no cache (never a folder named '~' here); the JVM
+    gets the cache's resolved path (a link swapped after the check is not followed)."""
+    import os
+    from pathlib import Path
+
+    from conftest import without_test_class_archive
+    from lance_compact.cli import command, with_class_archive
+    from lance_compact.runtime import class_archive
+
+    def java_options(env, argv=()):
+        args, run_env, _, _ = command(["--warehouse", str(tmp_path), *argv, "-e", "SELECT 1"], environ=env)
+        after = with_class_archive(args, run_env)
+        return args[args.index("--driver-java-options") + 1], after
+
+    real = tmp_path / "real"
+    real.mkdir(mode=0o700)
+    (tmp_path / "link").symlink_to(real)
+    env = {**without_test_class_archive(dict(os.environ)), "LANCE_COMPACT_CLASS_ARCHIVE": "true",
+           "LANCE_COMPACT_CACHE_DIR": str(tmp_path / "link")}
+    for option in ("-javaagent:/x/agent.jar", "-agentlib:jdwp=transport=dt_socket,server=y",
+                   "-XX:-UseCompressedClassPointers"):
+        assert "Archive" not in java_options(env, ["--driver-java-options", option])[0], option
+        assert "Archive" not in java_options({**env, "JAVA_TOOL_OPTIONS": option})[0], option
+    jdk = tmp_path / "trimmed-jdk" / "bin"  # a JDK image without lib/server/classes.jsa
+    jdk.mkdir(parents=True)
+    (jdk / "java").write_text("#!/bin/sh\n")
+    (jdk / "java").chmod(0o755)
+    assert "Archive" not in java_options({**env, "JAVA_HOME": str(jdk.parent)})[0]
+    monkeypatch.setattr(class_archive, "FREE_TO_DUMP", 1 << 62)
+    assert "Archive" not in java_options(env)[0]  # no room for a dump
+    monkeypatch.undo()
+
+    given, keep = java_options(env)
+    partial = Path(given.split("-XX:ArchiveClassesAtExit=")[1].split()[0])
+    assert partial.parent == real / "class-archives"  # resolved: the link is not the JVM's to follow
+    digest = partial.name.split(".")[0]
+    partial.write_bytes(bytes(64))  # a dump cut off: the header never written
+    keep()
+    assert list(partial.parent.glob("*.jsa")) == [] and not partial.exists()
+    assert "Archive" not in java_options(env)[0]  # not tried again within the day
+    (partial.parent / f"{digest}.no-dump").unlink()
+    zeros = partial.parent / f"{digest}-64.jsa"  # whole-sized, but zeros where the header is
+    zeros.write_bytes(bytes(64))
+    zeros.chmod(0o600)
+    given, keep = java_options(env)
+    assert "ArchiveClassesAtExit" in given and not zeros.exists()
+    partial = Path(given.split("-XX:ArchiveClassesAtExit=")[1].split()[0])
+    partial.write_bytes(class_archive.MAGIC.to_bytes(4, "little") + bytes(60))
+    keep()
+    assert [p.name for p in partial.parent.glob("*.jsa")] == [f"{digest}-64.jsa"]
+    assert f"-XX:SharedArchiveFile={partial.parent / f'{digest}-64.jsa'}" in java_options(env)[0]
+
+    monkeypatch.setattr(os.path, "expanduser", lambda p: p)  # no HOME, no passwd entry
+    assert class_archive.folder({}) is None
+    no_home = {k: v for k, v in env.items() if k not in ("LANCE_COMPACT_CACHE_DIR", "XDG_CACHE_HOME")}
+    monkeypatch.chdir(tmp_path)
+    assert "Archive" not in java_options(no_home)[0] and not (tmp_path / "~").exists()

@@ -19,6 +19,12 @@ about 1.0 s to 0.5-0.6 s and the whole short run by 4-5 s (docs/benchmark.md).
 * The archive is mapped into the JVM as classes, so it is used only from a folder and a file
   owned by this user and writable by nobody else, under folders nobody else can swap (like
   ssh's keys); anything else is ignored.
+* HotSpot fails a JVM whose dump fails (exit code 1 after the statement, two lines on
+  standard output) or cannot be made (a Java or JVMTI agent, no compressed class pointers, a
+  JDK without its base archive: the JVM does not start): none is dumped then, nor into a
+  folder it cannot write or on a disk short of room, nor within a day of a dump that left no
+  archive. A dump is kept only if it starts as an archive does (a JVM killed in its dump leaves
+  zeros there) and is flushed to disk before it gets its name.
 * HotSpot's ``cds`` log lines (a mismatch, a class it skips) go to standard output, which is
   spark-sql's result stream: they are switched off.
 * An archive is about 180 MB; the three used last are kept (a rebuilt jar or another Spark
@@ -33,6 +39,7 @@ import hashlib
 import os
 import shutil
 import stat
+import time
 from pathlib import Path
 from typing import Callable, Mapping
 
@@ -41,15 +48,27 @@ CACHE_ENV = "LANCE_COMPACT_CACHE_DIR"
 QUIET = "-Xlog:cds*=off -Xlog:class+path=off"
 _USERS_OWN = ("SharedArchiveFile", "ArchiveClassesAtExit", "-Xshare")
 _JAVA_ENV = ("SPARK_SUBMIT_OPTS", "JAVA_TOOL_OPTIONS", "JDK_JAVA_OPTIONS")  # options every JVM gets
+# HotSpot refuses to start a dumping JVM with these (a Java agent or JVMTI agent such as the
+# debugger: "Must enable AllowArchivingWithJavaAgent"; no compressed class pointers): the run
+# would fail before its statement. With them no archive is dumped or mapped.
+_CANNOT_DUMP = ("-javaagent", "-agentlib", "-agentpath", "-XX:-UseCompressedClassPointers",
+                "-XX:-UseCompressedOops")
+MAGIC = 0xF00BABA8  # HotSpot's dynamic archive header (CDS_DYNAMIC_ARCHIVE_MAGIC, little-endian)
+FREE_TO_DUMP = 1 << 30  # a dump is about 180 MB; one that fills the disk fails the JVM (exit 1)
+NO_DUMP_FOR_S = 24 * 3600  # after a dump that left no archive, the runs of a day do not try again
 
 
-def folder(environ: Mapping[str, str]) -> Path:
-    """Where archives are kept: ``$LANCE_COMPACT_CACHE_DIR``, else the user's cache folder."""
+def folder(environ: Mapping[str, str]) -> Path | None:
+    """Where archives are kept: ``$LANCE_COMPACT_CACHE_DIR``, else the user's cache folder;
+    None when that is not an absolute path (no ``HOME`` and a uid without a passwd entry, as
+    in containers run as an arbitrary uid: ``~`` would be a folder of the working directory)."""
     given = environ.get(CACHE_ENV)
     if given:
-        return Path(given) / "class-archives"
-    base = environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "lance-compact" / "class-archives"
+        where = Path(given) / "class-archives"
+    else:
+        base = environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        where = Path(base) / "lance-compact" / "class-archives"
+    return where if where.is_absolute() else None
 
 
 def _java(environ: Mapping[str, str]) -> str | None:
@@ -109,16 +128,21 @@ def options(spark_home: str, java_options: list[str], environ: Mapping[str, str]
     # The user's own archive or -Xshare, given to spark-sql or to every JVM it starts through
     # the environment (two archives on one command line: HotSpot takes the last, or refuses).
     given = " ".join([*java_options, *(environ.get(k, "") for k in _JAVA_ENV)])
-    if any(o in given for o in _USERS_OWN):
+    if any(o in given for o in _USERS_OWN + _CANNOT_DUMP):
         return [], None
     java = _java(environ)
-    if java is None:
+    if java is None or not (Path(java).parents[1] / "lib" / "server" / "classes.jsa").is_file():
+        return [], None  # a JDK without its base archive (a trimmed image) cannot dump one on it
+    named = folder(environ)
+    if named is None:
         return [], None
-    where = folder(environ)
     try:
-        where.mkdir(mode=0o700, parents=True, exist_ok=True)
+        named.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError:
         return [], None
+    # The JVM gets the resolved path, checked here: a link on the way that is swapped after
+    # the check (to another user's file) is never followed by the JVM.
+    where = Path(os.path.realpath(named))
     if not _private(where, is_dir=True) or not _safe_parents(where):
         return [], None
     digest = key(spark_home, java)
@@ -133,22 +157,68 @@ def options(spark_home: str, java_options: list[str], environ: Mapping[str, str]
         except OSError:
             pass
         return [f"-XX:SharedArchiveFile={archive}", QUIET], None
+    if not _may_dump(where, digest):
+        return [], None
     _remove_abandoned(where)
     partial = where / f"{digest}.{os.getpid()}.partial"
 
     def keep() -> None:
         try:
             size = partial.stat().st_size if partial.exists() else 0
-            if size > 0:
+            if size > 0 and _magic_ok(partial):
                 os.chmod(partial, 0o600)
+                with open(partial, "rb") as f:  # on disk before it has its name: a power cut
+                    os.fsync(f.fileno())        # must not leave a whole-sized file of zeros
                 os.replace(partial, where / f"{digest}-{size}.jsa")
+                _fsync_folder(where)
                 _prune(where)
+            else:  # the JVM was killed in its dump, or the dump failed: not again for a while
+                (where / f"{digest}.no-dump").touch()
         except OSError:
             pass
         finally:
-            partial.unlink(missing_ok=True)
+            try:
+                partial.unlink(missing_ok=True)
+            except OSError:
+                pass
 
     return [f"-XX:ArchiveClassesAtExit={partial}", QUIET], keep
+
+
+def _may_dump(where: Path, digest: str) -> bool:
+    """Whether a run may dump an archive into ``where``: HotSpot ends a JVM whose dump fails
+    with exit code 1 and two lines on standard output (spark-sql's result stream) after the
+    statement ran, so a folder it cannot write, a disk short of room, or a dump that failed
+    within the day (``<digest>.no-dump``) makes the run go without."""
+    if not os.access(where, os.W_OK | os.X_OK):
+        return False
+    try:
+        if shutil.disk_usage(where).free < FREE_TO_DUMP:
+            return False
+        failed = (where / f"{digest}.no-dump").stat().st_mtime
+        return time.time() - failed > NO_DUMP_FOR_S
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+
+
+def _magic_ok(path: Path) -> bool:
+    """The file starts as a dynamic archive does (a JVM killed in its dump leaves zeros there)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+    except OSError:
+        return False
+    return len(head) == 4 and int.from_bytes(head, "little") == MAGIC
+
+
+def _fsync_folder(where: Path) -> None:
+    fd = os.open(where, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _whole(where: Path, digest: str) -> Path | None:
@@ -159,7 +229,7 @@ def _whole(where: Path, digest: str) -> Path | None:
     for archive in where.glob(f"{digest}-*.jsa"):
         made = archive.name[len(digest) + 1:-len(".jsa")]
         try:
-            if made.isdigit() and archive.lstat().st_size == int(made):
+            if made.isdigit() and archive.lstat().st_size == int(made) and _magic_ok(archive):
                 return archive
             if _private(archive, is_dir=False):
                 archive.unlink()
