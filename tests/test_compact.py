@@ -259,7 +259,7 @@ def test_a_warehouse_run_shows_each_table_once_in_the_ui_and_every_step_on_the_l
                              lambda: f"tables {done[0]} of 2 done; ")
 
     def lane(table: str) -> None:
-        with progress.serving(line):
+        with progress.serving(line.table(table)):
             for step in ("compact", "planning", "batch 1 of 1, rewriting 3 tasks", "optimize_indices"):
                 progress.report(f"{table}: {step}")
 
@@ -329,23 +329,25 @@ def test_a_coalesced_line_never_arrives_after_a_newer_one():
 
 
 def test_a_tables_first_step_is_shown_in_the_ui_when_another_lane_said_its_own_first():
-    """progress.PerTable under a warehouse run's two lanes: lane A takes its table's first step,
+    """progress.Reporter under a warehouse run's two lanes: lane A takes its table's first step,
     lane B takes and sends its own before A's is sent. A's first step is still a UI job (it was
     dropped as 'older', and the table's second step, 'planning', became its UI job: the CI run
-    of stop 50 failed test_maintain_warehouse on it); a caller-only line that late is dropped."""
+    of stop 50 failed test_maintain_warehouse on it); a caller-only line that late is dropped.
+    Tables whose names differ after a ':' are told apart (PerTable keyed them by the text before
+    its first ':', so 'db.c:1' and 'db.c:2' shared one UI job)."""
     from lance_compact.runtime import progress
 
     said: list[tuple[str, bool]] = []
     parent = progress.Reporter(lambda text, ui: said.append((text, ui)), coalesce=False)
-    per = progress.PerTable(parent, lambda: "tables 0 of 2 done; ")
     # the two lanes' lines, numbered as taken (1: A's, 2: B's) and sent in the other order
-    per._deliver("wb.t: compact", True, 2)
-    per._deliver("wa.t: compact", True, 1)
-    per("wa.t: planning")
-    assert said == [("tables 0 of 2 done; wb.t: compact", True), ("tables 0 of 2 done; wa.t: compact", True),
-                    ("tables 0 of 2 done; wa.t: planning", False)], said
-    line = progress.Reporter(lambda text, ui: said.append((text, ui)), coalesce=False)
+    parent._deliver("wb.t: compact", True, 2)
+    parent._deliver("wa.t: compact", True, 1)
+    parent._deliver("wa.t: batch 1", False, 1)
+    assert said == [("wb.t: compact", True), ("wa.t: compact", True)], said
     said.clear()
-    line._deliver("db.t: batch 2", False, 2)
-    line._deliver("db.t: batch 1", False, 1)
-    assert said == [("db.t: batch 2", False)]
+    lines = progress.PerTable(progress.Reporter(lambda text, ui: said.append((text, ui)), coalesce=False),
+                              lambda: "tables 0 of 2 done; ")
+    one, two = lines.table("db.c:1"), lines.table("db.c:2")
+    one("db.c:1: compact"), two("db.c:2: compact"), one("db.c:1: planning")
+    assert said == [("tables 0 of 2 done; db.c:1: compact", True), ("tables 0 of 2 done; db.c:2: compact", True),
+                    ("tables 0 of 2 done; db.c:1: planning", False)], said

@@ -421,10 +421,11 @@ def maintain_warehouse(request: Envelope, run_packed: Callable,
     lock = threading.Lock()
     reporter = progress.current()
     finished_tables = [0]
+    lines = None
     if reporter is not None and chosen:
         reporter(f"maintain_warehouse: 0 of {len(chosen)} due tables done")
         # each table's steps say so too: "tables 3 of 12 done; db.t: compact"
-        reporter = progress.PerTable(reporter, lambda: f"tables {finished_tables[0]} of {len(chosen)} done; ")
+        lines = progress.PerTable(reporter, lambda: f"tables {finished_tables[0]} of {len(chosen)} done; ")
 
     def lane() -> None:
         """One of ``parallelism`` lanes: the next table in order, until none is left."""
@@ -434,7 +435,7 @@ def maintain_warehouse(request: Envelope, run_packed: Callable,
                     return
                 t = waiting.pop()
             try:
-                with progress.serving(reporter):
+                with progress.serving(lines.table(t.target.table) if lines is not None else None):
                     _maintain(t, jobs, dry, budget, len(chosen), probe)
             except Exception as e:  # our bug: the table's row says so
                 t.skip("failed", _error_text(e, storage))
