@@ -132,6 +132,10 @@ def test_the_operation_of_every_version_is_pylances(tmp_path):
     # the reservation's file is shorter than the 64 bytes read: unknown, read whole by the caller
     assert kinds == expected[:6] + [None] + expected[7:]
     assert operation_field(b"\x08\x05\x12\x02ab\xa2\x06\x01x") == 100 and operation_field(b"\x08") is None
+    # a shallow clone's first version (its transaction names the source: long enough to read)
+    clone = ds.shallow_clone(str(tmp_path / "clone.lance"), ds.version)
+    assert operation_kind(clone, clone.version) == type(clone.read_transaction(clone.version).operation).__name__
+    assert operation_kind(clone, clone.version) == "Clone"
 
 
 MEASURE = """

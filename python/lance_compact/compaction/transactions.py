@@ -31,9 +31,12 @@ from ..runtime import protobuf
 from ..runtime.tables import FILE_SESSIONS
 
 # The operation's field number -> pylance's class name of it (ReserveFragments has no class
-# of its own: pylance calls it BaseOperation).
+# of its own: pylance calls it BaseOperation). Restore and Clone (a shallow clone's first
+# version) were read with pylance 14.0.2's read_transaction: unknown here, a Clone's took 1.5 s
+# to decode at 1,000,000 fragments, in every search for a clone's last compaction.
 KINDS = {100: "Append", 101: "Delete", 102: "Overwrite", 103: "CreateIndex", 104: "Rewrite",
-         105: "Merge", 107: "BaseOperation", 108: "Update", 110: "UpdateConfig"}
+         105: "Merge", 106: "Restore", 107: "BaseOperation", 108: "Update", 110: "UpdateConfig",
+         113: "Clone"}
 _TRANSACTION_FILE = 12  # the manifest's field
 _HEAD = 64  # read version (at most 11 bytes), uuid (38), the operation's key
 
