@@ -84,7 +84,8 @@ def make(timeout: float = 600) -> str:
         return "not made (the JVM did not end)"
     keep()
     outcome = "made" if java_options() else "not made"
-    return f"{outcome} in {time.monotonic() - started:.0f} s (warm-up rc {p.returncode})"
+    said = "" if p.returncode == 0 else ":\n" + (p.stdout[-3000:] + p.stderr[-2000:])
+    return f"{outcome} in {time.monotonic() - started:.0f} s (warm-up rc {p.returncode}){said}"
 
 
 def _writers(partial: str) -> bool:
