@@ -75,6 +75,15 @@ def test_a_task_read_from_its_json_is_the_task(table, options):
         assert got.deleted.tolist() == full.deleted.tolist() == [live_and_deleted(m)[1] for m in metas]
         assert got.bytes == full.bytes == data_bytes(metas)
     assert any(task_facts(t.json()).deleted.any() for t in plan.tasks)
+    # fragments in another order than their ids (each deletion count is still its fragment's)
+    import json
+    task = next(t for t in plan.tasks if task_facts(t.json()).deleted.any())
+    doc = json.loads(task.json())
+    doc["task"]["fragments"].reverse()
+    text = json.dumps(doc, separators=(",", ":"))
+    got, full = task_facts(text), _parsed(text)
+    assert got.ids.tolist() == full.ids.tolist() and got.deleted.tolist() == full.deleted.tolist()
+    assert got.physical.tolist() == full.physical.tolist() and got.bytes == full.bytes
 
 
 def test_a_results_originals_read_from_its_json_are_its_originals(table):

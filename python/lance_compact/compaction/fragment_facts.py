@@ -185,19 +185,34 @@ def task_facts(task_json: str) -> TaskFacts:
     """The facts of a task from its ``json()``, read without building its fragment objects
     (``json.loads`` of a 100,000-fragment task takes 0.8 s; this, about 0.1 s); parsed in full
     when the text is not as expected."""
-    ids = np.array(_FRAGMENT_START.findall(task_json), dtype=np.int64)
-    physical = np.array(_PHYSICAL.findall(task_json), dtype=np.int64)
+    ids = _ints(_FRAGMENT_START.findall(task_json))
+    physical = _ints(_PHYSICAL.findall(task_json))
     if len(ids) != len(physical):
         return _parsed(task_json)
-    size: int | None = None if '"file_size_bytes":null' in task_json else sum(
-        map(int, _SIZE.findall(task_json)))
+    size: int | None = None if '"file_size_bytes":null' in task_json else int(
+        _ints(_SIZE.findall(task_json)).sum())
     deleted = np.zeros(len(ids), np.int64)
     if '"deletion_file":{' in task_json:
-        starts = np.array([m.start() for m in _FRAGMENT_START.finditer(task_json)], np.int64)
+        # Each count belongs to the fragment whose start comes last before it (found backwards
+        # from the count: a tenth of 1,000,000 fragments with deletions, not a match object for
+        # every fragment's start).
+        ascending = len(ids) < 2 or bool((np.diff(ids) > 0).all())
+        at_of = None if ascending else {f: i for i, f in enumerate(ids.tolist())}
         for m in _DELETED.finditer(task_json):
-            if m.group(1) != "null":
-                deleted[np.searchsorted(starts, m.start(), side="right") - 1] = int(m.group(1))
+            if m.group(1) == "null":
+                continue
+            start = task_json.rfind('{"id":', 0, m.start())
+            fid = int(task_json[start + 6:task_json.index(",", start)])
+            deleted[int(np.searchsorted(ids, fid)) if at_of is None else at_of[fid]] = int(m.group(1))
     return TaskFacts(ids, physical, deleted, size)
+
+
+def _ints(decimals: list[str]) -> np.ndarray:
+    """The int64 array of ``decimals``, parsed in C (``np.array`` of the strings converts each
+    through a Python int: 0.15 s a million)."""
+    if not decimals:
+        return np.zeros(0, np.int64)
+    return np.fromstring(" ".join(decimals), dtype=np.int64, sep=" ")
 
 
 def _parsed(task_json: str) -> TaskFacts:
