@@ -43,15 +43,8 @@ def java_options() -> list[str]:
         return []
     from lance_compact.runtime import class_archive
 
-    named = class_archive.folder(_environ())
-    java = class_archive._java(os.environ)
-    if named is None or java is None or not named.is_dir():
-        return []
-    where = Path(os.path.realpath(named))
-    found = class_archive._whole(where, class_archive.key(_spark_home(), java))
-    if found is None or not class_archive._private(found, is_dir=False) or not class_archive._safe_parents(where):
-        return []
-    return [f"-XX:SharedArchiveFile={found}", *class_archive.QUIET.split()]
+    mapped, _ = class_archive.options(_spark_home(), [], _environ(), may_dump=False)
+    return [o for option in mapped for o in option.split()]
 
 
 def make(timeout: float = 600) -> str:

@@ -119,10 +119,11 @@ def _safe_parents(path: Path) -> bool:
     return True
 
 
-def options(spark_home: str, java_options: list[str], environ: Mapping[str, str]
+def options(spark_home: str, java_options: list[str], environ: Mapping[str, str], may_dump: bool = True
             ) -> tuple[list[str], Callable[[], None] | None]:
     """The driver's Java options for the archive, and what to do after the JVM ended (rename
-    a dumped archive into place), or None. No options when turned off or unsafe."""
+    a dumped archive into place), or None. No options when turned off or unsafe; with
+    ``may_dump`` false, only the options that map an archive already made (the tests' JVMs)."""
     if environ.get(ENV, "true").lower() in ("false", "0", "off", "no"):
         return [], None
     # The user's own archive or -Xshare, given to spark-sql or to every JVM it starts through
@@ -157,7 +158,7 @@ def options(spark_home: str, java_options: list[str], environ: Mapping[str, str]
         except OSError:
             pass
         return [f"-XX:SharedArchiveFile={archive}", QUIET], None
-    if not _may_dump(where, digest):
+    if not may_dump or not _may_dump(where, digest):
         return [], None
     _remove_abandoned(where)
     partial = where / f"{digest}.{os.getpid()}.partial"
