@@ -97,8 +97,20 @@ def test_io_bounded_stays_within_budget_and_takes_the_best_first(seeded):
     full = get_planner("default", "t").plan(ds, options)
     budget = {"max_rewrite_bytes": rng.randint(1, 3) * 20_000, "max_rewrite_fragments": rng.randint(2, 20)}
     plan = get_planner("io_bounded", "t", budget).plan(ds, options)
-    assert [t.fragment_ids for t in plan.tasks] == [t.fragment_ids for t in full.tasks]
     chosen = plan.selected
+    fits = [t for t in full.tasks if t.bytes <= budget["max_rewrite_bytes"]
+            and len(t.fragment_ids) <= budget["max_rewrite_fragments"]]
+    if not fits and chosen:
+        # no task fits whole: the first fragments of one, planned again by Lance alone; the
+        # other tasks are left as Lance planned them
+        assert len(plan.tasks) == len(full.tasks) - 1 + len(chosen) and not any(t in chosen for t in plan.left)
+        cut = [t for t in full.tasks if [u.fragment_ids for u in full.tasks if u is not t] ==
+               [u.fragment_ids for u in plan.left]]
+        assert cut, plan.tasks
+        assert [f for t in chosen for f in t.fragment_ids] == cut[0].fragment_ids[:sum(len(t.fragment_ids) for t in chosen)]
+        assert all("planned again alone" in t.reason for t in chosen)
+    else:
+        assert [t.fragment_ids for t in plan.tasks] == [t.fragment_ids for t in full.tasks]
     assert sum(t.bytes for t in chosen) <= budget["max_rewrite_bytes"]
     assert sum(len(t.fragment_ids) for t in chosen) <= budget["max_rewrite_fragments"]
     for t in plan.left:  # a task was left only because it did not fit beside better ones
@@ -106,6 +118,38 @@ def test_io_bounded_stays_within_budget_and_takes_the_best_first(seeded):
         better = [c for c in chosen if benefit(c) / max(1, c.bytes) >= benefit(t) / max(1, t.bytes)]
         fits_alone = t.bytes <= budget["max_rewrite_bytes"] and len(t.fragment_ids) <= budget["max_rewrite_fragments"]
         assert better or not fits_alone
+    if full.tasks and not chosen:  # nothing fits, not even two fragments of the best task planned alone
+        assert not fits
+
+
+def test_io_bounded_progresses_where_every_task_is_over_the_budget(tmp_path):
+    """A huge table's tasks can each be larger than the budget (a million fragments of 10 rows:
+    nine tasks of about 111,000 fragments; Lance's own max_source_fragments then plans nothing,
+    and io_bounded planned nothing before, run after run): the best task's first fragments
+    within the budget are planned again by Lance and chosen, and runs converge."""
+    import pyarrow as pa
+
+    path = tmp_path / "many.lance"
+    for i in range(60):
+        lance.write_dataset(pa.table({"id": list(range(i * 10, i * 10 + 10))}), str(path),
+                            mode="create" if i == 0 else "append")
+    ds = lance.dataset(str(path))
+    before = content(ds)
+    assert Compaction.plan(ds, {"max_source_fragments": 25}).num_tasks() == 0  # Lance's own limit
+    counts = [len(ds.get_fragments())]
+    for _ in range(10):
+        plan = get_planner("io_bounded", "t", {"max_rewrite_fragments": 25}).plan(ds, {})
+        if not plan.selected:
+            break
+        assert sum(len(t.fragment_ids) for t in plan.selected) <= 25
+        Compaction.commit(ds, [t.task.execute(ds) for t in plan.selected])
+        ds = lance.dataset(str(path))
+        counts.append(len(ds.get_fragments()))
+    assert counts == [60, 36, 12, 1], counts  # 25 into 1 each run, then the last 12
+    assert content(ds) == before
+    rows = get_planner("io_bounded", "t", {"max_rewrite_rows": 95}).plan(
+        random_layout(tmp_path / "r.lance", 3, index=False), {"target_rows_per_fragment": 100_000})
+    assert all(t.rows + t.deleted_rows <= 95 for t in rows.selected)
 
 
 def test_io_bounded_needs_a_budget(tmp_path):
