@@ -298,6 +298,37 @@ def test_the_callers_line_is_coalesced_but_ui_steps_and_the_newest_line_always_a
     assert said[-1] == ("db.t: cleanup", False) and len(said) == 4
 
 
+def test_figures_go_in_batches_in_the_order_they_were_taken_and_the_rest_at_the_end():
+    """progress.Reporter.figures: the first at once, those within COALESCE_S in one call (one
+    JSON object a line, in order, each whole), the flusher's batch when its turn comes, and what
+    still waits at the request's end (flush_figures, as the engine calls before it answers)."""
+    import json
+    import time
+
+    from lance_compact.runtime import progress
+
+    calls: list[list[dict]] = []
+    line = progress.Reporter(lambda text, ui: None,
+                             lambda batch: calls.append([json.loads(x) for x in batch.split("\n")]))
+    line.figures({"kind": "layout", "table": "db.a\nb", "n": 0})  # a line break in a name stays escaped
+    for i in range(1, 20):
+        line.figures({"kind": "progress", "n": i})
+    assert [[f["n"] for f in c] for c in calls] == [[0]]
+    assert calls[0][0]["table"] == "db.a\nb"
+    deadline = time.monotonic() + 5
+    while len(calls) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert [f["n"] for f in calls[1]] == list(range(1, 20))  # one call, in order
+    line.figures({"kind": "cost", "n": 20})  # within the interval of the flusher's batch: waits
+    line.figures({"kind": "cost", "n": 21})
+    line.flush_figures()  # the request's end
+    assert [f["n"] for f in calls[2]] == [20, 21] and len(calls) == 3
+    time.sleep(progress.COALESCE_S * 2)
+    assert len(calls) == 3  # the flusher's later turn found nothing to send
+    line.flush_figures()
+    assert len(calls) == 3
+
+
 def test_a_coalesced_line_never_arrives_after_a_newer_one():
     """progress.Reporter: the flusher's thread takes the waiting line, and a step is said on
     the work's thread before the flusher has sent it: the caller still gets them in the order

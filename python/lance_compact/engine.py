@@ -578,13 +578,15 @@ def main() -> None:
         text = None
         try:
             bridge.adopt(request_id)
+            reporter = progress.Reporter(lambda said, ui: bridge.progress(request_id, said, ui),
+                                         lambda figures: bridge.figures(request_id, figures))
             with checking_cancellation(lambda: bridge.cancelled(request_id), Gate(bridge, request_id)), \
-                    progress.serving(progress.Reporter(lambda said, ui: bridge.progress(request_id, said, ui),
-                                                       lambda figures: bridge.figures(request_id, figures))):
+                    progress.serving(reporter):
                 try:
                     text = json.dumps(handle(handlers, action, request))
                 finally:
                     commit_gate.forget()  # answered: what it staged is the JVM's to know no more
+                    reporter.flush_figures()  # the Lance tab has them before the statement ends
         except _LoseResponse:
             return  # test-only: the JVM must notice from the heartbeat (finally still runs)
         except BaseException as e:  # noqa: B036 - the caller must always get an answer

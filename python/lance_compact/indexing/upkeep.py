@@ -132,6 +132,18 @@ def active_spark() -> Any:
     return SparkContext._active_spark_context
 
 
+_CORES: list[float] = [0.0, 2]  # (monotonic time read, the Spark context's default parallelism)
+
+
+def _cores() -> int:
+    """The Spark context's default parallelism (its executors' cores), read again after a few
+    seconds (executors come and go): a Py4J round trip each table of a warehouse run paid."""
+    now = time.monotonic()
+    if now - _CORES[0] > 5.0:
+        _CORES[:] = [now, getattr(active_spark(), "defaultParallelism", 2) or 2]
+    return int(_CORES[1])
+
+
 def run(target: Target, ds: lance.LanceDataset, ups: list[Upkeep], procedure: str = "optimize_indices",
         sc: Any = None, hooks: Mapping[str, Any] | None = None) -> tuple[dict[str, Outcome], list[int]]:
     """Carry out ``ups`` (planned on ``ds``) on ``target``: the indices kept in segments built
@@ -330,7 +342,7 @@ def _groups(up: Upkeep, ds: lance.LanceDataset) -> list[list[int]]:
         return [list(up.build_fragments)]
     sizes = {f.fragment_id: f for f in fragment_sizes(ds, up.index.column)}
     chosen = [sizes.get(f, FragmentSize(f, 0, 0)) for f in up.build_fragments]
-    cores = getattr(active_spark(), "defaultParallelism", 2) or 2
+    cores = _cores()
     rows = sum(f.rows for f in chosen)
     return [list(g.fragment_ids) for g in group(chosen, default_rows_per_segment(rows, cores), 2 << 30,
                                                  allowed("max_index_segments", rows))]

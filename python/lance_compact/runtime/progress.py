@@ -52,6 +52,13 @@ class Reporter:
         self._taken = 0
         self._delivered = 0
         self._send_lock = threading.Lock()
+        # Figures wait up to COALESCE_S and go in one Py4J call (one JSON object a line): a
+        # warehouse run says about five a table (layouts, costs, bytes), each a round trip that
+        # both processes' CPU paid. The request's end sends what waits (:meth:`flush_figures`).
+        self._figures_waiting: list[str] = []
+        self._figures_at = -1e9
+        self._figures_due = False
+        self._figures_lock = threading.Lock()  # batches are sent in the order they were taken
 
     def __call__(self, text: str, ui: bool = True) -> None:
         text = escape(text)  # a name in it never breaks the line (the driver's log, a job's description)
@@ -64,7 +71,7 @@ class Reporter:
                 first = self._waiting is None
                 self._waiting = text
                 if first:
-                    _FLUSHER.later(self, self._sent_at + COALESCE_S)
+                    _FLUSHER.later(self._flush, self._sent_at + COALESCE_S)
                 return
             self._waiting = None
             self._sent_at = now
@@ -98,13 +105,39 @@ class Reporter:
 
 
     def figures(self, body: dict) -> None:
-        """Hand measured figures to the JVM (never fails the work)."""
+        """Hand measured figures to the JVM: at once if none went within :data:`COALESCE_S`,
+        else with the next batch (never fails the work)."""
         if self._figures is None:
             return
         try:
-            self._figures(json.dumps(body))
-        except Exception as e:  # a view only
+            text = json.dumps(body)
+        except (TypeError, ValueError) as e:  # a view only
             log.debug("figures not reported: %s", e)
+            return
+        with self._lock:
+            self._figures_waiting.append(text)
+            if time.monotonic() - self._figures_at < COALESCE_S:
+                if not self._figures_due:
+                    self._figures_due = True
+                    _FLUSHER.later(self.flush_figures, self._figures_at + COALESCE_S)
+                return
+        self.flush_figures()
+
+    def flush_figures(self) -> None:
+        """Send the figures waiting, if any (the flusher's turn, or the request's end)."""
+        if self._figures is None:
+            return
+        with self._figures_lock:
+            with self._lock:
+                batch, self._figures_waiting = self._figures_waiting, []
+                self._figures_due = False
+                if not batch:
+                    return
+                self._figures_at = time.monotonic()
+            try:
+                self._figures("\n".join(batch))  # json.dumps writes no raw line break
+            except Exception as e:  # a view only
+                log.debug("figures not reported: %s", e)
 
 
 # A warehouse run's tables say about 15 steps each (600 tables' worth of Py4J round trips for
@@ -113,20 +146,20 @@ COALESCE_S = 0.1
 
 
 class _Flusher:
-    """One thread for the process that sends reporters' coalesced lines when their turn comes
-    (one thread: Py4J gives each calling thread a connection of its own)."""
+    """One thread for the process that sends reporters' coalesced lines and figures when their
+    turn comes (one thread: Py4J gives each calling thread a connection of its own)."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
-        self._due: list[tuple[float, int, Reporter]] = []
+        self._due: list[tuple[float, int, Callable[[], None]]] = []
         self._thread: threading.Thread | None = None
         self._count = 0
 
-    def later(self, reporter: Reporter, at: float) -> None:
+    def later(self, send: Callable[[], None], at: float) -> None:
         import heapq
         with self._cond:
             self._count += 1
-            heapq.heappush(self._due, (at, self._count, reporter))
+            heapq.heappush(self._due, (at, self._count, send))
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="progress-flusher", daemon=True)
                 self._thread.start()
@@ -138,8 +171,11 @@ class _Flusher:
             with self._cond:
                 while not self._due or self._due[0][0] > time.monotonic():
                     self._cond.wait(None if not self._due else max(0.0, self._due[0][0] - time.monotonic()))
-                _, _, reporter = heapq.heappop(self._due)
-            reporter._flush()
+                _, _, send = heapq.heappop(self._due)
+            try:
+                send()
+            except Exception as e:  # a view only: the flusher goes on for the other requests
+                log.debug("progress not reported: %s", e)
 
 
 _FLUSHER = _Flusher()

@@ -108,12 +108,15 @@ object Progress extends Logging {
     }
   }
 
-  /** The engine's figures for request `requestTag` (python/lance_compact/runtime/figures.py), posted
-   * for the Lance tab when the request is a procedure's statement. Never fails: a view. */
+  /** The engine's figures for request `requestTag` (python/lance_compact/runtime/progress.py: a
+   * batch, one JSON object a line), each posted for the Lance tab when the request is a
+   * procedure's statement. Never fails: a view. */
   private[engine] def figures(sc: SparkContext, requestTag: String, json: String): Unit =
     Option(idOf.get(requestTag)).foreach { id =>
-      val catalog = scala.util.Try(io.github.lancecompact.spark.ui.PageHtml.mapper.readTree(json).path("catalog").asText("")).getOrElse("")
-      LanceUiPublish.post(sc, LanceEngineFigures(id, catalog, json, System.currentTimeMillis()))
+      json.split('\n').iterator.filter(_.nonEmpty).foreach { one =>
+        val catalog = scala.util.Try(io.github.lancecompact.spark.ui.PageHtml.mapper.readTree(one).path("catalog").asText("")).getOrElse("")
+        LanceUiPublish.post(sc, LanceEngineFigures(id, catalog, one, System.currentTimeMillis()))
+      }
     }
 
   /** A job of no tasks named `description`: DAGScheduler posts its start and end at once and runs
