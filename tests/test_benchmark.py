@@ -4,6 +4,7 @@ asserted: timing belongs to the benchmark, not to tests. So the module is not `s
 side by side with the others in bin/test (slower there, which it does not measure against
 anything)."""
 import json
+import re
 import subprocess
 import sys
 
@@ -72,16 +73,24 @@ def test_the_fragment_scale_benchmark_runs_every_step(tmp_path):
     to compact_files' (the benchmark asserts it), the memory peaks read."""
     out = tmp_path / "scale.json"
     p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "scale_fragments.py"), "--sizes", "300",
-                        "--deletions", "--index", "--compact", "--repeat", "1", "--work", str(tmp_path / "work"),
+                        "--deletions", "--index", "--compact", "--budget-fragments", "100", "--repeat", "1", "--work", str(tmp_path / "work"),
                         "--out", str(out)], capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     figures = json.loads(out.read_text())
     assert set(figures) == {"10", "300", "memory"}
+    steps = {"pylance Compaction.plan", "plan_compaction", "describe_layout", "system.table_health",
+             "system.maintenance_history", "versions table", "fragments table (count)",
+             "pylance Compaction.plan (after)", "pylance compact_files", "compact"}
+    assert set(figures["10"]) == steps
+    # two budgeted steps, each committed, each rewriting at most 100 fragments (into at least
+    # one), the second starting where the first left the table (the benchmark checks the rows)
+    budgeted = sorted(k for k in figures["300"] if k.startswith("budgeted"))
+    assert set(figures["300"]) - set(budgeted) == steps and len(budgeted) == 2, budgeted
+    counts = [tuple(int(x.replace(",", "")) for x in re.search(r"\(([\d,]+) fragments before, ([\d,]+) after\)",
+                                                                 k).groups()) for k in budgeted]
+    assert counts[0][0] == 300 and counts[1][0] == counts[0][1], counts
+    assert all(before - 100 < after < before for before, after in counts), counts
     for size in ("10", "300"):
-        assert set(figures[size]) == {"pylance Compaction.plan", "plan_compaction", "describe_layout",
-                                      "system.table_health", "system.maintenance_history", "versions table",
-                                      "fragments table (count)", "pylance Compaction.plan (after)",
-                                      "pylance compact_files", "compact"}
         assert all(v > 0 for v in figures[size].values())
     assert figures["memory"]["engine peak RSS MB"] > 0 and figures["memory"]["driver JVM peak RSS MB"] > 0
     assert "| describe_layout |" in p.stdout
