@@ -129,7 +129,6 @@ class Planner(ABC):
 
     def plan(self, dataset: lance.LanceDataset, options: dict[str, Any]) -> Plan | CompactionPlan:
         """Lance's plan over the fragments kept by :meth:`filter_fragments`, then :meth:`select`."""
-        lance_options = dict(options)
         excluded: set[int] = set()
         if (type(self).get_fragments is not Planner.get_fragments
                 or type(self).filter_fragments is not Planner.filter_fragments):
@@ -138,17 +137,21 @@ class Planner(ABC):
             every = self.get_fragments(dataset, options)
             kept = {f.fragment_id for f in self.filter_fragments(dataset, every, options)}
             excluded = {f.fragment_id for f in every} - kept
-        if excluded:
-            lance_options["excluded_fragment_ids"] = sorted(
-                excluded | set(options.get("excluded_fragment_ids", [])))
-        lance_plan = Compaction.plan(dataset, lance_options)
-        planned = Plan(lance_plan.read_version,
-                       describe_all(lance_plan.tasks, dataset, options))
-        return self.select(dataset, planned, options)
+        return self.select(dataset, lance_plan(dataset, options, excluded), options)
 
     def select(self, dataset: lance.LanceDataset, plan: Plan, options: dict[str, Any]) -> Plan:
         """Which planned tasks run now; by default all."""
         return plan
+
+
+def lance_plan(dataset: lance.LanceDataset, options: dict[str, Any], excluded: set[int]) -> Plan:
+    """Lance's own plan with ``options``, ``excluded`` fragments (and those the options exclude)
+    left out, each task described."""
+    lance_options = dict(options)
+    if excluded:
+        lance_options["excluded_fragment_ids"] = sorted(excluded | set(options.get("excluded_fragment_ids") or []))
+    planned = Compaction.plan(dataset, lance_options)
+    return Plan(planned.read_version, describe_all(planned.tasks, dataset, options))
 
 
 def as_plan(result: Plan | CompactionPlan, dataset: lance.LanceDataset,

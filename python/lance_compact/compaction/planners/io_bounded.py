@@ -6,11 +6,10 @@ from typing import Any
 
 import lance
 import numpy as np
-from lance.optimize import Compaction
 
 from ...errors import CompactionError
 from ..fragment_facts import task_facts
-from .base import Plan, PlannedTask, Planner, describe_all
+from .base import Plan, PlannedTask, Planner, lance_plan
 
 BUDGETS = ("max_rewrite_bytes", "max_rewrite_rows", "max_rewrite_fragments")
 
@@ -84,14 +83,13 @@ class IoBoundedPlanner(Planner):
             fit = min(fit, int(np.searchsorted(physical * (best.bytes / physical[-1]),
                                                budget["max_rewrite_bytes"], side="right")))
         planned = {f for t in plan.tasks for f in t.fragment_ids}
-        given = set(options.get("excluded_fragment_ids") or [])
         for _ in range(8):
             if fit < 2:
                 return None
-            kept = set(facts.ids[:fit].tolist())
-            again = Compaction.plan(dataset, {**options, "excluded_fragment_ids": sorted((planned - kept) | given)})
-            tasks = describe_all(again.tasks, dataset, options)
-            if tasks and all(cost(t)[k] <= budget[k] for t in tasks for k in budget):
+            again = lance_plan(dataset, options, planned - set(facts.ids[:fit].tolist()))
+            tasks = again.tasks
+            # all of them together within the budget (the bytes were estimated from the rows)
+            if tasks and all(sum(cost(t)[k] for t in tasks) <= budget[k] for k in budget):
                 for t in tasks:
                     t.reason += (f"; chosen: the first {len(t.fragment_ids):,} of a task of {len(facts.ids):,} "
                                  f"fragments over the budget ({', '.join(f'{k} {budget[k]:,}' for k in budget)}), "
