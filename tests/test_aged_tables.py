@@ -226,6 +226,33 @@ def test_compact_then_cleanup_keeps_rows_and_every_read_works(spark, warehouse, 
     assert spark.sql(f"SELECT count(*) FROM lance.{table}.versions").collect()[0][0] == 1
 
 
+def test_io_bounded_steps_below_every_task_keep_rows_and_indices(spark, warehouse):
+    """io_bounded with a budget of 2 fragments, below every task Lance plans on these tables
+    (planner io_bounded.py: the best task's first fragments, planned again by Lance alone): runs
+    on every aged table progress, never rewrite more than the budget, and keep every row and
+    every index answer."""
+    from lance.optimize import Compaction
+
+    due, progressed = [], []
+    for name in NAMES:
+        table, path, oracle, _ = fresh(warehouse, "iob", name)
+        if oracle.num_rows == 0:
+            continue
+        ds = lance.dataset(str(path))
+        before = len(ds.get_fragments())
+        if Compaction.plan(ds, {"target_rows_per_fragment": 300}).num_tasks():
+            due.append(name)
+        for _ in range(3):
+            r = spark.sql(f"CALL lance.compact(table => '{table}', target_rows_per_fragment => 300, "
+                          "strategy => 'io_bounded', options => map('max_rewrite_fragments', '2'))").collect()[0]
+            assert r.tasks_failed == 0 and r.fragments_removed <= 2, (name, r)
+            rows_and_indices_kept(path, oracle)
+        if len(lance.dataset(str(path)).get_fragments()) < before:
+            progressed.append(name)
+    # every table Lance would compact progressed, though each of its tasks is over the budget
+    assert due and progressed == due, (due, progressed)
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_pyspark_compact_optimize_indices_and_maintain(spark, warehouse, name):
     table, path, oracle, _ = fresh(warehouse, "pw", name)
