@@ -346,7 +346,13 @@ def test_the_service_takes_a_properties_file_as_its_help_says(tmp_path):
     help_text = subprocess.run([sys.executable, "-m", "lance_compact.maintenance_service", "--help"],
                                capture_output=True, text=True, timeout=60).stdout
     assert "--properties-file" in help_text
-    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
+    # a properties file already named in the environment (a user's, or this worker's private
+    # one from an earlier module): spark-submit reads only the last one named, so the service
+    # merges them, its --properties-file winning (it once lost to one here, intermittently)
+    earlier = tmp_path / "earlier.properties"
+    earlier.write_text(f"spark.sql.catalog.lance.warehouse={tmp_path / 'elsewhere'}\n")
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable,
+           "PYSPARK_SUBMIT_ARGS": f"--properties-file {earlier} pyspark-shell"}
     p = subprocess.run([sys.executable, "-m", "lance_compact.maintenance_service", "--properties-file", str(props),
                         "--master", "local[1]", "--conf", "spark.ui.enabled=false", "--rounds", "1",
                         "--param", "target_rows_per_fragment=300"],

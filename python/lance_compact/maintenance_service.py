@@ -44,11 +44,13 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from .errors import CompactionError
 from .runtime import durations
 from .runtime.envelope import DEFAULT_CATALOG
+from .runtime.private_conf import write_properties
 
 log = logging.getLogger("lance_compact.maintenance_service")
 
@@ -238,6 +240,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return a
 
 
+def _submit_properties_file(path: str) -> None:
+    """Make the JVM PySpark starts read ``path``. spark-submit reads one properties file, the
+    last named: one already in ``$PYSPARK_SUBMIT_ARGS`` (a user's, or a parent's private one)
+    is merged with ``path`` into a private file, ``path``'s settings winning, rather than
+    silently replacing it or being replaced by it."""
+    args = shlex.split(os.environ.get("PYSPARK_SUBMIT_ARGS", "pyspark-shell"))
+    named = os.path.abspath(path)
+    if "--properties-file" in args:
+        i = args.index("--properties-file")
+        earlier = Path(args[i + 1]).read_text(encoding="utf-8") if i + 1 < len(args) else ""
+        del args[i:i + 2]
+        # Java properties: a later line of a key replaces an earlier one
+        named = str(write_properties({}, prefix=earlier + "\n" + Path(path).read_text(encoding="utf-8")))
+    os.environ["PYSPARK_SUBMIT_ARGS"] = shlex.join(["--properties-file", named, *args])
+
+
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -248,9 +266,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if a.properties_file:  # read by the JVM PySpark starts (configure_spark_with_lance_compact
         # merges it into its own private file when it has storage options to hide)
-        args = shlex.split(os.environ.get("PYSPARK_SUBMIT_ARGS", "pyspark-shell"))
-        os.environ["PYSPARK_SUBMIT_ARGS"] = shlex.join(
-            ["--properties-file", os.path.abspath(a.properties_file), *args])
+        _submit_properties_file(a.properties_file)
     builder = SparkSession.builder.appName("lance-compact-maintenance")
     if a.master:
         builder = builder.master(a.master)
