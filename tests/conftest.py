@@ -143,7 +143,15 @@ def lance_session(master: str, app: str, warehouse: str, conf: dict | None = Non
     builder = SparkSession.Builder().master(master).appName(app).config("spark.ui.enabled", "false")
     for k, v in (conf or {}).items():
         builder = builder.config(k, v)
+    # The JVM reads $PYSPARK_SUBMIT_ARGS once, at its start; the private properties file
+    # configure_spark_with_lance_compact may name there must not reach the processes later
+    # tests start (a service's own --properties-file once lost to it).
+    submit_args = os.environ.get("PYSPARK_SUBMIT_ARGS")
     session = configure_spark_with_lance_compact(builder, warehouse=warehouse, **configure).getOrCreate()
+    if submit_args is None:
+        os.environ.pop("PYSPARK_SUBMIT_ARGS", None)
+    else:
+        os.environ["PYSPARK_SUBMIT_ARGS"] = submit_args
     session.sparkContext.setLogLevel("ERROR")
     return session
 
