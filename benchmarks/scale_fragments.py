@@ -26,6 +26,7 @@ import argparse
 import json
 import shutil
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -116,6 +117,28 @@ def peak_rss_mb(pid: int) -> float | None:
     return None
 
 
+def reset_peak_rss(pid: int) -> None:
+    """Start ``pid``'s VmHWM again from its current resident set (Linux ``clear_refs`` 5; the
+    process's owner or root)."""
+    try:
+        Path(f"/proc/{pid}/clear_refs").write_text("5")
+    except OSError:
+        pass
+
+
+def compact_files_alone(path: Path) -> dict[str, float]:
+    """pylance's ``compact_files`` of ``path`` in a fresh process of its own: its seconds (open
+    and compaction, as timed in-process before) and that process's peak RSS."""
+    code = ("import json, resource, sys, time, lance\n"
+            "t = time.perf_counter()\n"
+            "lance.dataset(sys.argv[1]).optimize.compact_files(target_rows_per_fragment=int(sys.argv[2]))\n"
+            "print(json.dumps({'seconds': time.perf_counter() - t,"
+            " 'peak_mb': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))")
+    out = subprocess.run([sys.executable, "-c", code, str(path), str(TARGET)], capture_output=True, text=True,
+                         check=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
 def engine_pids(jvm_pid: int) -> list[int]:
     """The engine processes the session's JVM started."""
     pids = []
@@ -179,6 +202,8 @@ def main() -> int:
     spark.sql("SELECT * FROM lance.system.table_health WHERE namespace = 'none'").collect()  # warm
     jvm = int(spark.sparkContext._jvm.ProcessHandle.current().pid())
     figures: dict[str, dict] = {}
+    compaction_memory: dict[str, dict] = {}
+    engine_peaks: list[float] = []  # the engines' peaks before each reset (reset_peak_rss)
     for n in sizes:
         path = table_path(work, n, a.deletions, a.index)
         name = path.name[:-len(".lance")]
@@ -208,12 +233,20 @@ def main() -> int:
             for copy in (ours, theirs):
                 shutil.rmtree(copy, ignore_errors=True)
                 shutil.copytree(path, copy)
-            t = time.perf_counter()
-            lance.dataset(str(theirs)).optimize.compact_files(target_rows_per_fragment=TARGET)
-            row["pylance compact_files"] = time.perf_counter() - t
+            pylance = compact_files_alone(theirs)
+            row["pylance compact_files"] = pylance["seconds"]
+            engines = engine_pids(jvm)
+            for pid in engines:
+                engine_peaks.append(peak_rss_mb(pid) or 0)
+                reset_peak_rss(pid)
             t = time.perf_counter()
             spark.sql(f"CALL lance.compact(table => 'db.{name}_c', target_rows_per_fragment => {TARGET})").collect()
             row["compact"] = time.perf_counter() - t
+            # the memory of the same compaction, side by side: Lance's own process against the
+            # engine worker that ran the CALL (its peak since the reset)
+            compaction_memory[f"{n:,} fragments"] = {
+                "compact_files process peak RSS MB": pylance["peak_mb"],
+                "engine peak RSS MB during the CALL": max((peak_rss_mb(p) or 0 for p in engines), default=0)}
             assert same_content(str(ours), str(theirs)), "the compacted tables differ"
             assert len(lance.dataset(str(ours)).get_fragments()) == len(lance.dataset(str(theirs)).get_fragments())
             for copy in (ours, theirs):
@@ -253,8 +286,11 @@ def main() -> int:
         del ds
     engines = engine_pids(jvm)
     memory = {"driver JVM peak RSS MB": peak_rss_mb(jvm),
-              "engine peak RSS MB": max((peak_rss_mb(p) or 0 for p in engines), default=None)}
+              "engine peak RSS MB": max([*(peak_rss_mb(p) or 0 for p in engines), *engine_peaks], default=None)}
     print("\n" + ", ".join(f"{k}: {v:.0f}" for k, v in memory.items() if v is not None))
+    for size, peaks in compaction_memory.items():
+        print(f"the compaction at {size}: " + ", ".join(f"{k} {v:,.0f}" for k, v in peaks.items()))
+    memory["compaction"] = compaction_memory
     figures["memory"] = memory
     if a.out:
         Path(a.out).write_text(json.dumps(figures, indent=1))

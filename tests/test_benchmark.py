@@ -93,4 +93,10 @@ def test_the_fragment_scale_benchmark_runs_every_step(tmp_path):
     for size in ("10", "300"):
         assert all(v > 0 for v in figures[size].values())
     assert figures["memory"]["engine peak RSS MB"] > 0 and figures["memory"]["driver JVM peak RSS MB"] > 0
+    # the compaction's memory side by side: compact_files in a process of its own, the engine
+    # worker's peak since it was reset before the CALL
+    for size in ("10 fragments", "300 fragments"):
+        peaks = figures["memory"]["compaction"][size]
+        assert peaks["compact_files process peak RSS MB"] > 0 and peaks["engine peak RSS MB during the CALL"] > 0
+    assert "the compaction at 300 fragments: compact_files process peak RSS MB" in p.stdout
     assert "| describe_layout |" in p.stdout
