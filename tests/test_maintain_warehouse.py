@@ -352,7 +352,7 @@ def test_the_service_takes_a_properties_file_as_its_help_says(tmp_path):
     earlier = tmp_path / "earlier.properties"
     earlier.write_text(f"spark.sql.catalog.lance.warehouse={tmp_path / 'elsewhere'}\n")
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable,
-           "PYSPARK_SUBMIT_ARGS": f"--properties-file {earlier} pyspark-shell"}
+           "PYSPARK_SUBMIT_ARGS": f"--properties-file={earlier} pyspark-shell"}
     p = subprocess.run([sys.executable, "-m", "lance_compact.maintenance_service", "--properties-file", str(props),
                         "--master", "local[1]", "--conf", "spark.ui.enabled=false", "--rounds", "1",
                         "--param", "target_rows_per_fragment=300"],
@@ -364,6 +364,11 @@ def test_the_service_takes_a_properties_file_as_its_help_says(tmp_path):
     missing = subprocess.run([sys.executable, "-m", "lance_compact.maintenance_service", "--properties-file",
                               str(tmp_path / "nope.properties")], capture_output=True, text=True, timeout=60)
     assert missing.returncode == 2 and "no such readable file" in missing.stderr
+    gone = subprocess.run([sys.executable, "-m", "lance_compact.maintenance_service", "--properties-file", str(props)],
+                          capture_output=True, text=True, timeout=60,
+                          env={**env, "PYSPARK_SUBMIT_ARGS": f"--properties-file {tmp_path / 'gone'} pyspark-shell"})
+    assert gone.returncode == 2 and "cannot read the properties file " in gone.stderr, gone.stderr[-2000:]
+    assert "named in $PYSPARK_SUBMIT_ARGS" in gone.stderr and "Traceback" not in gone.stderr
     bad = subprocess.run([sys.executable, "-m", "lance_compact.maintenance_service", "--warehouse", str(wh),
                           "--param", "fail_on_error=yes"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "--param fail_on_error expects true or false, got 'yes'" in bad.stderr

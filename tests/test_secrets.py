@@ -132,6 +132,22 @@ def test_the_private_properties_file_is_for_this_user_only():
         shutil.rmtree(path.parent)
 
 
+def test_the_properties_file_spark_submit_reads_is_found_in_either_spelling(tmp_path):
+    """$PYSPARK_SUBMIT_ARGS may name a properties file as two words or as one with '=': either
+    is the file we merge into ours (spark-submit reads the last one named); an unreadable one
+    is named in the error."""
+    from lance_compact.runtime.private_conf import properties_text, take_properties_file
+
+    assert take_properties_file(["--properties-file", "/a", "--conf", "x=1", "pyspark-shell"]) == \
+        ("/a", ["--conf", "x=1", "pyspark-shell"])
+    assert take_properties_file(["--properties-file=/a", "pyspark-shell"]) == ("/a", ["pyspark-shell"])
+    assert take_properties_file(["--properties-file", "/a", "--properties-file=/b", "pyspark-shell"]) == \
+        ("/b", ["pyspark-shell"])
+    assert take_properties_file(["pyspark-shell"]) == (None, ["pyspark-shell"])
+    with pytest.raises(ValueError, match=r"cannot read the properties file .*nope named in \$PYSPARK_SUBMIT_ARGS"):
+        properties_text(str(tmp_path / "nope"), "$PYSPARK_SUBMIT_ARGS")
+
+
 PYSPARK = """
 import glob, json, os, sys
 from pathlib import Path

@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 from .options import spec as _spec
 from .runtime.envelope import DEFAULT_CATALOG
-from .runtime.private_conf import split, write_properties
+from .runtime.private_conf import properties_text, split, take_properties_file, write_properties
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -146,12 +146,10 @@ def _submit_with_properties(private: Mapping[str, str]) -> None:
     """Make PySpark's JVM read ``private`` from a private properties file (not --conf)."""
     import shlex
 
-    args = shlex.split(os.environ.get("PYSPARK_SUBMIT_ARGS", "pyspark-shell"))
+    named, args = take_properties_file(shlex.split(os.environ.get("PYSPARK_SUBMIT_ARGS", "pyspark-shell")))
     prefix, extra = "", ["--load-spark-defaults"]
-    if "--properties-file" in args:  # the user's own: merged into ours, which replaces it
-        i = args.index("--properties-file")
-        prefix = Path(args[i + 1]).read_text(encoding="utf-8")
-        del args[i:i + 2]
+    if named is not None:  # the user's own: merged into ours, which replaces it
+        prefix = properties_text(named, "$PYSPARK_SUBMIT_ARGS")
         extra = []
     path = write_properties(private, prefix=prefix)
     os.environ["PYSPARK_SUBMIT_ARGS"] = shlex.join(["--properties-file", str(path), *extra, *args])

@@ -44,13 +44,12 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from .errors import CompactionError
 from .runtime import durations
 from .runtime.envelope import DEFAULT_CATALOG
-from .runtime.private_conf import write_properties
+from .runtime.private_conf import properties_text, take_properties_file, write_properties
 
 log = logging.getLogger("lance_compact.maintenance_service")
 
@@ -245,14 +244,11 @@ def _submit_properties_file(path: str) -> None:
     last named: one already in ``$PYSPARK_SUBMIT_ARGS`` (a user's, or a parent's private one)
     is merged with ``path`` into a private file, ``path``'s settings winning, rather than
     silently replacing it or being replaced by it."""
-    args = shlex.split(os.environ.get("PYSPARK_SUBMIT_ARGS", "pyspark-shell"))
+    earlier, args = take_properties_file(shlex.split(os.environ.get("PYSPARK_SUBMIT_ARGS", "pyspark-shell")))
     named = os.path.abspath(path)
-    if "--properties-file" in args:
-        i = args.index("--properties-file")
-        earlier = Path(args[i + 1]).read_text(encoding="utf-8") if i + 1 < len(args) else ""
-        del args[i:i + 2]
-        # Java properties: a later line of a key replaces an earlier one
-        named = str(write_properties({}, prefix=earlier + "\n" + Path(path).read_text(encoding="utf-8")))
+    if earlier is not None:  # Java properties: a later line of a key replaces an earlier one
+        named = str(write_properties({}, prefix=properties_text(earlier, "$PYSPARK_SUBMIT_ARGS") + "\n"
+                                     + properties_text(path, "--properties-file")))
     os.environ["PYSPARK_SUBMIT_ARGS"] = shlex.join(["--properties-file", named, *args])
 
 
@@ -266,7 +262,11 @@ def main(argv: list[str] | None = None) -> int:
 
     if a.properties_file:  # read by the JVM PySpark starts (configure_spark_with_lance_compact
         # merges it into its own private file when it has storage options to hide)
-        _submit_properties_file(a.properties_file)
+        try:
+            _submit_properties_file(a.properties_file)
+        except ValueError as e:
+            print(f"maintenance_service: {e}", file=sys.stderr)
+            return 2
     builder = SparkSession.builder.appName("lance-compact-maintenance")
     if a.master:
         builder = builder.master(a.master)

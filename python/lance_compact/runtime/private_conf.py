@@ -59,3 +59,29 @@ def write_properties(conf: Mapping[str, str], prefix: str = "", keep: bool = Fal
         for k, v in conf.items():
             f.write(f"{_escape(k, key=True)}={_escape(str(v))}\n")
     return path
+
+
+def take_properties_file(args: list[str]) -> tuple[str | None, list[str]]:
+    """The properties file spark-submit arguments ``args`` name (``--properties-file P`` or
+    ``--properties-file=P``; of several, the last, the one spark-submit reads) and ``args``
+    without any of them."""
+    named, rest, i = None, [], 0
+    while i < len(args):
+        if args[i] == "--properties-file" and i + 1 < len(args):
+            named, i = args[i + 1], i + 2
+        elif args[i].startswith("--properties-file="):
+            named, i = args[i].split("=", 1)[1], i + 1
+        else:
+            rest.append(args[i])
+            i += 1
+    return named, rest
+
+
+def properties_text(path: str, named_in: str) -> str:
+    """The text of properties file ``path`` (named in ``named_in``), or a ValueError saying
+    which file could not be read and why."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise ValueError(f"cannot read the properties file {path} named in {named_in}: {e.strerror}") from None
+
