@@ -471,7 +471,7 @@ def _read_driver_settings(sc: Any) -> None:
     from .runtime import secrets
     from .options import hooks_enabled
 
-    conf = sc.getConf().getAll()
+    conf = list(driver_conf.static_conf(sc).items())
     secrets.install_log_redaction()
     from .runtime.identifiers import guard_log_lines
     guard_log_lines()  # after the redaction: every record on lines of its own, names escaped
@@ -564,7 +564,8 @@ def main() -> None:
     threading.Thread(target=_heartbeat, args=(bridge, serving), daemon=True, name="heartbeat").start()
     from .runtime.memory import Keeper, settings as memory_settings
     from .runtime.tables import cache_bounds
-    interval, ceiling = memory_settings(dict(sc.getConf().getAll()), cache_bounds())
+    from .runtime.driver_conf import static_conf
+    interval, ceiling = memory_settings(static_conf(sc), cache_bounds())
     keeper = Keeper(_memory_figures, interval, ceiling).start()
     serving.keeper = keeper
     log.info("engine ready (pid %d)", os.getpid())

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 from typing import Any, Iterable
 
 log = logging.getLogger(__name__)
@@ -95,7 +96,7 @@ def max_task_attempts(sc: Any) -> int:
         return int(m.group(1))
     if re.fullmatch(r"local(?:\[(?:\d+|\*)\])?", master):
         return 1
-    return int(sc.getConf().get("spark.task.maxFailures", "4"))
+    return int(static_conf(sc).get("spark.task.maxFailures", "4"))
 
 
 _SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
@@ -150,15 +151,30 @@ def max_batch_bytes(conf: dict[str, str], master: str) -> int:
         return default
 
 
+# id -> (the context, kept alive so its id is not reused; its static conf)
+_STATIC: dict[int, tuple[Any, dict[str, str]]] = {}
+_static_lock = threading.Lock()
+
+
+def static_conf(sc: Any) -> dict[str, str]:
+    """The driver's static Spark configuration (no statement can change it), read once per
+    SparkContext: PySpark reads the whole conf with several Py4J round trips an entry (about
+    250 for 30 settings), and a warehouse run's first tables asked for it at once, one read each."""
+    with _static_lock:
+        known = _STATIC.get(id(sc))
+        if known is None or known[0] is not sc:
+            known = _STATIC[id(sc)] = (sc, dict(sc.getConf().getAll()))
+        return known[1]
+
+
 _ENGINE_LIMITS: dict[int, tuple[Any, int]] = {}  # id -> (the context, kept alive so its id is not reused; limit)
 
 
 def engine_limit(sc: Any) -> int:
-    """This engine's ``max_batch_bytes``, from the driver's static Spark configuration: read once
-    per SparkContext (a read of the whole conf is a Py4J round trip; no statement can change it)."""
+    """This engine's ``max_batch_bytes``, from the driver's static Spark configuration."""
     known = _ENGINE_LIMITS.get(id(sc))
     if known is None or known[0] is not sc:
-        known = _ENGINE_LIMITS[id(sc)] = (sc, max_batch_bytes(dict(sc.getConf().getAll()), sc.master))
+        known = _ENGINE_LIMITS[id(sc)] = (sc, max_batch_bytes(static_conf(sc), sc.master))
     return known[1]
 
 
@@ -202,5 +218,5 @@ def index_engine_limits(sc: Any) -> dict[str, float]:
     """:func:`index_limits` of this engine's SparkContext (read once per context)."""
     known = _INDEX_LIMITS.get(id(sc))
     if known is None or known[0] is not sc:
-        known = _INDEX_LIMITS[id(sc)] = (sc, index_limits(dict(sc.getConf().getAll())))
+        known = _INDEX_LIMITS[id(sc)] = (sc, index_limits(static_conf(sc)))
     return known[1]
