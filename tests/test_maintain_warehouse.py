@@ -302,7 +302,8 @@ def test_the_service_runs_rounds_backs_off_stops_and_reports_metrics(tmp_path):
         reports = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
         first, second, stopped = reports
         assert first["maintained"] == ["ws.t"] and first["failed"] == ["ws.broken"], first
-        assert second["maintained"] == [] and second["failed"] == []
+        assert list(first["errors"]) == ["ws.broken"] and first["errors"]["ws.broken"].startswith("all: "), first
+        assert second["maintained"] == [] and second["failed"] == [] and second["errors"] == {}
         assert "maintained" in second["excluded"]["ws.t"] and "backed off" in second["excluded"]["ws.broken"]
         assert stopped == {"stopped": True, "rounds": 2, "signal": False, "failed": ["ws.broken"], "failed_rounds": 0}
         assert content(lance.dataset(str(wh / "ws" / "t.lance"))) == expected
@@ -349,8 +350,9 @@ def test_the_service_takes_a_properties_file_as_its_help_says(tmp_path):
     # a properties file already named in the environment (a user's, or this worker's private
     # one from an earlier module): spark-submit reads only the last one named, so the service
     # merges them, its --properties-file winning (it once lost to one here, intermittently)
+    # (its last line ends in a backslash, no line end: it must not swallow the service's first line)
     earlier = tmp_path / "earlier.properties"
-    earlier.write_text(f"spark.sql.catalog.lance.warehouse={tmp_path / 'elsewhere'}\n")
+    earlier.write_text(f"spark.sql.catalog.lance.warehouse={tmp_path / 'elsewhere'}\nspark.app.name=x\\")
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable,
            "PYSPARK_SUBMIT_ARGS": f"--properties-file={earlier} pyspark-shell"}
     p = subprocess.run([sys.executable, "-m", "lance_compact.maintenance_service", "--properties-file", str(props),
@@ -369,6 +371,10 @@ def test_the_service_takes_a_properties_file_as_its_help_says(tmp_path):
                           env={**env, "PYSPARK_SUBMIT_ARGS": f"--properties-file {tmp_path / 'gone'} pyspark-shell"})
     assert gone.returncode == 2 and "cannot read the properties file " in gone.stderr, gone.stderr[-2000:]
     assert "named in $PYSPARK_SUBMIT_ARGS" in gone.stderr and "Traceback" not in gone.stderr
+    folder = subprocess.run([sys.executable, "-m", "lance_compact.maintenance_service", "--properties-file",
+                             str(tmp_path)], capture_output=True, text=True, timeout=60, env=env)
+    assert folder.returncode == 2 and f"cannot read the properties file {tmp_path} named in --properties-file" \
+        in folder.stderr and "Traceback" not in folder.stderr, folder.stderr[-2000:]
     bad = subprocess.run([sys.executable, "-m", "lance_compact.maintenance_service", "--warehouse", str(wh),
                           "--param", "fail_on_error=yes"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "--param fail_on_error expects true or false, got 'yes'" in bad.stderr
@@ -633,7 +639,7 @@ def test_former_names_are_taken_everywhere_with_the_same_result(spark, warehouse
                            min_interval=0, backoff=1, max_backoff=1).round(1)
                    for key in ("max_bytes", "max_total_rewrite_bytes")]
         assert [{k: v for k, v in r.items() if k != "seconds"} for r in reports] == \
-            [{"round": 1, "maintained": [], "failed": [], "excluded": {}, "tables": 2}] * 2
+            [{"round": 1, "maintained": [], "failed": [], "errors": {}, "excluded": {}, "tables": 2}] * 2
     finally:
         for p in paths.values():
             shutil.rmtree(p, ignore_errors=True)

@@ -148,6 +148,45 @@ def test_the_properties_file_spark_submit_reads_is_found_in_either_spelling(tmp_
         properties_text(str(tmp_path / "nope"), "$PYSPARK_SUBMIT_ARGS")
 
 
+JAVA_PROPERTIES = """
+import java.io.*; import java.nio.charset.StandardCharsets; import java.util.*;
+public class ReadProperties { public static void main(String[] a) throws Exception {
+  Properties p = new Properties();
+  try (Reader r = new InputStreamReader(new FileInputStream(a[0]), StandardCharsets.UTF_8)) { p.load(r); }
+  Map<String, String> m = new TreeMap<>();
+  for (String k : p.stringPropertyNames()) m.put(k, p.getProperty(k));
+  System.out.print(m);
+}}
+"""
+
+
+def test_properties_are_read_as_java_reads_them_and_joined_files_never_run_together(tmp_path):
+    """read_properties (the service keeps a properties file's jars) reads what Java's own
+    Properties.load reads, continuation lines, escapes and separators included; and files
+    joined into one private file (a user's, then ours) never run together: a last line ending in
+    a backslash once swallowed the next file's first setting, a storage key into a JVM option
+    that `ps` shows."""
+    from lance_compact.runtime.private_conf import joined, read_properties, write_properties
+
+    source = tmp_path / "ReadProperties.java"
+    source.write_text(JAVA_PROPERTIES)
+    texts = ["a=1\nb = 2\n c:3\nd 4\n# x=9\n! y=8\n\ne=five \\\n   six\nf=back\\\\\ng\\=h=i\n"
+             "uni=\\u00e9t\\u00E9\nempty=\nonly\ntab\t=\tx\\ty\nlast=z\\",
+             "k1=v\\\r\n  w\rk2=\\n2\n\n  \\\n", "spark.jars=/a.jar\\\n,/b.jar\nx=1\\\\\\\ny=2"]
+    for text in texts:
+        (tmp_path / "t.properties").write_text(text)
+        java = subprocess.run(["java", str(source), str(tmp_path / "t.properties")], capture_output=True,
+                              text=True, timeout=120, check=True).stdout
+        ours = read_properties(text)
+        assert java == "{" + ", ".join(f"{k}={v}" for k, v in sorted(ours.items())) + "}", (text, java, ours)
+    for user in ("spark.driver.extraJavaOptions=-Dfoo=1\\", "spark.driver.extraJavaOptions=-Dfoo=1\\\n"):
+        secret = {"spark.sql.catalog.lance.storage.aws_secret_access_key": "SECRETKEY"}
+        path = write_properties(secret, prefix=joined(user, "spark.sql.catalog.lance.warehouse=/wh"))
+        read = read_properties(path.read_text())
+        assert read["spark.driver.extraJavaOptions"] == "-Dfoo=1", read
+        assert read["spark.sql.catalog.lance.warehouse"] == "/wh" and read[next(iter(secret))] == "SECRETKEY"
+
+
 PYSPARK = """
 import glob, json, os, sys
 from pathlib import Path

@@ -179,7 +179,7 @@ def _run(args: list[str], env: dict[str, str], secret: dict[str, str],
     prefix = ""
     if properties:
         try:
-            prefix = Path(properties).read_text(encoding="utf-8")
+            prefix = Path(properties).read_text(encoding="utf-8", errors="replace")  # as Spark reads it
         except OSError as e:
             raise SystemExit(f"lance-spark-sql: cannot read --properties-file {properties}: {e.strerror}")
     path = write_properties(secret, prefix=prefix, keep=True)

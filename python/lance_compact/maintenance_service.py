@@ -11,14 +11,18 @@
         "$(python -c 'import lance_compact.maintenance_service as m; print(m.__file__)')" --every 10m ...
 
 Every ``--every`` it runs one ``CALL lance.maintain_warehouse`` (the same procedure SQL users
-call, with ``--param key=value`` as its arguments). Between rounds it remembers, per table:
+call, with ``--param key=value`` as its arguments). Between rounds this process remembers, per
+table (in memory: a new process, such as each ``--rounds 1`` run of a scheduler, starts with
+nothing remembered):
 
 - when it was last maintained: tables maintained less than ``--min-interval`` ago are passed
   as ``exclude`` (the procedure reports them as skipped);
 - how often it failed in a row: a failing table is left alone for ``--backoff`` after its
   first failure, doubling after each further one, at most ``--max-backoff``.
 
-Each round prints one JSON line (tables maintained, failed, backed off, skipped; seconds).
+Each round prints one JSON line: ``maintained`` and ``failed`` (table names), ``errors`` (each
+failed table's step and the first line of its error), ``excluded`` (tables left out, backed off
+or maintained recently, and why), ``tables`` and ``seconds``.
 ``--rounds N`` stops after N rounds. ``--param fail_on_error=true`` does not fail a round (the
 service needs every table's row for its back-off): it makes the process exit with status 1 when
 it stops, if a table failed in any of its rounds or a round failed (the last JSON line lists
@@ -49,7 +53,8 @@ from typing import Any
 from .errors import CompactionError
 from .runtime import durations
 from .runtime.envelope import DEFAULT_CATALOG
-from .runtime.private_conf import properties_text, take_properties_file, write_properties
+from .runtime.private_conf import (joined, properties_text, read_properties, remove_now, take_properties_file,
+                                   write_properties)
 
 log = logging.getLogger("lance_compact.maintenance_service")
 
@@ -124,7 +129,7 @@ class Service:
         if not self.stopped.wait(self.stop_timeout):
             log.error("the round did not end %.0f s after it was cancelled: exiting", self.stop_timeout)
             print(json.dumps({"stopped": True, "signal": True, "forced": True}), flush=True)
-            import os
+            remove_now()  # the private properties files: os._exit runs no atexit
             os._exit(3)
 
     def excluded(self, now: float) -> dict[str, str]:
@@ -155,18 +160,20 @@ class Service:
         # must not keep every table that ever existed).
         for name in [n for n in self.tables if n not in per_table]:
             del self.tables[name]
-        maintained, failed = [], []
+        maintained, failed, errors = [], [], {}
         for name, rs in per_table.items():
             s = self.tables.setdefault(name, TableState())
             if any(r.error for r in rs):
                 s.failures += 1
                 s.retry_at = now + min(self.max_backoff, self.backoff * 2 ** (s.failures - 1))
                 failed.append(name)
+                first = next(r for r in rs if r.error)  # why, as its row says it (no secret in a row)
+                errors[name] = f"{first.step}: {str(first.error).splitlines()[0]}"
             elif any(r.ran for r in rs):
                 s.maintained_at, s.failures, s.retry_at = now, 0, 0.0
                 maintained.append(name)
         return {"round": number, "maintained": sorted(maintained), "failed": sorted(failed),
-                "excluded": excluded, "tables": len(per_table),
+                "errors": dict(sorted(errors.items())), "excluded": excluded, "tables": len(per_table),
                 "seconds": round(now - started, 3)}
 
     def run(self, rounds: int | None) -> int:
@@ -199,9 +206,10 @@ class Service:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m lance_compact.maintenance_service",
                                 description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--warehouse", help="the catalog's warehouse (path or URI); unset: the application's "
-                                       "spark.sql.catalog.<catalog>.* settings")
-    p.add_argument("--catalog", default=DEFAULT_CATALOG)
+    p.add_argument("--warehouse", help="the catalog's warehouse (path or URI; it replaces a --properties-file's); "
+                                       "unset: the application's spark.sql.catalog.<catalog>.* settings")
+    p.add_argument("--catalog", default=DEFAULT_CATALOG,
+                   help=f"the catalog's name in the application (default {DEFAULT_CATALOG})")
     p.add_argument("--namespace", help="maintain only this namespace (and those under it)")
     p.add_argument("--every", type=_flag("--every"), default="10m",
                    help="time between rounds (default 10m; '10m', '10 minutes', '1 hour', '90s', ...)")
@@ -239,35 +247,53 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return a
 
 
-def _submit_properties_file(path: str) -> None:
-    """Make the JVM PySpark starts read ``path``. spark-submit reads one properties file, the
-    last named: one already in ``$PYSPARK_SUBMIT_ARGS`` (a user's, or a parent's private one)
-    is merged with ``path`` into a private file, ``path``'s settings winning, rather than
-    silently replacing it or being replaced by it."""
+def _submit_properties_file(path: str) -> dict[str, str]:
+    """Make the JVM PySpark starts read ``path``'s settings; returns them. The file is copied
+    into a private one (so a pipe such as ``<(...)`` is read once, here). spark-submit reads one
+    properties file, the last named: one already in ``$PYSPARK_SUBMIT_ARGS`` (a user's, or a
+    parent's private one) is merged into it, ``path``'s settings winning (a later line of a key
+    replaces an earlier one), rather than silently replacing it or being replaced by it."""
     earlier, args = take_properties_file(shlex.split(os.environ.get("PYSPARK_SUBMIT_ARGS", "pyspark-shell")))
-    named = os.path.abspath(path)
-    if earlier is not None:  # Java properties: a later line of a key replaces an earlier one
-        named = str(write_properties({}, prefix=properties_text(earlier, "$PYSPARK_SUBMIT_ARGS") + "\n"
-                                     + properties_text(path, "--properties-file")))
-    os.environ["PYSPARK_SUBMIT_ARGS"] = shlex.join(["--properties-file", named, *args])
+    texts = [properties_text(earlier, "$PYSPARK_SUBMIT_ARGS")] if earlier is not None else []
+    texts.append(properties_text(path, "--properties-file"))
+    merged = joined(*texts)
+    named = write_properties({}, prefix=merged)
+    os.environ["PYSPARK_SUBMIT_ARGS"] = shlex.join(["--properties-file", str(named), *args])
+    return read_properties(merged)
+
+
+# Settings configure_spark_with_lance_compact sets on the builder, which would replace the
+# properties file's: the file's are handed to it to keep (its jars beside ours, say).
+_MERGED_SETTINGS = ("spark.jars", "spark.plugins", "spark.sql.extensions")
+
+
+def _stop_at_signal(signum: int, frame: Any) -> None:
+    """Until the service's own handler: a SIGTERM or SIGINT while the session starts ends the
+    process through Python's exit, which removes the private properties files."""
+    raise SystemExit(128 + signum)
 
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     a = parse_args(argv)
+    signal.signal(signal.SIGTERM, _stop_at_signal)
+    signal.signal(signal.SIGINT, _stop_at_signal)
     from pyspark.sql import SparkSession
 
     from .api import configure_spark_with_lance_compact
 
+    builder = SparkSession.builder.appName("lance-compact-maintenance")
     if a.properties_file:  # read by the JVM PySpark starts (configure_spark_with_lance_compact
         # merges it into its own private file when it has storage options to hide)
         try:
-            _submit_properties_file(a.properties_file)
+            settings = _submit_properties_file(a.properties_file)
         except ValueError as e:
             print(f"maintenance_service: {e}", file=sys.stderr)
             return 2
-    builder = SparkSession.builder.appName("lance-compact-maintenance")
+        for key in _MERGED_SETTINGS:
+            if key in settings:
+                builder = builder.config(key, settings[key])
     if a.master:
         builder = builder.master(a.master)
     for kv in a.conf:

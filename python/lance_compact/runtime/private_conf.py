@@ -44,6 +44,23 @@ def _escape(text: str, key: bool = False) -> str:
     return out
 
 
+def joined(*texts: str) -> str:
+    """Properties texts one after the other, each ended by a blank line: a last line ending in a
+    backslash continues onto the next line in Java's properties format, and would swallow the
+    next text's first setting (a storage key into another setting's value) without it."""
+    return "".join(t + ("" if t.endswith("\n") else "\n") + "\n" for t in texts if t)
+
+
+# Private folders this process made and removes at its exit (remove_now: before an os._exit).
+_made: list[Path] = []
+
+
+def remove_now() -> None:
+    """Remove this process's private properties files now (an exit that skips atexit follows)."""
+    while _made:
+        shutil.rmtree(_made.pop(), ignore_errors=True)
+
+
 def write_properties(conf: Mapping[str, str], prefix: str = "", keep: bool = False) -> Path:
     """A Spark properties file holding ``conf`` (after ``prefix``, text copied first, such as
     a user's own properties file), readable by this user only. Removed at exit unless ``keep``
@@ -51,11 +68,11 @@ def write_properties(conf: Mapping[str, str], prefix: str = "", keep: bool = Fal
     folder = Path(tempfile.mkdtemp(prefix="lance-compact-conf-"))  # mode 0700
     if not keep:
         atexit.register(shutil.rmtree, folder, True)
+        _made.append(folder)
     path = folder / "spark.properties"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as f:
-        if prefix:
-            f.write(prefix if prefix.endswith("\n") else prefix + "\n")
+        f.write(joined(prefix))
         for k, v in conf.items():
             f.write(f"{_escape(k, key=True)}={_escape(str(v))}\n")
     return path
@@ -80,8 +97,69 @@ def take_properties_file(args: list[str]) -> tuple[str | None, list[str]]:
 def properties_text(path: str, named_in: str) -> str:
     """The text of properties file ``path`` (named in ``named_in``), or a ValueError saying
     which file could not be read and why."""
-    try:
-        return Path(path).read_text(encoding="utf-8")
+    try:  # as Spark reads one: UTF-8, a malformed byte replaced
+        return Path(path).read_text(encoding="utf-8", errors="replace")
     except OSError as e:
         raise ValueError(f"cannot read the properties file {path} named in {named_in}: {e.strerror}") from None
+
+
+_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+
+
+def read_properties(text: str) -> dict[str, str]:
+    """The settings of a properties file's ``text`` as ``java.util.Properties.load`` reads them
+    (logical lines joined at an odd count of trailing backslashes, comments and blank lines
+    skipped, ``=``, ``:`` or blanks between key and value, backslash escapes; a later key wins)."""
+    out: dict[str, str] = {}
+    lines = re.split(r"\r\n|\r|\n", text)  # Java's line ends (a form feed is a blank)
+    logical, continued = "", False
+    for i, line in enumerate(lines):
+        line = line.lstrip(" \t\f")
+        if not continued and (not line or line[0] in "#!"):
+            continue
+        trailing = len(line) - len(line.rstrip("\\"))
+        if trailing % 2 and i + 1 < len(lines):
+            logical, continued = logical + line[:-1], True
+            continue
+        key, value = _split_entry(logical + (line[:-1] if trailing % 2 else line))
+        out[key] = value
+        logical, continued = "", False
+    return out
+
+
+def _split_entry(line: str) -> tuple[str, str]:
+    key, i = [], 0
+    while i < len(line) and line[i] not in "=: \t\f":
+        if line[i] == "\\" and i + 1 < len(line):
+            key.append(_unescape(line, i))
+            i += 6 if line[i + 1] == "u" else 2
+        else:
+            key.append(line[i])
+            i += 1
+    while i < len(line) and line[i] in " \t\f":
+        i += 1
+    if i < len(line) and line[i] in "=:":
+        i += 1
+    while i < len(line) and line[i] in " \t\f":
+        i += 1
+    value, rest = [], line[i:]
+    j = 0
+    while j < len(rest):
+        if rest[j] == "\\" and j + 1 < len(rest):
+            value.append(_unescape(rest, j))
+            j += 6 if rest[j + 1] == "u" else 2
+        else:
+            value.append(rest[j])
+            j += 1
+    return "".join(key), "".join(value)
+
+
+def _unescape(text: str, at: int) -> str:
+    c = text[at + 1]
+    if c == "u":
+        try:
+            return chr(int(text[at + 2:at + 6], 16))
+        except ValueError:
+            return text[at + 2:at + 6]
+    return _ESCAPES.get(c, c)
 
