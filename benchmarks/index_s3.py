@@ -140,11 +140,13 @@ def by_phase(log: list[tuple[float, str]], engine_log: Path, table: str, index_t
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rows", type=int, default=100_000)
     p.add_argument("--dim", type=int, default=128)
     p.add_argument("--per-fragment", type=int, default=25_000)
-    p.add_argument("--rows-per-segment", type=int, default=25_000)
+    p.add_argument("--rows-per-segment", type=int, default=25_000,
+                   help="the CALL's rows_per_segment (default 25,000: 4 segments of the default table; "
+                        "0: the product's grouping)")
     p.add_argument("--latency-ms", type=int, default=20)
     p.add_argument("--types", default="IVF_FLAT,IVF_PQ,IVF_RQ")
     p.add_argument("--queries", type=int, default=50)

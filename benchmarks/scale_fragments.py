@@ -272,7 +272,8 @@ def main() -> int:
         anchor = (row["pylance Compaction.plan"] + row["pylance Compaction.plan (after)"]) / 2
         fixed = figures.get(str(FIXED), {})
         print(f"\n{n:,} fragments{' (deletions on a tenth)' if a.deletions else ''}"
-              f"{' (BTREE index)' if a.index else ''}, medians of {a.repeat}:")
+              f"{' (BTREE index)' if a.index else ''}, medians of {a.repeat}"
+              f"{' (the compaction: one run each)' if 'compact' in row else ''}:")
         print("| step | seconds | less the step on 10 fragments | that, x pylance's Compaction.plan |")
         print("|---|---:|---:|---:|")
         for step, seconds in row.items():
