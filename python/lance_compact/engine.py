@@ -619,6 +619,12 @@ def main() -> None:
                 {"ok": False, "error": f"lance_compact engine: cannot serve {message['action']}: {e}"}))
 
 
+# What the JVM answers a worker's start once its SparkContext has stopped (the pool had started
+# a spare just before the session ended).
+_SESSION_ENDED = ('"org.apache.spark.SparkEnv$.get()" is null', "Cannot call methods on a stopped SparkContext",
+                  "SparkContext has been shutdown", "SparkContext was shut down")
+
+
 def run() -> None:
     """``main()``, ended by ``os._exit`` whatever way it ends: never Python's normal shutdown,
     which joins the executors' threads and waits on Lance's runtime. When the JVM dies the
@@ -630,9 +636,15 @@ def run() -> None:
         main()
         code = 0
     except BaseException as e:  # noqa: B036 - the JVM is gone (or we cannot reach it): end
-        logging.getLogger("lance_compact.engine").error(
-            "engine: ending: the main loop failed (the JVM is gone or cannot be reached): %s: %s",
-            type(e).__name__, e)
+        text = str(e)
+        if any(m in text for m in _SESSION_ENDED):  # a spare started as the session stopped: said quietly
+            logging.getLogger("lance_compact.engine").info(
+                "engine: ending: the Spark session stopped while this worker started (%s)",
+                text.strip().splitlines()[-1][:200] if text.strip() else type(e).__name__)
+        else:
+            logging.getLogger("lance_compact.engine").error(
+                "engine: ending: the main loop failed (the JVM is gone or cannot be reached): %s: %s",
+                type(e).__name__, e)
         _remove_own_staged()  # no pool is left to remove them (also when stdin's EOF came second)
     finally:
         for stream in (sys.stdout, sys.stderr):

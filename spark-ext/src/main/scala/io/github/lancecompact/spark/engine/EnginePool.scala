@@ -308,7 +308,10 @@ final class EnginePool private (val sc: SparkContext, python: String, val logFil
             }
           }
         } catch {
-          case e: Exception => logWarning(s"starting a spare lance_compact engine worker failed: ${e.getMessage}")
+          case e: Exception =>
+            // the session ended while it started (its engine then says so too): no warning
+            if (synchronized(closed) || sc.isStopped) logInfo(s"a spare lance_compact engine worker started as the session ended: ${e.getMessage}")
+            else logWarning(s"starting a spare lance_compact engine worker failed: ${e.getMessage}")
         } finally synchronized { starting -= 1; notifyAll() }
       }
     }
