@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import lance
+import numpy as np
 import pytest
 from lance.file import LanceFileSession
 from pyspark.errors import AnalysisException
@@ -275,7 +276,11 @@ def test_ivf_flat_segments_kept_on_the_store_answer_as_pylance_index(spark, s3, 
     after = dataset(s3, uri)
     q = after.to_table(columns=["vector"], filter="id = 50100")["vector"][0].values.to_numpy()
     exact = after.to_table(nearest={"column": "vector", "q": q, "k": 10, "use_index": False}, columns=["id"])
-    assert after.to_table(nearest={"column": "vector", "q": q, "k": 10, "nprobes": 4}, columns=["id"]) == exact
+    found = after.to_table(nearest={"column": "vector", "q": q, "k": 10, "nprobes": 4}, columns=["id"])
+    # the same rows; their distances equal to float32 rounding (the index's kernel and the
+    # exhaustive scan's sum in different orders: 1.7158834 against 1.7158835 in one CI run)
+    assert found["id"].to_pylist() == exact["id"].to_pylist()
+    assert np.allclose(found["_distance"].to_numpy(), exact["_distance"].to_numpy(), rtol=1e-5, atol=0)
 
 
 def test_index_statements_and_the_indices_table_on_the_store(spark, s3, wh):
