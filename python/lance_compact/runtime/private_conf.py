@@ -128,30 +128,28 @@ def read_properties(text: str) -> dict[str, str]:
 
 
 def _split_entry(line: str) -> tuple[str, str]:
-    key, i = [], 0
-    while i < len(line) and line[i] not in "=: \t\f":
-        if line[i] == "\\" and i + 1 < len(line):
-            key.append(_unescape(line, i))
-            i += 6 if line[i + 1] == "u" else 2
-        else:
-            key.append(line[i])
-            i += 1
+    key, i = _read_until(line, 0, "=: \t\f")
     while i < len(line) and line[i] in " \t\f":
         i += 1
     if i < len(line) and line[i] in "=:":
         i += 1
     while i < len(line) and line[i] in " \t\f":
         i += 1
-    value, rest = [], line[i:]
-    j = 0
-    while j < len(rest):
-        if rest[j] == "\\" and j + 1 < len(rest):
-            value.append(_unescape(rest, j))
-            j += 6 if rest[j + 1] == "u" else 2
+    return key, _read_until(line, i, "")[0]
+
+
+def _read_until(text: str, i: int, stops: str) -> tuple[str, int]:
+    """``text`` from ``i`` to the first unescaped character of ``stops`` (or its end), its
+    escapes read; and where it stopped."""
+    out = []
+    while i < len(text) and text[i] not in stops:
+        if text[i] == "\\" and i + 1 < len(text):
+            out.append(_unescape(text, i))
+            i += 6 if text[i + 1] == "u" else 2
         else:
-            value.append(rest[j])
-            j += 1
-    return "".join(key), "".join(value)
+            out.append(text[i])
+            i += 1
+    return "".join(out), i
 
 
 def _unescape(text: str, at: int) -> str:
