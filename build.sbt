@@ -44,6 +44,9 @@ lazy val root = (project in file("."))
 // The option spec the engine validates with also declares the CALL parameters.
 Compile / resourceGenerators += Def.task {
   val out = (Compile / resourceManaged).value / "lance_compact" / "parameters.json"
-  IO.copyFile(baseDirectory.value / "python" / "lance_compact" / "parameters.json", out)
+  val spec = baseDirectory.value / "python" / "lance_compact" / "parameters.json"
+  // Copied only when it changed: a fresh copy's time stamp made every `sbt package` rewrite the
+  // jar, and a process starting Spark meanwhile (a test beside bin/build-wheel) found no jar.
+  if (!out.isFile || IO.read(out) != IO.read(spec)) IO.copyFile(spec, out)
   Seq(out)
 }.taskValue

@@ -56,8 +56,16 @@ def built_wheel() -> Path:
         for old in BUILT.iterdir():  # earlier runs' wheels (not one another run may be installing)
             if old.is_dir() and time.time() - old.stat().st_mtime > 6 * 3600:
                 shutil.rmtree(old, ignore_errors=True)
+        jar = ROOT / "spark-ext" / "target" / "lance-spark-compact.jar"
+        before = jar.stat() if jar.is_file() else None
         p = run([ROOT / "bin" / "build-wheel"], timeout=900, stdin=subprocess.DEVNULL)
         assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+        # Other workers start Spark on that jar meanwhile: sbt package with nothing changed must
+        # leave it alone (it once rewrote it, and a bin/lance-spark-sql test found no jar).
+        if before is not None:
+            after = jar.stat()
+            assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns), \
+                "bin/build-wheel's sbt package rewrote an up-to-date catalog jar"
         wheels = sorted((ROOT / "dist").glob("lance_spark_compact-*.whl"))
         assert len(wheels) == 1, wheels
         # The source checkout goes on using spark-ext/target: build-wheel leaves no copy behind.
