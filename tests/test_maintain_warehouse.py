@@ -643,3 +643,51 @@ def test_former_names_are_taken_everywhere_with_the_same_result(spark, warehouse
     finally:
         for p in paths.values():
             shutil.rmtree(p, ignore_errors=True)
+
+
+def test_the_service_state_file_carries_min_interval_and_back_off_across_runs(spark, warehouse, tmp_path):
+    """--state: what one run remembers (a table maintained, another failing) holds in the next
+    run, as a scheduler's --rounds 1 runs are separate processes; a file that is not the
+    service's state is refused before anything runs, and not overwritten."""
+    import json
+
+    from lance_compact.maintenance_service import Service, read_state
+
+    _degraded(warehouse / "svcstate" / "due.lance")
+    broken = warehouse / "svcstate" / "broken.lance"
+    (broken / "_versions").mkdir(parents=True)
+    (broken / "_versions" / "1.manifest").write_bytes(b"not a manifest")
+    state = tmp_path / "state.json"
+
+    def one_run():
+        return Service(spark, "svcstate", {}, every=1, min_interval=3600, backoff=600, max_backoff=3600,
+                       state=str(state)).round(1)
+
+    first = one_run()
+    assert first["maintained"] == ["svcstate.due"] and first["failed"] == ["svcstate.broken"], first
+    kept = read_state(str(state))
+    assert kept["svcstate.due"].maintained_at is not None and kept["svcstate.broken"].failures == 1, kept
+    version = lance.dataset(str(warehouse / "svcstate" / "due.lance")).version
+    _degraded(warehouse / "svcstate" / "due2.lance")  # due now, never maintained: not held back
+    second = one_run()
+    assert set(second["excluded"]) == {"svcstate.due", "svcstate.broken"}, second
+    assert second["excluded"]["svcstate.due"].startswith("maintained ") and \
+        "backed off" in second["excluded"]["svcstate.broken"], second
+    assert second["maintained"] == ["svcstate.due2"], second
+    assert lance.dataset(str(warehouse / "svcstate" / "due.lance")).version == version
+    # the back-off's count goes on from the file (the broken table was excluded: not failed again)
+    assert read_state(str(state))["svcstate.broken"].failures == 1
+
+    other = tmp_path / "not-state.json"
+    other.write_text('{"something": "else"}')
+    with pytest.raises(ValueError, match=f"--state {other}: not a state file of this service"):
+        Service(spark, "svcstate", {}, every=1, min_interval=0, backoff=1, max_backoff=1, state=str(other))
+    p = subprocess.run([sys.executable, "-m", "lance_compact.maintenance_service", "--warehouse", str(warehouse),
+                        "--state", str(other), "--rounds", "1"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and f"--state {other}: not a state file of this service" in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr and "SparkSession" not in p.stderr
+    assert json.loads(other.read_text()) == {"something": "else"}
+    p = subprocess.run([sys.executable, "-m", "lance_compact.maintenance_service", "--warehouse", str(warehouse),
+                        "--state", str(tmp_path / "no-such-folder" / "state.json")],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2 and "its folder is not writable (or does not exist)" in p.stderr, p.stderr

@@ -11,9 +11,9 @@
         "$(python -c 'import lance_compact.maintenance_service as m; print(m.__file__)')" --every 10m ...
 
 Every ``--every`` it runs one ``CALL lance.maintain_warehouse`` (the same procedure SQL users
-call, with ``--param key=value`` as its arguments). Between rounds this process remembers, per
-table (in memory: a new process, such as each ``--rounds 1`` run of a scheduler, starts with
-nothing remembered):
+call, with ``--param key=value`` as its arguments). Between rounds it remembers, per table (in
+memory; with ``--state FILE`` also in that file, written after each round and read at the start,
+so each ``--rounds 1`` run of a scheduler goes on from the last one's):
 
 - when it was last maintained: tables maintained less than ``--min-interval`` ago are passed
   as ``exclude`` (the procedure reports them as skipped);
@@ -38,6 +38,7 @@ source ``maintenance.*``) for whatever sink the application configures.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -45,6 +46,7 @@ import re
 import shlex
 import signal
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -87,11 +89,60 @@ def _value(text: str) -> Any:
 
 @dataclass
 class TableState:
-    """What the service remembers of one table between rounds."""
+    """What the service remembers of one table between rounds (times: seconds since the epoch,
+    so that a state file means the same to the next process)."""
 
     maintained_at: float | None = None
     failures: int = 0
     retry_at: float = 0.0
+
+
+STATE_FORMAT = 1
+
+
+def read_state(path: str) -> dict[str, TableState]:
+    """The tables' state a former run wrote to ``path``; none when it does not exist yet. A file
+    that is not one (unreadable, not this JSON) is a ValueError naming it: the operator pointed
+    ``--state`` at something else, which the service must not overwrite."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        return {}
+    except OSError as e:
+        raise ValueError(f"--state {path}: cannot read it ({e.strerror or e})") from None
+    try:
+        data = json.loads(text)
+        if not isinstance(data, dict) or data.get("format") != STATE_FORMAT:
+            raise ValueError("not a state file of this service")
+        tables = {}
+        for name, t in data["tables"].items():
+            maintained = t.get("maintained_at")
+            tables[str(name)] = TableState(None if maintained is None else float(maintained),
+                                           int(t.get("failures", 0)), float(t.get("retry_at", 0.0)))
+        return tables
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise ValueError(f"--state {path}: not a state file of this service ({e}); "
+                         "name a new file or remove this one") from None
+
+
+def write_state(path: str, tables: dict[str, TableState]) -> None:
+    """``tables`` into ``path``, whole or not at all (a temporary file beside it, renamed)."""
+    data = {"format": STATE_FORMAT, "tables": {name: {"maintained_at": s.maintained_at, "failures": s.failures,
+                                                      "retry_at": s.retry_at}
+                                               for name, s in sorted(tables.items())}}
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".maintenance-state-", dir=folder)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 class Service:
@@ -99,11 +150,12 @@ class Service:
 
     def __init__(self, spark: Any, namespace: str | None, params: dict[str, Any], every: float,
                  min_interval: float, backoff: float, max_backoff: float, catalog: str = DEFAULT_CATALOG,
-                 stop_timeout: float = 30.0) -> None:
+                 stop_timeout: float = 30.0, state: str | None = None) -> None:
         self.spark, self.namespace, self.params, self.catalog = spark, namespace, dict(params), catalog
         self.every, self.min_interval = every, min_interval
         self.backoff, self.max_backoff = backoff, max_backoff
-        self.tables: dict[str, TableState] = {}
+        self.state = state
+        self.tables: dict[str, TableState] = read_state(state) if state else {}
         self.stop = threading.Event()
         self.signals = 0
         self.stop_timeout = stop_timeout
@@ -145,13 +197,13 @@ class Service:
     def round(self, number: int) -> dict[str, Any]:
         from .api import maintain_warehouse
 
-        started = time.monotonic()
+        started = time.time()
         excluded = self.excluded(started)
         params = dict(self.params)
         if excluded:
             params["exclude"] = ",".join(sorted(set(excluded) | set(filter(None, str(params.get("exclude", "")).split(",")))))
         rows = maintain_warehouse(self.spark, self.namespace, catalog=self.catalog, **params).collect()
-        now = time.monotonic()
+        now = time.time()
         per_table: dict[str, list] = {}
         for r in rows:
             per_table.setdefault(r.table, []).append(r)
@@ -172,6 +224,8 @@ class Service:
             elif any(r.ran for r in rs):
                 s.maintained_at, s.failures, s.retry_at = now, 0, 0.0
                 maintained.append(name)
+        if self.state:
+            write_state(self.state, self.tables)
         return {"round": number, "maintained": sorted(maintained), "failed": sorted(failed),
                 "errors": dict(sorted(errors.items())), "excluded": excluded, "tables": len(per_table),
                 "seconds": round(now - started, 3)}
@@ -219,6 +273,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="leave a failing table alone this long, doubling per failure in a row (default 10m)")
     p.add_argument("--max-backoff", type=_flag("--max-backoff"), default="1d", help="at most this long (default 1d)")
     p.add_argument("--rounds", type=int, help="stop after this many rounds (default: run until stopped)")
+    p.add_argument("--state", metavar="FILE",
+                   help="keep what the service remembers of each table (when it was maintained, its failures "
+                        "in a row) in this JSON file, read at the start and rewritten after each round, so "
+                        "--min-interval and the back-off hold across runs (a scheduler's --rounds 1); "
+                        "default: in this process only")
     p.add_argument("--param", action="append", default=[], metavar="KEY=VALUE",
                    help="an argument of CALL lance.maintain_warehouse (max_duration='10 minutes', "
                         "older_than='7 days', max_tables=50, ...); repeatable")
@@ -234,6 +293,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--master", help="Spark master (default: spark-submit's, else local[*])")
     p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE", help="a Spark setting; repeatable")
     a = p.parse_args(argv)
+    if a.state and not os.access(os.path.dirname(os.path.abspath(a.state)), os.W_OK):
+        p.error(f"--state {a.state}: its folder is not writable (or does not exist)")
     if a.properties_file and not os.access(a.properties_file, os.R_OK):
         p.error(f"--properties-file {a.properties_file}: no such readable file")
     for opt in ("param", "storage", "conf"):
@@ -277,6 +338,12 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     a = parse_args(argv)
+    if a.state:  # before Spark starts: a --state that names something else is refused at once
+        try:
+            read_state(a.state)
+        except ValueError as e:
+            print(f"maintenance_service: {e}", file=sys.stderr)
+            return 2
     signal.signal(signal.SIGTERM, _stop_at_signal)
     signal.signal(signal.SIGINT, _stop_at_signal)
     from pyspark.sql import SparkSession
@@ -304,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
                                                storage_options=storage or None).getOrCreate()
     params = {k: _value(v) for k, v in (kv.split("=", 1) for kv in a.param)}
     service = Service(spark, a.namespace, params, a.every, a.min_interval, a.backoff, a.max_backoff, a.catalog,
-                      a.stop_timeout)
+                      a.stop_timeout, a.state)
     signal.signal(signal.SIGTERM, service.on_signal)
     signal.signal(signal.SIGINT, service.on_signal)
     try:
