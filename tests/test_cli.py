@@ -168,6 +168,18 @@ def test_driver_java_options_are_merged_with_ours(tmp_path):
     assert args[-2:] == ["-e", "SELECT 1"]
 
 
+def test_an_unreadable_properties_file_is_named_before_spark_starts(tmp_path):
+    """The user's --properties-file is read as Spark reads one (private_conf.properties_text): a
+    missing file or a folder is named in one line, exit 1, no traceback and no Spark."""
+    for given in (tmp_path / "missing.properties", tmp_path):
+        p = subprocess.run([str(ROOT / "bin" / "lance-spark-sql"), "--properties-file", str(given), "-e", "SELECT 1"],
+                           capture_output=True, text=True, timeout=120)
+        assert p.returncode == 1 and p.stdout == "", p.stdout + p.stderr
+        assert p.stderr.strip().splitlines() == [
+            f"lance-spark-sql: cannot read the properties file {given} named in --properties-file: "
+            + ("No such file or directory" if given.name == "missing.properties" else "Is a directory")], p.stderr
+
+
 def test_a_short_run_exits_quietly(cli_warehouse):
     """issue 42: a short ``-e`` run ended while the job that starts the executors' Python workers
     (the pool's first worker starts it with the session) still ran, and the context's stop printed

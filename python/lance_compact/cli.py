@@ -39,7 +39,7 @@ from typing import Callable
 
 from .api import spark_conf
 from .runtime import class_archive
-from .runtime.private_conf import is_sensitive, write_properties
+from .runtime.private_conf import is_sensitive, properties_text, write_properties
 
 STORAGE_ENV_PREFIX = "LANCE_STORAGE_"
 USAGE = "usage: lance-spark-sql [--warehouse DIR_OR_URI] [spark-sql arguments...]"
@@ -179,9 +179,9 @@ def _run(args: list[str], env: dict[str, str], secret: dict[str, str],
     prefix = ""
     if properties:
         try:
-            prefix = Path(properties).read_text(encoding="utf-8", errors="replace")  # as Spark reads it
-        except OSError as e:
-            raise SystemExit(f"lance-spark-sql: cannot read --properties-file {properties}: {e.strerror}")
+            prefix = properties_text(properties, "--properties-file")
+        except ValueError as e:
+            raise SystemExit(f"lance-spark-sql: {e}") from None
     path = write_properties(secret, prefix=prefix, keep=True)
     # The user's own file replaces spark-defaults.conf, as spark-submit does; ours alone does not.
     extra = ["--properties-file", str(path)] + ([] if properties else ["--load-spark-defaults"])
