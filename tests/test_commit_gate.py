@@ -125,8 +125,9 @@ def test_the_index_restore_after_a_compaction(spark, hold, table):
     at, release = hold / "at-gate", hold / "release"
     wait_for(lambda: at.exists(), timeout=120, step=0.05)
     release.touch()  # the compaction's own commit goes ahead
-    # taken: the hold removes the release first, then its marker; the restore's gate may write the
-    # marker again within milliseconds (a loaded CI run never saw it gone), never the release
+    # taken: the hold removes its marker, then the release; the restore's gate may write the
+    # marker again within milliseconds (a loaded CI run never saw it gone), never the release,
+    # so once the release is gone a marker there is the restore's
     wait_for(lambda: not release.exists(), timeout=60, step=0.02)
     wait_for(lambda: at.exists() or not s.thread.is_alive(), timeout=120, step=0.05)
     assert at.exists(), f"no index restore after the compaction: {s.error or s.rows}"

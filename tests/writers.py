@@ -147,19 +147,22 @@ def mark_then_hold(uri, storage_options):
 
 def release(uri, timeout: float = 30) -> bool:
     """Let a run held by :func:`mark_then_hold` on ``uri`` go on to its commit; whether it took
-    the release within ``timeout`` (a worker killed meanwhile never does: the files are removed)."""
+    the release within ``timeout`` (a worker killed meanwhile never does: the files are removed).
+    Taken is the release gone (the hold removes it first): the marker may already be the next
+    held commit's, which waited its turn (runtime/hooks.py ``hold``)."""
     import time
     marker, release_file = _state(uri, "at-commit"), _state(uri, "release")
     open(release_file, "w").close()
     deadline = time.monotonic() + timeout
-    while os.path.exists(marker) and time.monotonic() < deadline:
+    while os.path.exists(release_file) and time.monotonic() < deadline:
         time.sleep(0.02)
-    taken = not os.path.exists(marker)
-    for f in (release_file, marker):
-        try:
-            os.remove(f)
-        except FileNotFoundError:
-            pass
+    taken = not os.path.exists(release_file)
+    if not taken:
+        for f in (release_file, marker):
+            try:
+                os.remove(f)
+            except FileNotFoundError:
+                pass
     return taken
 
 

@@ -149,17 +149,23 @@ def at_gate() -> None:
 
 def hold(marker: str, release: str, seconds: float = 120) -> None:
     """Test-only: write ``marker``, wait (at most ``seconds``) until ``release`` exists, then
-    remove both (the release first: a test that sees the marker gone knows it was taken)."""
+    remove both, the marker first: once either is gone the release was taken, and once the
+    release is gone the marker there is another hold's. Holds
+    on one release take turns (``<release>.lock``, across processes): two steps waiting at once
+    would otherwise both see one release, or one remove the marker the other wrote."""
+    import fcntl
     import time
-    open(marker, "w").close()
-    deadline = time.monotonic() + seconds
-    while not os.path.exists(release) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    for f in (release, marker):
-        try:
-            os.remove(f)
-        except FileNotFoundError:
-            pass
+    with open(release + ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        open(marker, "w").close()
+        deadline = time.monotonic() + seconds
+        while not os.path.exists(release) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        for f in (marker, release):
+            try:
+                os.remove(f)
+            except FileNotFoundError:
+                pass
 
 
 def before_carried_commit(request: Any) -> None:
