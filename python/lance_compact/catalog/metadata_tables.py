@@ -42,7 +42,7 @@ def _fragments(ds, columns: Sequence[str] | None = None) -> tuple[str, list[list
     ddl = ", ".join(f"`{c}` {dict(FRAGMENTS_COLUMNS)[c]}" for c in wanted)
     facts = FragmentFacts.of(ds)
     if not wanted:
-        return ddl, [[] for _ in range(len(facts))]
+        return ddl, [()] * len(facts)  # one shared empty row: count(*) reads none of them
     values: dict[str, list] = {}
     if "indices" in wanted:
         names: list[list[str]] = [[] for _ in range(len(facts))]
@@ -63,7 +63,7 @@ def _fragments(ds, columns: Sequence[str] | None = None) -> tuple[str, list[list
                          if all(x.file_size_bytes is not None for x in files) else 0)
             deletions.append(f.deletion_file())
         values.update(data_files=paths, bytes=sizes, deletion_file=deletions)
-    return ddl, [list(r) for r in zip(*(values[c] for c in wanted))]
+    return ddl, list(zip(*(values[c] for c in wanted)))  # tuples: JSON arrays as they are
 
 
 def _operation(ds, version: int) -> tuple[str | None, Any]:

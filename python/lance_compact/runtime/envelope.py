@@ -239,7 +239,12 @@ class Result:
     def json_rows(self) -> list[list[Any]]:
         """The rows as the JVM reads them: lists in schema order (a missing column is NULL)."""
         if self.columns is None:
-            return [list(r) for r in self.rows]
+            rows = self.rows
+            # lists and tuples are JSON arrays as they are: no copy of a million-row answer
+            # (the fragments table's) just to make its rows lists
+            if isinstance(rows, list) and all(type(r) in (list, tuple) for r in rows):
+                return rows
+            return [list(r) for r in rows]
         return [[r.get(c) for c in self.columns] if isinstance(r, Mapping) else list(r)
                 for r in self.rows]
 
