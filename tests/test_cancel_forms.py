@@ -299,3 +299,28 @@ def test_a_second_signal_stops_the_maintenance_service_round(tmp_path):
         if service.poll() is None:
             service.kill()
             service.wait(timeout=30)
+
+
+@pytest.mark.parametrize("form", ["job group", "job tag", "all jobs"])
+def test_a_cancel_as_the_statement_starts_is_not_lost(spark, warehouse, request, form):
+    """A cancel sent once Spark has begun the statement (its parse, its analysis) but before the
+    engine watches it -- no job of it yet, and a session's first statement spends seconds there --
+    is remembered by the pool's watch (CancelWatch.scala, ``since``): the statement is cancelled
+    before it reaches a worker, nothing is committed. (Before, it ran and committed.)"""
+    ns, paths = _tables(warehouse, request, ["t0"])
+    before = lance.dataset(str(paths[0]))
+    s = Statement(spark, _sql("compact", ns), f"g-start-{form.replace(' ', '-')}")
+
+    def begun() -> bool:  # the statement's thread is inside Spark's parse or analysis
+        frames = [str(f) for f in s.jvm_thread.getStackTrace()]
+        return any("QueryPlanningTracker.measurePhase" in f for f in frames) or not s.thread.is_alive()
+
+    wait_for(begun, timeout=30, step=0.002)
+    FORMS[form][0](s)
+    s.join(60)
+    message = str(s.error)
+    assert s.error is not None and "[LANCE_CANCELLED]" in message and "nothing" in message, message
+    time.sleep(1)
+    after = lance.dataset(str(paths[0]))
+    assert after.version == before.version, message
+    assert content(after) == content(before)

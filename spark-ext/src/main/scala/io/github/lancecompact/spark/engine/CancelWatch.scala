@@ -2,6 +2,8 @@ package io.github.lancecompact.spark.engine
 
 import java.util.concurrent.ConcurrentHashMap
 
+import scala.util.control.NonFatal
+
 import org.apache.spark.SparkContext
 import org.apache.spark.internal.Logging
 import org.apache.spark.scheduler.{JobFailed, LanceCompactCancelEvents, SparkListener, SparkListenerJobEnd, SparkListenerJobStart}
@@ -46,7 +48,7 @@ import org.apache.spark.scheduler.LanceCompactCancelEvents.Cancel
  * by group, tag or all jobs sent while no job of the statement runs reaches it only through its
  * next job (or not at all if none follows); interrupts of the statement's thread still do.
  */
-final class CancelWatch(sc: SparkContext, onCancel: (String, String) => Unit)
+final class CancelWatch(sc: SparkContext, onCancel: (String, String) => Unit, remember: Boolean = false)
   extends SparkListener with Logging {
 
   private final class State(val id: String, val group: String, val tags: Set[String]) {
@@ -56,15 +58,28 @@ final class CancelWatch(sc: SparkContext, onCancel: (String, String) => Unit)
   private val states = new ConcurrentHashMap[String, State]()        // by request id
   private val realJobs = new ConcurrentHashMap[Integer, State]()     // running jobs of watched requests
 
+  /** With `remember`: the latest cancels and when they were sent (wall clock, ms), so that one
+   * sent after a statement began but before it is watched (while Spark parses and analyses the
+   * CALL: seconds for a session's first statement) still reaches it ([[watch]]'s `since`). */
+  private val recent = new java.util.ArrayDeque[(Long, Cancel)]()
+
+  private def hits(c: Cancel, s: State): Boolean = c.kind match {
+    case "all" => true
+    case "group" => c.key == s.group
+    case "tag" => s.tags.contains(c.key)
+    case _ => false
+  }
+
+  private def why(c: Cancel): String = s"the statement's Spark jobs were cancelled (${c.reason})"
+
   private val observer = new LanceCompactCancelEvents.Observer {
-    override def cancelRequested(c: Cancel): Unit = states.values().forEach { s =>
-      val hit = c.kind match {
-        case "all" => true
-        case "group" => c.key == s.group
-        case "tag" => s.tags.contains(c.key)
-        case _ => false
+    override def cancelRequested(c: Cancel): Unit = {
+      // remembered before the watched are looked at: a statement watched meanwhile finds it
+      if (remember) recent.synchronized {
+        recent.addLast((System.currentTimeMillis(), c))
+        while (recent.size > CancelWatch.Remembered) recent.removeFirst()
       }
-      if (hit) cancel(s, s"the statement's Spark jobs were cancelled (${c.reason})")
+      states.values().forEach(s => if (hits(c, s)) cancel(s, why(c)))
     }
   }
 
@@ -81,15 +96,21 @@ final class CancelWatch(sc: SparkContext, onCancel: (String, String) => Unit)
   }
 
   /** Start watching request `id` (its jobs carry `tag`; `properties` are its caller's job
-   * group, tags and pool). */
-  def watch(id: String, tag: String, properties: Map[String, String]): Unit = {
+   * group, tags and pool). `since` (with `remember`): when the statement began (wall clock, ms,
+   * [[CancelWatch.statementStart]]); a cancel of it sent since then is taken at once. */
+  def watch(id: String, tag: String, properties: Map[String, String], since: Long = Long.MaxValue): Unit = {
     if (!observing && !warned) {
       warned = true
       logWarning("lance_compact: this Spark's scheduler cannot be observed; a cancel by job group, job tag " +
         "or all jobs sent while a statement runs no Spark job reaches it only through its next job")
     }
     val tags = properties.get(TagsKey).toSeq.flatMap(_.split(",")).filter(_.nonEmpty).toSet + tag
-    states.put(id, new State(id, properties.getOrElse(GroupKey, null), tags))
+    val s = new State(id, properties.getOrElse(GroupKey, null), tags)
+    states.put(id, s)
+    if (remember && since != Long.MaxValue) {
+      val missed = recent.synchronized { recent.toArray(Array.empty[(Long, Cancel)]).toSeq }
+      missed.collectFirst { case (at, c) if at >= since && hits(c, s) => c }.foreach(c => cancel(s, why(c)))
+    }
   }
 
   /** The request ended: forget it. */
@@ -133,6 +154,18 @@ final class CancelWatch(sc: SparkContext, onCancel: (String, String) => Unit)
 }
 
 object CancelWatch {
+  /** Cancels a remembering watch keeps (a statement is watched within seconds of its start). */
+  private val Remembered = 256
+
+  /** When the statement running on this thread began, wall clock ms: Spark's start of its
+   * parse (the query's planning tracker, set while a CALL is analysed, which is when a procedure
+   * runs); now when there is none (a call not made by a SQL statement). */
+  def statementStart(): Long = try {
+    import org.apache.spark.sql.catalyst.QueryPlanningTracker
+    QueryPlanningTracker.get.flatMap(t => t.phases.get(QueryPlanningTracker.PARSING).orElse(
+      t.phases.get(QueryPlanningTracker.ANALYSIS))).map(_.startTimeMs).getOrElse(System.currentTimeMillis())
+  } catch { case NonFatal(_) | _: LinkageError => System.currentTimeMillis() }
+
   /** The job tags Spark Classic gives the jobs of a statement of the active session
    * (`SparkSession.addTag`'s and the session's own), which `SparkSession.interruptTag` /
    * `interruptAll` cancel. Spark applies them only while a query EXECUTES

@@ -85,6 +85,9 @@ final class EnginePool private (val sc: SparkContext, python: String, val logFil
   background("lance-compact-engine-pool") {
     while (!synchronized(closed) && !sc.isStopped) {
       Thread.sleep(1000)
+      // seen from the session's start, not its first statement's (a cancel sent while that
+      // statement is parsed and analysed is then remembered for it)
+      Option(queueWatch).foreach(_.observing)
       val replaced = synchronized { val before = idle.size; retireIdle(); idle.size < before }
       if (replaced) topUp()
     }
@@ -92,6 +95,7 @@ final class EnginePool private (val sc: SparkContext, python: String, val logFil
 
   /** Run `action` in a worker of its own and return its response JSON. */
   def call(action: String, requestJson: String): String = {
+    val since = CancelWatch.statementStart()
     val table = tableOf(requestJson)
     val ticket = Ticket(userOf(sc), ShortActions.contains(action))
     // A cancel of the statement's job group, tags or all jobs while it waits for a worker (or one
@@ -99,7 +103,7 @@ final class EnginePool private (val sc: SparkContext, python: String, val logFil
     // request is queued in its worker, whose own watch sees every cancel from then on.
     val watched = Option(queueWatch).exists { w =>
       waitingById.put(ticket.id, ticket)
-      w.watch(ticket.id, ticket.id, EngineBridge.callerProperties(sc))
+      w.watch(ticket.id, ticket.id, EngineBridge.callerProperties(sc), since)
       true
     }
     def unwatch(): Unit = if (watched) { queueWatch.unwatch(ticket.id); waitingById.remove(ticket.id) }
@@ -123,7 +127,8 @@ final class EnginePool private (val sc: SparkContext, python: String, val logFil
    * watch is off, `spark.lance.compact.cancelWatch`); the cancel is seen at the wait's next turn. */
   private val queueWatch: CancelWatch =
     if (conf.getBoolean(EngineBridge.CancelWatchConf, true)) new CancelWatch(sc, (id, why) =>
-      Option(waitingById.get(id)).foreach(t => if (t.cancelled == null) t.cancelled = why)) else null
+      Option(waitingById.get(id)).foreach(t => if (t.cancelled == null) t.cancelled = why), remember = true)
+    else null
   private val waitingById = new java.util.concurrent.ConcurrentHashMap[String, Ticket]()
 
   /** A statement gives up its place in the queue (it fails): the next one may take its turn. */

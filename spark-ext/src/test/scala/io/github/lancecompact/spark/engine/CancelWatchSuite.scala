@@ -51,4 +51,37 @@ class CancelWatchSuite extends AnyFunSuite {
       assert(seen.size == 4)
     } finally sc.stop()
   }
+
+  test("a remembering watch takes a cancel sent after the statement began, before it was watched") {
+    val sc = new SparkContext(new SparkConf().setMaster("local[1]").setAppName("remember")
+      .set("spark.ui.enabled", "false"))
+    try {
+      val seen = new ConcurrentHashMap[String, String]()
+      val watch = new CancelWatch(sc, (id, why) => seen.put(id, why), remember = true)
+      assert(watch.observing)
+      val before = System.currentTimeMillis()
+      Thread.sleep(5)
+      sc.cancelJobGroup("early")  // the statement is being parsed: no job, not watched yet
+      sc.cancelJobsWithTag("early-tag")
+      Thread.sleep(5)
+      val after = System.currentTimeMillis()
+      watch.watch("began-before", "r1", Map("spark.jobGroup.id" -> "early"), since = before)
+      assert(seen.get("began-before").contains("part of cancelled job group early"), seen)
+      watch.watch("by-tag", "r2", Map("spark.job.tags" -> "early-tag"), since = before)
+      assert(seen.containsKey("by-tag"), seen)
+      // a statement that began after the cancel (the same group reused), or of another group: not cancelled
+      watch.watch("began-after", "r3", Map("spark.jobGroup.id" -> "early"), since = after)
+      watch.watch("other-group", "r4", Map("spark.jobGroup.id" -> "other"), since = before)
+      watch.watch("no-start", "r5", Map("spark.jobGroup.id" -> "early"))
+      assert(!seen.containsKey("began-after") && !seen.containsKey("other-group") && !seen.containsKey("no-start"), seen)
+      // a watch that does not remember (a worker's) keeps nothing
+      val plain = new CancelWatch(sc, (id, why) => seen.put(id, why))
+      assert(plain.observing)
+      sc.cancelJobGroup("late")
+      plain.watch("plain", "r6", Map("spark.jobGroup.id" -> "late"), since = before)
+      assert(!seen.containsKey("plain"), seen)
+      watch.stop()
+      plain.stop()
+    } finally sc.stop()
+  }
 }
