@@ -343,6 +343,59 @@ def test_ctrl_c_in_a_plain_script(tmp_path, warehouse, request):
     assert content(lance.dataset(str(path))) == content(before)
 
 
+SQL_SCRIPT = """
+import os, sys, time
+sys.path.insert(0, {tests!r})
+from conftest import lance_session
+spark = lance_session("local[2]", "ctrl-c-sql-script", {warehouse!r},
+                      {{"spark.lance.compact.engine.cancelGrace": "{grace}s"}})
+print("session ready", flush=True)
+try:
+    spark.sql("CALL lance.compact(table => '{table}', target_rows_per_fragment => 300, "
+              "options => map('test_before_commit', 'writers.mark_then_hold'))").collect()
+    print("call returned", flush=True)
+except KeyboardInterrupt as e:
+    print("interrupted:", type(e).__name__, flush=True)
+# the script goes on (a long-running application, a script that catches ^C): its session lives
+deadline = time.monotonic() + 120
+while not os.path.exists({done!r}) and time.monotonic() < deadline:
+    time.sleep(0.1)
+"""
+
+
+def test_ctrl_c_during_spark_sql_call_in_a_plain_script(tmp_path, warehouse, request):
+    """A script's own ``spark.sql("CALL ...")`` (not the PySpark API) interrupted by SIGINT while
+    held before its commit, the script going on afterwards with its session: PySpark's handler
+    sends ``cancelAllJobs`` (from a thread of its own, sigint_cancel.py: from the interrupted
+    thread it failed with a Py4JError and never reached Spark), the statement is cancelled, and
+    no commit lands after the Ctrl-C (before: it committed 20 s later, and nobody was told)."""
+    t, path = degraded_table_for(warehouse, request, fragments=24)
+    before = lance.dataset(str(path))
+    spark_environment()
+    script, done = tmp_path / "sql_script.py", tmp_path / "done"
+    script.write_text(SQL_SCRIPT.format(tests=str(ROOT / "tests"), warehouse=str(warehouse), grace=GRACE_S,
+                                        table=t, done=str(done)))
+    p = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, cwd=tmp_path, env=dict(os.environ))
+    try:
+        wait_for(lambda: held(path) or p.poll() is not None, timeout=240)
+        assert p.poll() is None, p.communicate()
+        p.send_signal(signal.SIGINT)
+        time.sleep(0.3)
+        writers.release(str(path))
+        assert versions_after_the_grace(path) == before.version, "a commit landed after the Ctrl-C"
+        assert p.poll() is None, "the script did not go on after the interrupt"
+        done.touch()
+        out, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait(30)
+    assert "interrupted: KeyboardInterrupt" in out and "call returned" not in out, out + err[-3000:]
+    assert "Py4JError" not in err, err[-3000:]
+    assert content(lance.dataset(str(path))) == content(before)
+
+
 # ---------------------------------------------------------------------------------------------
 # Ctrl-C at spark-sql's prompt (lance-spark-sql), in a pseudo-terminal
 

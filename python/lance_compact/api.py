@@ -128,6 +128,8 @@ def configure_spark_with_lance_compact(builder: Any, warehouse: str | None = Non
                       start_engine=start_engine, jars=options.get("spark.jars"),
                       plugins=options.get("spark.plugins"), picture_dir=picture_dir,
                       strategies=strategies, extensions=options.get("spark.sql.extensions"))
+    from . import sigint_cancel
+    sigint_cancel.install()  # Ctrl-C during spark.sql("CALL ...") in a script reaches Spark
     public, private = split(conf)
     if private and not _jvm_running():
         _submit_with_properties(private)
