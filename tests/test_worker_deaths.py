@@ -208,6 +208,61 @@ def test_an_engine_worker_killed_before_the_commit_gate_commits_nothing_and_othe
     assert r.commits == 1 and content(lance.dataset(str(path))) == content(before)
 
 
+def _engine_processes(jvm: int) -> set[int]:
+    """The engine worker processes (python -m lance_compact.engine) the JVM ``jvm`` started."""
+    pids = set()
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read()
+            with open(f"/proc/{entry}/stat") as f:
+                parent = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if parent == jvm and b"lance_compact.engine" in cmdline:
+            pids.add(int(entry))
+    return pids
+
+
+def test_an_engine_worker_killed_while_it_starts_for_a_statement_is_started_again(spark, table):
+    """The free workers are killed and a statement comes at once: the pool starts a worker for it
+    (none is free), and that one is killed too before it is ready. The pool starts another for
+    the statement, which then runs as usual (before: it failed with LANCE_INTERNAL_ERROR "did not
+    start: it exited with code 137"). The pool's count of starts made again says the statement's
+    own start was the one killed (a spare the pool starts meanwhile may be first: then again)."""
+    from engine_pool import pool, workers
+
+    t, path = table
+    before = lance.dataset(str(path))
+    jvm = int(spark.sparkContext._jvm.ProcessHandle.current().pid())
+    for attempt in range(3):
+        wait_for(lambda: any(not w["leased"] for w in workers(spark)), timeout=60)
+        restarted = pool(spark).restartedStarts()
+        known = _engine_processes(jvm)
+        for pid in known:
+            os.kill(pid, signal.SIGKILL)
+        s = Statement(spark, compact_sql(t, "strategy => 'default'"))
+        # the first start seen (and any begun with it) is killed before it is ready; the one the
+        # pool starts after noticing that death (50 ms on) is left to start
+        killed: set[int] = set()
+        first_seen, deadline = None, time.monotonic() + 30
+        while time.monotonic() < deadline and (first_seen is None or time.monotonic() - first_seen < 0.03):
+            for pid in _engine_processes(jvm) - known - killed:
+                first_seen = first_seen or time.monotonic()
+                os.kill(pid, signal.SIGKILL)
+                killed.add(pid)
+            time.sleep(0.002)
+        assert killed, "no worker was started for the statement"
+        s.join()
+        assert s.error is None, str(s.error)
+        assert content(lance.dataset(str(path))) == content(before)
+        if pool(spark).restartedStarts() > restarted:
+            break
+    else:
+        raise AssertionError("in 3 attempts the start killed was never the statement's own")
+    assert lance.dataset(str(path)).version > before.version
+
+
 def test_an_engine_worker_killed_after_a_first_commit_says_what_landed(spark, warehouse, request):
     t, path = degraded_table_for(warehouse, request, fragments=60)  # several tasks: two commits
     before = lance.dataset(str(path))

@@ -79,6 +79,9 @@ final class EnginePool private (val sc: SparkContext, python: String, val logFil
   /** Workers that ended without being stopped by the pool (died, were killed, hung). */
   private val lost = new java.util.concurrent.atomic.AtomicInteger()
   def lostWorkers(): Int = lost.get()
+  /** Workers started again for a statement after the one started for it was killed first. */
+  private val restarted = new java.util.concurrent.atomic.AtomicInteger()
+  def restartedStarts(): Int = restarted.get()
 
   // Every second: a free worker that died or asked to be replaced is replaced now, not when a
   // statement next wants it (which would then wait for a start).
@@ -198,7 +201,19 @@ final class EnginePool private (val sc: SparkContext, python: String, val logFil
       logInfo(s"$action waited ${(System.nanoTime() - waitedSince) / 1000000} ms for an engine worker")
     }
     if (build) {
-      val w = try startWorker(synchronized(numbered)) catch {
+      // a worker killed while it started for this statement is started again, once
+      def started(): EngineProcess = try startWorker(synchronized(numbered)) catch {
+        case e: EngineFailure if e.kind == LanceCompactException.WorkerLost && !sc.isStopped && !synchronized(closed) =>
+          lost.incrementAndGet()
+          restarted.incrementAndGet()
+          logWarning(s"${e.getMessage}; starting another for $action")
+          synchronized(numbered += 1)
+          try startWorker(synchronized(numbered)) catch {
+            case again: EngineFailure => throw new EngineFailure(s"$action got no engine worker: ${again.getMessage} " +
+              s"(the one started before it was killed too); nothing ran and nothing was committed", again.kind)
+          }
+      }
+      val w = try started() catch {
         case _: InterruptedException =>
           synchronized { starting -= 1; notifyAll() }
           Thread.currentThread().interrupt()

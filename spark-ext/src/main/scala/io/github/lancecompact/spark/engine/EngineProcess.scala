@@ -91,10 +91,16 @@ final class EngineProcess private[engine] (val sc: SparkContext, python: String,
     while (!bridge.awaitReady(50)) {
       if (!process.isAlive || System.nanoTime() > deadline) {
         stop()
+        val code = if (process.isAlive) None else Some(process.exitValue())
+        // killed by a signal while it started (a kill, the out-of-memory killer): a death, not a
+        // fault of its set-up; the pool starts another for the statement (EnginePool.lease)
+        if (code.exists(c => c > 128 && c < 160)) throw new EngineFailure(
+          s"the lance_compact engine worker being started (pid ${p.pid()}) was killed by signal ${code.get - 128} " +
+            "before it was ready: nothing ran in it", LanceCompactException.WorkerLost)
         throw new EngineFailure(
           s"the lance_compact engine process ($python) did not start" +
-            (if (process.isAlive) s" within ${EngineProcess.StartTimeoutMs / 1000} s" else
-              s": it exited with code ${process.exitValue()}") + logTail(), LanceCompactException.InternalError)
+            code.fold(s" within ${EngineProcess.StartTimeoutMs / 1000} s")(c => s": it exited with code $c") + logTail(),
+          LanceCompactException.InternalError)
       }
     }
     logInfo(s"lance_compact engine worker $number started in ${(System.nanoTime() - started) / 1000000} ms " +
