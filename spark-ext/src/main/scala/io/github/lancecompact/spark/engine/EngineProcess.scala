@@ -124,8 +124,9 @@ final class EngineProcess private[engine] (val sc: SparkContext, python: String,
         s"${cancelGraceMs / 1000.0} s (${EngineProcess.CancelGraceConf}) and was killed: nothing was committed after " +
         s"the cancel$before$files"
     }, LanceCompactException.Cancelled, Some(r))
-    else if (stopping) new EngineFailure(s"${r.action} was not answered: its engine worker (pid ${p.pid()}) was stopped " +
-      s"(the session or the JVM is ending); nothing was committed after that$before$files", LanceCompactException.WorkerLost, Some(r))
+    else if (stopping) new EngineFailure(s"${r.action} was cancelled: the session or the JVM ended while it ran (a " +
+      s"Ctrl-C of spark-sql -e, SparkContext.stop), and its engine worker (pid ${p.pid()}) was stopped with it; " +
+      s"nothing was committed after that$before$files", LanceCompactException.Cancelled, Some(r))
     else {
       val commit = r.committing match {
         case Some(what) => s"it died while committing ($what): that commit may or may not have landed, see the table's " +
