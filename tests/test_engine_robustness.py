@@ -93,7 +93,7 @@ def test_an_unexpected_error_names_the_configured_log_and_leaves_its_traceback_t
                   "options => map('test_engine_fault', 'unrecognized'))").collect()
     message = str(e.value)
     assert e.value.getCondition() == "LANCE_INTERNAL_ERROR", message
-    assert "lance_compact engine: plan failed: ZeroDivisionError: an unexpected error" in message
+    assert f"table {name}: lance_compact engine: plan failed: ZeroDivisionError: an unexpected error" in message
     assert f"please report it with the engine's log, {engine_log}, which holds its traceback" in message
     assert "injected by test_engine_fault: no rule names this error" in message
     text = engine_log.read_text(errors="replace")

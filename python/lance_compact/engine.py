@@ -120,6 +120,9 @@ def handle(handlers: dict[str, Handler], action: str, request: str) -> dict[str,
     storage = raw.get("storage_options") if isinstance(raw, dict) else None
     storage = storage if isinstance(storage, dict) else None
     # This request's secrets are redacted from its own log lines only (not remembered).
+    # named in an unexpected error's message (as the request gives it: a fault may come before
+    # the request is parsed)
+    table = raw.get("table") if isinstance(raw, dict) and isinstance(raw.get("table"), str) else None
     with request_secrets(storage):
         try:
             if action not in handlers:
@@ -143,8 +146,9 @@ def handle(handlers: dict[str, Handler], action: str, request: str) -> dict[str,
             from .runtime.failures import classify, describe, keep_traceback
 
             keep_traceback(e, f"engine: {action} failed", storage)  # once: describe names the log
+            where = f"table {table}: " if table else ""
             return {"ok": False, "error": _one_line(redact(
-                scrub(f"lance_compact engine: {action} failed: {type(e).__name__}: {describe(e)}"), storage)),
+                scrub(f"{where}lance_compact engine: {action} failed: {type(e).__name__}: {describe(e)}"), storage)),
                     "kind": classify(e).kind}
         except _LoseResponse:
             raise

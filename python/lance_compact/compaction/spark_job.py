@@ -23,7 +23,7 @@ from ..runtime.cancellation import job_cancelled
 from ..runtime.driver_conf import max_task_attempts
 from ..errors import MARKER, CompactionError
 from .execute import TaskOutcome, check_same_pylance, execute_task
-from ..runtime.failures import BUG, classify, first_part, lost
+from ..runtime.failures import BUG, bug_phrase, classify, first_part, lost
 from .request import CompactionRequest
 from ..runtime.secrets import redact
 from ..runtime.task_outcomes import drop as drop_outcomes, outcomes_accumulator
@@ -118,10 +118,15 @@ def job_failure(error: Exception, table: str) -> BatchFailure:
                   if not e.group(1).startswith(("org.", "py4j."))), None)
     if cause is None:
         cause = next((line.strip() for line in text.splitlines() if line.strip()), "unknown")
-    kind = classify(cause)
-    what = "" if kind.kind == BUG else f": {kind.phrase}"
-    return BatchFailure(f"table {table}: a compaction task{attempts}{what} ({first_part(cause)})",
+    return BatchFailure(f"table {table}: a compaction task{attempts}{task_error_kind(cause)} ({first_part(cause)})",
                         int(m.group(1)) if m else None)
+
+
+def task_error_kind(cause: str) -> str:
+    """": <what kind of failure>" for a task's error (``failures.py``), an unexpected one said as
+    such (the caller's error condition is then LANCE_INTERNAL_ERROR, not bad input)."""
+    kind = classify(cause, keep=False)
+    return f": {bug_phrase()}" if kind.kind == BUG else f": {kind.phrase}"
 
 
 # Shared with the index builds (runtime/spark_jobs.py); the names this module always had.
@@ -318,7 +323,8 @@ def run_packed(sc: SparkContext, entries: list[tuple[CompactionRequest, Batch, i
         errors = [o for o in done if o.error is not None]
         if errors and not request.run["partial_progress"]:
             out.append(([o for o in done if o.error is None], BatchFailure(
-                f"table {request.table}: a compaction task failed ({errors[0].error}); nothing was committed"),
+                f"table {request.table}: a compaction task failed{task_error_kind(str(errors[0].error))} "
+                f"({first_part(str(errors[0].error))}); nothing was committed"),
                 False))
         else:
             out.append((done, None, False))
