@@ -1,5 +1,6 @@
 """Bad input: a clear error naming the problem, and the table's version unchanged."""
 import os
+import shutil
 
 import lance
 import pytest
@@ -238,6 +239,7 @@ KINDS = [
     # (kind, the options map of the CALL (None: no table), condition, SQLSTATE)
     ("bad input", {"target_row_per_fragment": "5"}, "LANCE_INVALID_ARGUMENT", "22023"),
     ("not a table", None, "LANCE_TABLE_NOT_FOUND", "42P01"),
+    ("an empty _versions folder", "empty", "LANCE_TABLE_NOT_FOUND", "42P01"),
     ("concurrent writer", {"test_before_commit": "writers.restore_previous"}, "LANCE_CONCURRENT_WRITE", "40001"),
     ("storage full", {"test_fail_task": "0:all:enospc"}, "LANCE_STORAGE_ERROR", "58030"),
     ("corrupt file", {}, "LANCE_CORRUPT_FILE", "XX001"),
@@ -256,7 +258,11 @@ def test_each_kind_of_failure_has_its_error_condition(spark, warehouse, victim, 
     name = f"kind_{condition.lower()}_{how}"
     path = warehouse / "db" / f"{name}.lance"
     table = f"{warehouse}/db/plain" if options is None else f"db.{name}"
-    if options is not None:
+    if options == "empty":  # a folder named as a table, its _versions empty: no table there
+        shutil.rmtree(path, ignore_errors=True)
+        (path / "_versions").mkdir(parents=True)
+        table, options = str(path), None
+    elif options is not None:
         degraded_table(str(path), fragments=8, rows_per_fragment=40)
     if kind == "corrupt file":  # a data file cut short
         data = sorted((path / "data").iterdir())[0]

@@ -63,7 +63,7 @@ def check_older_than(value: Any, table: str, name: str = "older_than") -> timede
             f"table {table}: {name} {durations.shown(value)} is below the version retention floor "
             f"{floor_text!r} (the operator's driver setting {driver_conf.VERSION_FLOOR}): a reader or "
             "writer still on a version that young would find its files gone, so no cleanup removes "
-            f"one; nothing was removed. Name an older_than of at least {floor_text!r}, or the "
+            f"one; nothing was removed or changed. Name an older_than of at least {floor_text!r}, or the "
             f"operator sets {driver_conf.VERSION_FLOOR} lower in the driver's configuration ('0s' turns "
             "the check off, as Delta's retentionDurationCheck.enabled=false); a SQL SET cannot")
     return age

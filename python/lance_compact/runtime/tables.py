@@ -184,8 +184,9 @@ def open_dataset(table: str, uri: str, storage_options: dict[str, str] | None = 
                 if not os.path.isdir(os.path.join(local, "_versions")):
                     raise CompactionError(f"table {table}: {uri} is not a Lance dataset (the folder "
                                           "exists but has no _versions folder)") from None
+                # no version Lance can find in it (an empty _versions, say): no table there
                 raise CompactionError(f"table {table}: Lance cannot open {uri} although it has a "
-                                      f"_versions folder; Lance reported: {failure.detail}") from None
+                                      f"_versions folder; Lance reported: {failure.detail}", MISSING) from None
             raise CompactionError(f"table {table}: {uri} does not exist (no Lance dataset "
                                   "there)") from None
         raise CompactionError(f"table {table}: cannot open {uri}: {failure.phrase} "
