@@ -93,6 +93,42 @@ def test_version_as_of_and_the_metadata_tables(spark, table):
     assert ix[0].unindexed_fragments == sorted({f.fragment_id for f in after.get_fragments()} - covered)
 
 
+def test_aggregates_of_the_fragments_table_are_answered_by_the_engine(spark, warehouse):
+    """count(*), count, sum, min, max (and avg, which Spark splits into sum and count) of the
+    fragments table's numeric columns, with no filter or grouping, are pushed to its scan: the
+    engine answers one row from the fragments' arrays instead of a row per fragment. The answers
+    equal those Spark computes from the rows, also for a table of no fragment; a filter, a
+    grouping or another column is not pushed and still answered right."""
+    path = warehouse / "db" / "aggs.lance"
+    ds = degraded_table(str(path), fragments=12, rows_per_fragment=30)
+    frags = ds.get_fragments()
+    live = [f.count_rows() for f in frags]
+    pushed = ("SELECT count(*), sum(live_rows), min(id), max(id), count(id), sum(deleted_rows), "
+              "max(physical_rows), avg(live_rows) FROM lance.db.aggs.fragments")
+    plan = spark.sql(f"EXPLAIN {pushed}").collect()[0][0]
+    assert "agg0" in plan, plan  # the scan's output is the engine's partial aggregates
+    [r] = spark.sql(pushed).collect()
+    physical = [f.metadata.physical_rows for f in frags]
+    assert list(r) == [len(frags), sum(live), min(f.fragment_id for f in frags), max(f.fragment_id for f in frags),
+                       len(frags), sum(physical) - sum(live), max(physical), sum(live) / len(live)]
+    rows = spark.sql("SELECT * FROM lance.db.aggs.fragments").collect()
+    assert sum(x.deleted_rows for x in rows) == sum(physical) - sum(live) and len(rows) == len(frags)
+    for query, expected in (
+            ("SELECT count(*) FROM lance.db.aggs.fragments WHERE deleted_rows > 0",
+             sum(1 for x in rows if x.deleted_rows > 0)),
+            ("SELECT count(deletion_file) FROM lance.db.aggs.fragments", sum(1 for x in rows if x.deletion_file)),
+            ("SELECT max(n) FROM (SELECT live_rows, count(*) AS n FROM lance.db.aggs.fragments GROUP BY live_rows)",
+             max(sum(1 for x in rows if x.live_rows == v) for v in {x.live_rows for x in rows}))):
+        assert "agg0" not in spark.sql(f"EXPLAIN {query}").collect()[0][0], query
+        assert spark.sql(query).collect()[0][0] == expected, query
+    empty = warehouse / "db" / "aggs_empty.lance"
+    shutil.rmtree(empty, ignore_errors=True)
+    lance.write_dataset(batch(0, 10), str(empty)).delete("true")
+    assert len(lance.dataset(str(empty)).get_fragments()) == 0
+    [e] = spark.sql("SELECT count(*), sum(live_rows), min(id), avg(live_rows) FROM lance.db.aggs_empty.fragments").collect()
+    assert list(e) == [0, None, None, None]
+
+
 @pytest.mark.parametrize("statement,message", [
     ("INSERT INTO {t} SELECT * FROM {t} LIMIT 1", "does not insert into tables"),
     ("DELETE FROM {t} WHERE id = 1", "does not update, delete from or merge into tables"),

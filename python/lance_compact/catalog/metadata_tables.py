@@ -66,6 +66,33 @@ def _fragments(ds, columns: Sequence[str] | None = None) -> tuple[str, list[list
     return ddl, list(zip(*(values[c] for c in wanted)))  # tuples: JSON arrays as they are
 
 
+_AGGREGATES = ("count_star", "count", "sum", "min", "max")
+
+
+def _fragment_aggregates(ds, asked: Any) -> tuple[str, list[list]]:
+    """Aggregates Spark pushed to the fragments table's scan (MetadataTable.scala): one row of
+    BIGINTs, each ``[function, column]`` of ``asked`` answered from the fragments' arrays
+    (count_star, or count / sum / min / max of id, live_rows, deleted_rows, physical_rows);
+    Spark's own aggregate finishes them. None for sum, min and max over no fragment."""
+    if not isinstance(asked, list) or not all(isinstance(a, list) and len(a) == 2 for a in asked):
+        raise CompactionError("the fragments table's aggregates are pairs [function, column]")
+    facts = FragmentFacts.of(ds)
+    arrays = {"id": facts.ids, "live_rows": facts.live, "deleted_rows": facts.deleted,
+              "physical_rows": facts.physical}
+    row: list[int | None] = []
+    for function, column in asked:
+        if function not in _AGGREGATES or (function != "count_star" and column not in arrays):
+            raise CompactionError(f"the fragments table cannot answer {function}({column})")
+        if function in ("count_star", "count"):
+            row.append(len(facts))
+        elif len(facts) == 0:
+            row.append(None)
+        else:
+            values = arrays[column]
+            row.append(int(values.sum() if function == "sum" else values.min() if function == "min" else values.max()))
+    return ", ".join(f"`agg{i}` BIGINT" for i in range(len(asked))), [row]
+
+
 def _operation(ds, version: int) -> tuple[str | None, Any]:
     """(name, operation object) of the transaction that committed ``version``; the object is
     None when pylance cannot build it or only the name is needed, both None when the
@@ -221,6 +248,8 @@ def metadata_table(request: Envelope) -> Result:
         columns = request.extras.get("columns")
         if request.extras.get("schema_only"):
             return Result(", ".join(f"`{c}` {t}" for c, t in FRAGMENTS_COLUMNS), [])
+        if request.extras.get("aggregates") is not None:
+            return Result(*_fragment_aggregates(target.open(), request.extras["aggregates"]))
         return Result(*_fragments(target.open(), columns))
     ds = target.open()
     return Result(*{"versions": _versions, "indices": _indices}[kind](ds))
