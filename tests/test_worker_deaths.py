@@ -263,6 +263,29 @@ def test_an_engine_worker_killed_while_it_starts_for_a_statement_is_started_agai
     assert lance.dataset(str(path)).version > before.version
 
 
+def test_an_engine_worker_killed_while_its_rewrite_job_runs_leaves_no_finished_tasks_files(spark, table):
+    """Tasks on Spark (this module's setting), one finished and one still asleep before it
+    writes: the statement's engine worker is killed. The finished task's file was staged as it
+    finished (spark_job._StagedAsTheyFinish), so the pool removes it; the sleeping task is
+    cancelled with the statement's jobs before it writes. Nothing committed, no file left (before:
+    the finished tasks' files stayed until a cleanup past the floor: the attacker's 4-18 a kill)."""
+    t, path = table
+    before, files = lance.dataset(str(path)), data_files(path)
+    plan = spark.sql(f"CALL lance.plan_compaction(table => '{t}', target_rows_per_fragment => 100)").collect()
+    assert len(plan) >= 2, plan
+    s = Statement(spark, f"CALL lance.compact(table => '{t}', target_rows_per_fragment => 100, "
+                         f"options => map('test_task_sleep_ms', '{plan[-1].task_id}:120000'))")
+    wait_for(lambda: len(data_files(path) - files) >= len(plan) - 1, timeout=STATEMENT_S, step=0.05)
+    time.sleep(1.5)  # staged within half a second of the task's end
+    [pid] = leased_pids(spark)
+    os.kill(pid, signal.SIGKILL)
+    message = _lost(s, pid)
+    print(f"\nengine worker killed during its rewrite job: {message[:400]}")
+    assert "it was not committing: nothing was committed by it" in message and "are being removed" in message, message
+    unchanged(path, before)
+    _cleared(path, files)
+
+
 def test_an_engine_worker_killed_after_a_first_commit_says_what_landed(spark, warehouse, request):
     t, path = degraded_table_for(warehouse, request, fragments=60)  # several tasks: two commits
     before = lance.dataset(str(path))

@@ -251,7 +251,7 @@ class Run:
                             f"rewriting {len(batch.ids)} tasks")
             batch.so_far = (self.totals.get("bytes_read") or 0, self.totals.get("bytes_written") or 0)
             outcomes, failure = runner.run(self.request, batch, number, self.dataset)
-            _stage(self.request, [o for o in outcomes if o.result_json] + batch.carried)
+            stage_outcomes(self.request, [o for o in outcomes if o.result_json] + batch.carried)
             ran = time.monotonic()
             if failure is not None and failure.cancelled:
                 reported = [o for o in outcomes if o.result_json is not None]
@@ -450,9 +450,10 @@ def _new_files(results: list[RewriteResult]) -> list[str]:
     return [f"data/{d.path}" for r in results for f in r.new_fragments for d in f.files]
 
 
-def _stage(request: CompactionRequest, outcomes: list[TaskOutcome]) -> None:
+def stage_outcomes(request: CompactionRequest, outcomes: list[TaskOutcome]) -> None:
     """The data files the batch's finished tasks wrote, not committed yet: if this worker dies
-    before the commit, the pool removes them (``discard_staged``)."""
+    before the commit, the pool removes them (``discard_staged``). Also called while the batch's
+    Spark job runs, as its tasks finish (spark_job.py)."""
     results = [RewriteResult.from_json(o.result_json) for o in outcomes if o.result_json]
     if results:
         commit_gate.add(request.uri, _new_files(results), request.storage_options)

@@ -163,6 +163,7 @@ class SparkBatchRunner:
             f"{batch.read_version} (batch {number})")
         failure = None
         watch = _BytesSoFar(outcomes, batch.so_far)
+        staging = _StagedAsTheyFinish(outcomes, {None: request})
         try:
             run_job(sc.parallelize(items, len(items)).mapPartitions(lambda rows: executor(outcomes, rows)))
         except Exception as e:  # a task failed all its attempts, or the job was cancelled
@@ -176,6 +177,7 @@ class SparkBatchRunner:
             failure = BatchFailure(failed.message, position, failed.cancelled, settled)
         finally:
             watch.stop()
+            staging.stop()
             sc.setJobDescription(None)
             drop_outcomes(outcomes)
         done = list(outcomes.value)
@@ -216,6 +218,55 @@ class _BytesSoFar:
 
     def stop(self) -> None:
         self._stop.set()
+
+
+class _StagedAsTheyFinish:
+    """While a batch's Spark job runs: twice a second, the files its finished tasks wrote
+    (their results reach the driver's accumulator as each task ends) are staged for their
+    table (orchestrate.stage_outcomes), so that if this engine worker dies before the job ends
+    the pool removes them (before, only a whole batch's files were staged, after its job:
+    a worker killed mid-job left its finished tasks' files behind). ``requests``: by the
+    outcome's table index in a packed job (``(k, outcome)``), or ``{None: request}``. Nothing
+    is staged once :meth:`stop` returned (the run then stages, commits and unstages itself)."""
+
+    def __init__(self, outcomes: Any, requests: dict[int | None, CompactionRequest]) -> None:
+        self._lock = threading.Lock()
+        self._stopped = False
+        self._done = threading.Event()
+        statement = cancellation.current_probe()
+        if statement is None:  # outside the engine: no pool to tell
+            return
+
+        def watch() -> None:
+            from .orchestrate import stage_outcomes
+            seen = 0
+            with cancellation.serving(statement):
+                while not self._done.wait(0.5):
+                    now = list(outcomes.value)
+                    if len(now) == seen:
+                        continue
+                    seen = len(now)
+                    by_table: dict[int | None, list[TaskOutcome]] = {}
+                    for item in now:
+                        k, o = (None, item) if isinstance(item, TaskOutcome) else item
+                        if o.result_json and k in requests:
+                            by_table.setdefault(k, []).append(o)
+                    with self._lock:
+                        if self._stopped:
+                            return
+                        try:
+                            for k, done in by_table.items():
+                                stage_outcomes(requests[k], done)
+                        except Exception as e:  # a view of what is staged: the run stages again
+                            log.info("staging finished tasks' files failed: %s", e)
+
+        threading.Thread(target=watch, name="lance-compact-staged-so-far", daemon=True).start()
+
+    def stop(self) -> None:
+        """No staging from here on (waits for one under way)."""
+        self._done.set()
+        with self._lock:
+            self._stopped = True
 
 
 class _Tagged:
@@ -289,6 +340,7 @@ def run_packed(sc: SparkContext, entries: list[tuple[CompactionRequest, Batch, i
     failed: BatchFailure | None = None
     owner: int | None = None
     failed_task: int | None = None
+    staging = _StagedAsTheyFinish(outcomes, {k: r for k, (r, _, _) in enumerate(entries)})
     try:
         run_job(sc.parallelize(parts, len(parts)).mapPartitions(rewrite))
     except Exception as e:  # a task failed all its attempts outside Lance (its worker died, say)
@@ -302,6 +354,7 @@ def run_packed(sc: SparkContext, entries: list[tuple[CompactionRequest, Batch, i
                 owner = owners.pop()
                 failed_task = parts[failed.position][0][1] if len(parts[failed.position]) == 1 else None
     finally:
+        staging.stop()
         sc.setJobDescription(None)
         drop_outcomes(outcomes)
     by_table: list[list[TaskOutcome]] = [[] for _ in entries]
