@@ -228,8 +228,10 @@ def test_an_engine_worker_killed_while_it_starts_for_a_statement_is_started_agai
     """The free workers are killed and a statement comes at once: the pool starts a worker for it
     (none is free), and that one is killed too before it is ready. The pool starts another for
     the statement, which then runs as usual (before: it failed with LANCE_INTERNAL_ERROR "did not
-    start: it exited with code 137"). The pool's count of starts made again says the statement's
-    own start was the one killed (a spare the pool starts meanwhile may be first: then again)."""
+    start: it exited with code 137"). The pool's count of statements given another worker says
+    the statement's own was the one killed (a spare the pool starts meanwhile may be first: then
+    again). A free worker killed as the statement leased it (its death not yet seen) is the same
+    case: it died before it took the statement, which then runs in another."""
     from engine_pool import pool, workers
 
     t, path = table

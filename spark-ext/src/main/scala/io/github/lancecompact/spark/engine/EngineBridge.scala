@@ -249,7 +249,7 @@ final class EngineBridge(sc: SparkContext) {
       cancelJobs(r)
       val ended = Ended(r.id, r.action, r.request, Option(r.committing),
         scala.jdk.CollectionConverters.ListHasAsScala(r.landed).asScala.toSeq,
-        scala.jdk.CollectionConverters.MapHasAsScala(r.staged).asScala.toMap)
+        scala.jdk.CollectionConverters.MapHasAsScala(r.staged).asScala.toMap, taken = r.taken > 0)
       r.response.completeExceptionally(error(ended))
     }
     pending.values().forEach(r => watch.unwatch(r.id))
@@ -263,9 +263,10 @@ final class EngineBridge(sc: SparkContext) {
 object EngineBridge {
   /** A request whose engine process ended before answering: its action and request JSON, the
    * commit under way then (if any), what its commits landed, and the files it wrote and had not
-   * committed (JSON lists by table location). */
+   * committed (JSON lists by table location); `taken`: whether the engine had taken it from its
+   * queue (if not, nothing of it ran: the pool runs it in another worker). */
   final case class Ended(id: String, action: String, request: String, committing: Option[String],
-                         landed: Seq[String], staged: Map[String, String])
+                         landed: Seq[String], staged: Map[String, String], taken: Boolean = true)
 
   /** Local properties that tie a job to its statement: cancellation and scheduling. */
   val Inherited: Seq[String] = Seq("spark.jobGroup.id", "spark.job.interruptOnCancel",

@@ -79,7 +79,8 @@ final class EnginePool private (val sc: SparkContext, python: String, val logFil
   /** Workers that ended without being stopped by the pool (died, were killed, hung). */
   private val lost = new java.util.concurrent.atomic.AtomicInteger()
   def lostWorkers(): Int = lost.get()
-  /** Workers started again for a statement after the one started for it was killed first. */
+  /** Statements given another worker: the one started for it was killed before it was ready,
+   * or the one it was given died before it took the statement. */
   private val restarted = new java.util.concurrent.atomic.AtomicInteger()
   def restartedStarts(): Int = restarted.get()
 
@@ -97,7 +98,11 @@ final class EnginePool private (val sc: SparkContext, python: String, val logFil
   }
 
   /** Run `action` in a worker of its own and return its response JSON. */
-  def call(action: String, requestJson: String): String = {
+  def call(action: String, requestJson: String): String = call(action, requestJson, again = true)
+
+  /** `again`: a worker that died before it took the request from its queue (nothing of it ran:
+   * leased as it was killed, say) is followed by another, once. */
+  private def call(action: String, requestJson: String, again: Boolean): String = {
     val since = CancelWatch.statementStart()
     val table = tableOf(requestJson)
     val ticket = Ticket(userOf(sc), ShortActions.contains(action))
@@ -111,19 +116,26 @@ final class EnginePool private (val sc: SparkContext, python: String, val logFil
     }
     def unwatch(): Unit = if (watched) { queueWatch.unwatch(ticket.id); waitingById.remove(ticket.id) }
     val worker = try lease(table, action, ticket) catch { case e: Throwable => unwatch(); throw e }
-    try {
+    val answer = try {
       if (ticket.cancelled != null) throw cancelledWaiting(action, ticket.cancelled)
-      worker.call(action, requestJson, id => {
+      Some(worker.call(action, requestJson, id => {
         unwatch()
         val why = ticket.cancelled
         if (why != null) worker.bridge.cancel(id, why)  // came before its own watch began
-      })
+      }))
     } catch {
       case e: EngineFailure =>
         if (e.ended.nonEmpty || e.kind == LanceCompactException.WorkerLost) lost.incrementAndGet()
         e.ended.filter(_.staged.nonEmpty).foreach(discardLater)
-        throw e
+        val untaken = e.ended.exists(r => !r.taken && r.landed.isEmpty && r.staged.isEmpty)
+        if (again && untaken && e.kind == LanceCompactException.WorkerLost && !sc.isStopped && !synchronized(closed)) {
+          logWarning(s"$action: its engine worker died before it took the statement (${e.getMessage.take(200)}); " +
+            "running it in another")
+          restarted.incrementAndGet()
+          None
+        } else throw e
     } finally { unwatch(); release(worker, table) }
+    answer.getOrElse(call(action, requestJson, again = false))
   }
 
   /** Watches statements for cancels until their requests reach a worker (null: the cancel
