@@ -236,13 +236,26 @@ final class EngineBridge(sc: SparkContext) {
     if (r.watched && cancelWatch) watch.watch(r.id, r.tag, r.properties)
     Progress.started(sc, r.tag)  // on the caller's thread: the key it set for its progress line
     queue.put(r)
+    // The process ended before this came (leased as it was killed, its end not yet seen then):
+    // [[failAll]] ran already, so it is failed here, as never taken (put first, then looked: one
+    // of the two sees it).
+    val ended = endedWith
+    if (ended != null && pending.remove(id, r)) {
+      watch.unwatch(id)
+      Progress.ended(r.tag)
+      r.response.completeExceptionally(ended(Ended(r.id, r.action, r.request, None, Nil, Map.empty, taken = false)))
+    }
     (id, r.response)
   }
+
+  /** Set when the engine process ended ([[failAll]]): what a request's caller hears then. */
+  @volatile private var endedWith: Ended => Throwable = _
 
   /** Fail every request in flight (the engine process ended) with the error `error` makes
    * of it (what it was doing when the process ended: [[Ended]]) and cancel the Spark jobs it had
    * started for them, which would otherwise run to their end. */
   private[engine] def failAll(error: Ended => Throwable): Unit = {
+    endedWith = error
     pending.values().forEach { r =>
       r.markCancelled("the engine process ended")
       Progress.ended(r.tag)
