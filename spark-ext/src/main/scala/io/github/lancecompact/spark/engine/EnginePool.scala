@@ -98,11 +98,12 @@ final class EnginePool private (val sc: SparkContext, python: String, val logFil
   }
 
   /** Run `action` in a worker of its own and return its response JSON. */
-  def call(action: String, requestJson: String): String = call(action, requestJson, again = true)
+  def call(action: String, requestJson: String): String = call(action, requestJson, tries = maxWorkers + 1)
 
-  /** `again`: a worker that died before it took the request from its queue (nothing of it ran:
-   * leased as it was killed, say) is followed by another, once. */
-  private def call(action: String, requestJson: String, again: Boolean): String = {
+  /** A worker that died before it took the request from its queue (nothing of it ran: leased as
+   * it was killed, say) is followed by another, up to `tries` workers in all (several free
+   * workers killed at once each die so; each such death leaves the pool). */
+  private def call(action: String, requestJson: String, tries: Int): String = {
     val since = CancelWatch.statementStart()
     val table = tableOf(requestJson)
     val ticket = Ticket(userOf(sc), ShortActions.contains(action))
@@ -128,14 +129,14 @@ final class EnginePool private (val sc: SparkContext, python: String, val logFil
         if (e.ended.nonEmpty || e.kind == LanceCompactException.WorkerLost) lost.incrementAndGet()
         e.ended.filter(_.staged.nonEmpty).foreach(discardLater)
         val untaken = e.ended.exists(r => !r.taken && r.landed.isEmpty && r.staged.isEmpty)
-        if (again && untaken && e.kind == LanceCompactException.WorkerLost && !sc.isStopped && !synchronized(closed)) {
+        if (tries > 1 && untaken && e.kind == LanceCompactException.WorkerLost && !sc.isStopped && !synchronized(closed)) {
           logWarning(s"$action: its engine worker died before it took the statement (${e.getMessage.take(200)}); " +
             "running it in another")
           restarted.incrementAndGet()
           None
         } else throw e
     } finally { unwatch(); release(worker, table) }
-    answer.getOrElse(call(action, requestJson, again = false))
+    answer.getOrElse(call(action, requestJson, tries - 1))
   }
 
   /** Watches statements for cancels until their requests reach a worker (null: the cancel
