@@ -3,6 +3,7 @@ serves a statement now."""
 from __future__ import annotations
 
 import json
+import os
 import time
 from typing import Any
 
@@ -31,3 +32,20 @@ def wait_for_leased(spark: Any, count: int = 1, timeout: float = 60.0) -> list[i
         if time.monotonic() > deadline:
             raise AssertionError(f"{count} leased engine workers expected, saw {workers(spark)}")
         time.sleep(0.05)
+
+
+def engine_processes(jvm: int) -> list[int]:
+    """The engine worker processes (``python -m lance_compact.engine``) the JVM ``jvm`` started,
+    read from /proc (a worker still starting included, which the pool does not list yet)."""
+    pids = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read().split(b"\0")
+            with open(f"/proc/{entry}/stat") as f:
+                parent = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if parent == jvm and b"lance_compact.engine" in cmdline:
+            pids.append(int(entry))
+    return sorted(pids)

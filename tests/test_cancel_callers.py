@@ -25,6 +25,7 @@ import lance
 import pytest
 
 import writers
+from engine_pool import engine_processes
 from conftest import ROOT, degraded_table_for, lance_session, spark_environment, wait_for as _wait_for
 from oracle import content
 from terminal import CTRL_C, Terminal
@@ -399,24 +400,6 @@ def test_ctrl_c_during_spark_sql_call_in_a_plain_script(tmp_path, warehouse, req
 # ---------------------------------------------------------------------------------------------
 # Ctrl-C at spark-sql's prompt (lance-spark-sql), in a pseudo-terminal
 
-def engine_workers(jvm: int) -> list[int]:
-    """The engine workers (python -m lance_compact.engine) the JVM ``jvm`` started."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                cmdline = f.read().split(b"\0")
-            with open(f"/proc/{entry}/stat") as f:
-                parent = int(f.read().rsplit(")", 1)[1].split()[1])
-        except OSError:
-            continue
-        if parent == jvm and b"lance_compact.engine" in cmdline:
-            pids.append(int(entry))
-    return pids
-
-
 def test_ctrl_c_at_the_spark_sql_prompt(tmp_path, warehouse, request):
     """lance-spark-sql at its prompt runs a CALL held before its commit; the terminal's Ctrl-C
     (^C written to the terminal: SIGINT to its foreground group) cancels it. spark-sql's handler
@@ -435,7 +418,7 @@ def test_ctrl_c_at_the_spark_sql_prompt(tmp_path, warehouse, request):
         term.type(f"CALL lance.compact(table => '{t}', target_rows_per_fragment => 300, "
                   "options => map('test_before_commit', 'writers.mark_then_hold'));\n")
         wait_for(lambda: held(path), timeout=240)
-        workers = engine_workers(term.process.pid)
+        workers = engine_processes(term.process.pid)
         assert workers, "no engine worker of spark-sql's JVM found"
         sent = time.monotonic()
         term.type(CTRL_C)  # SIGINT to the terminal's foreground group
@@ -473,7 +456,7 @@ def test_ctrl_c_during_spark_sql_e(tmp_path, warehouse, request):
                     tmp_path, {**os.environ, "TERM": "dumb"})
     try:
         wait_for(lambda: held(path), timeout=240)
-        workers = engine_workers(term.process.pid)
+        workers = engine_processes(term.process.pid)
         assert workers, "no engine worker of spark-sql's JVM found"
         sent = time.monotonic()
         term.type(CTRL_C)

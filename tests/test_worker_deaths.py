@@ -25,7 +25,7 @@ import lance
 import pytest
 
 from conftest import compact_call, degraded_table_for, wait_for
-from engine_pool import leased_pids, wait_for_leased
+from engine_pool import engine_processes, leased_pids, wait_for_leased
 from oracle import content, degraded_table
 from worker_kills import TaskWorkerKiller
 import writers
@@ -208,22 +208,6 @@ def test_an_engine_worker_killed_before_the_commit_gate_commits_nothing_and_othe
     assert r.commits == 1 and content(lance.dataset(str(path))) == content(before)
 
 
-def _engine_processes(jvm: int) -> set[int]:
-    """The engine worker processes (python -m lance_compact.engine) the JVM ``jvm`` started."""
-    pids = set()
-    for entry in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                cmdline = f.read()
-            with open(f"/proc/{entry}/stat") as f:
-                parent = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        if parent == jvm and b"lance_compact.engine" in cmdline:
-            pids.add(int(entry))
-    return pids
-
-
 def test_an_engine_worker_killed_while_it_starts_for_a_statement_is_started_again(spark, table):
     """The free workers are killed and a statement comes at once: the pool starts a worker for it
     (none is free), and that one is killed too before it is ready. The pool starts another for
@@ -240,7 +224,7 @@ def test_an_engine_worker_killed_while_it_starts_for_a_statement_is_started_agai
     for attempt in range(3):
         wait_for(lambda: any(not w["leased"] for w in workers(spark)), timeout=60)
         restarted = pool(spark).restartedStarts()
-        known = _engine_processes(jvm)
+        known = set(engine_processes(jvm))
         for pid in known:
             os.kill(pid, signal.SIGKILL)
         s = Statement(spark, compact_sql(t, "strategy => 'default'"))
@@ -249,7 +233,7 @@ def test_an_engine_worker_killed_while_it_starts_for_a_statement_is_started_agai
         killed: set[int] = set()
         first_seen, deadline = None, time.monotonic() + 30
         while time.monotonic() < deadline and (first_seen is None or time.monotonic() - first_seen < 0.03):
-            for pid in _engine_processes(jvm) - known - killed:
+            for pid in set(engine_processes(jvm)) - known - killed:
                 first_seen = first_seen or time.monotonic()
                 os.kill(pid, signal.SIGKILL)
                 killed.add(pid)
