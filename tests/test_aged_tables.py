@@ -140,6 +140,13 @@ def test_metadata_tables(spark, aged, name):
     frags = spark.sql(f"SELECT * FROM {t}.fragments ORDER BY id").collect()
     assert [(f.id, f.live_rows) for f in frags] == [(f.fragment_id, f.count_rows()) for f in ds.get_fragments()]
     assert sum(f.live_rows for f in frags) == oracle.num_rows
+    # the same from the aggregates the engine answers in one row (pushed to the scan)
+    pushed = f"SELECT count(*), sum(live_rows), sum(deleted_rows), min(id), max(id) FROM {t}.fragments"
+    assert "agg0" in spark.sql(f"EXPLAIN {pushed}").collect()[0][0]
+    ids = [f.id for f in frags]
+    assert list(spark.sql(pushed).collect()[0]) == [
+        len(frags), oracle.num_rows if frags else None, sum(f.deleted_rows for f in frags) if frags else None,
+        min(ids, default=None), max(ids, default=None)]
     versions = spark.sql(f"SELECT * FROM {t}.versions ORDER BY version").collect()
     assert [v.version for v in versions] == sorted(v["version"] for v in ds.versions())
     check_rewrites(versions, facts)
