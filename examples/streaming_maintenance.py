@@ -21,12 +21,16 @@ import lance
 RETENTION = "10 seconds"  # maintain's older_than here: a demo's versions are seconds old
 
 
-def run(spark, warehouse: str, seconds: float, rows_per_second: int, every: int) -> dict:
+def run(spark, warehouse: str, seconds: float, rows_per_second: int, every: int,
+        batches: int = 0) -> dict:
+    """Stream for ``seconds``, and on until ``batches`` micro-batches wrote rows (a slow
+    machine runs fewer per second; bounded by ten times ``seconds``)."""
     from pyspark.sql import functions as F
     from lance_compact.streaming import with_maintenance
 
     uri = os.path.join(warehouse, "db", "stream.lance")
     written: list[int] = []
+    written_batches: set[int] = set()
     rounds: list[tuple[int, list]] = []
 
     def write(batch, batch_id):
@@ -36,6 +40,7 @@ def run(spark, warehouse: str, seconds: float, rows_per_second: int, every: int)
         if table.num_rows:
             lance.write_dataset(table, uri, mode="append" if os.path.exists(uri) else "create")
             written.extend(table["id"].to_pylist())
+            written_batches.add(batch_id)
 
     def maintained(batch_id, rows):
         rounds.append((batch_id, [(r.step, r.ran, r.outcome or r.reason) for r in rows]))
@@ -51,13 +56,16 @@ def run(spark, warehouse: str, seconds: float, rows_per_second: int, every: int)
              .writeStream.foreachBatch(guarded).trigger(processingTime="1 second").start())
     try:
         time.sleep(seconds)
+        deadline = time.monotonic() + 9 * seconds
+        while len(written_batches) < batches and time.monotonic() < deadline and query.isActive:
+            time.sleep(0.2)
     finally:
         query.stop()
     ds = lance.dataset(uri)
     ids = ds.to_table(columns=["id"])["id"].to_pylist()
     return {"written": len(written), "rows": len(ids), "exact": sorted(ids) == sorted(written),
             "distinct": len(set(ids)) == len(ids), "fragments": len(ds.get_fragments()),
-            "rounds": rounds}
+            "batches": len(written_batches), "rounds": rounds}
 
 
 def main() -> int:
