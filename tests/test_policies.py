@@ -265,7 +265,7 @@ def test_a_former_policy_key_is_read_and_written_under_its_new_name(tmp_path):
     p = resolve_policy(None, None, {"maintain.max_bytes": "7"}, "db.x", "lance")
     assert (p.get("max_rewrite_bytes"), p.origin("max_rewrite_bytes")) == (
         7, "catalog setting spark.sql.catalog.lance.maintain.max_bytes")
-    with pytest.raises(CompactionError, match=f"table property {old} must be >= 1, got '0'"):
+    with pytest.raises(CompactionError, match=f"table property {old} must be >= 1, got 0"):
         resolve_policy(None, {old: "0"}, None, "db.x")
     # both names at once: refused, naming the one to remove
     with pytest.raises(CompactionError, match=f"table property {new} is set twice, also under its former "

@@ -252,7 +252,7 @@ def test_an_engine_worker_killed_while_it_starts_for_a_statement_is_started_agai
 def test_an_engine_worker_killed_while_its_rewrite_job_runs_leaves_no_finished_tasks_files(spark, table):
     """Tasks on Spark (this module's setting), one finished and one still asleep before it
     writes: the statement's engine worker is killed. The finished task's file was staged as it
-    finished (spark_job._StagedAsTheyFinish), so the pool removes it; the sleeping task is
+    finished (spark_job._AsTasksFinish), so the pool removes it; the sleeping task is
     cancelled with the statement's jobs before it writes. Nothing committed, no file left (before:
     the finished tasks' files stayed until a cleanup past the floor: the attacker's 4-18 a kill)."""
     t, path = table

@@ -164,12 +164,14 @@ def convert_value(o: OptionSpec, value: Any, table: str) -> Any:
     else:  # pragma: no cover - the spec is ours
         raise AssertionError(f"unknown option type {o.type}")
 
+    # a number out of range is shown as the number it was read as ('0' from an options map: 0)
+    shown = _num(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else repr(value)
     if o.min is not None and v < o.min:
         raise CompactionError(
-            f"table {table}: option {o.name} must be >= {_num(o.min)}, got {value!r}")
+            f"table {table}: option {o.name} must be >= {_num(o.min)}, got {shown}")
     if o.max is not None and v > o.max:
         raise CompactionError(
-            f"table {table}: option {o.name} must be <= {_num(o.max)}, got {value!r}")
+            f"table {table}: option {o.name} must be <= {_num(o.max)}, got {shown}")
     if o.choices is not None and v not in o.choices:
         raise CompactionError(
             f"table {table}: option {o.name} must be one of {', '.join(o.choices)}, got {value!r}")

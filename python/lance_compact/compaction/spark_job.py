@@ -105,7 +105,7 @@ def job_failure(error: Exception, table: str) -> BatchFailure:
     if cancelled:
         return BatchFailure(cancelled, None, cancelled=True)
     m = _GAVE_UP.search(text)
-    attempts = f" failed all its {m.group(2)} attempts" if m else " failed"
+    attempts = f" failed all its {m.group(2)} attempts" if m and m.group(2) != "1" else " failed"
     dead = lost(text)  # its Python worker or its executor, not the task's own error
     if dead is not None:
         return BatchFailure(f"table {table}: a compaction task{attempts}: {dead.phrase} ({dead.detail})",
@@ -162,8 +162,7 @@ class SparkBatchRunner:
             f"lance.compact {request.table}: rewriting {len(items)} tasks planned at version "
             f"{batch.read_version} (batch {number})")
         failure = None
-        watch = _BytesSoFar(outcomes, batch.so_far)
-        staging = _StagedAsTheyFinish(outcomes, {None: request})
+        finishing = _AsTasksFinish(outcomes, {None: request}, batch.so_far)
         try:
             run_job(sc.parallelize(items, len(items)).mapPartitions(lambda rows: executor(outcomes, rows)))
         except Exception as e:  # a task failed all its attempts, or the job was cancelled
@@ -176,8 +175,7 @@ class SparkBatchRunner:
             settled = _settle(sc, _request_tag(sc))
             failure = BatchFailure(failed.message, position, failed.cancelled, settled)
         finally:
-            watch.stop()
-            staging.stop()
+            finishing.stop()
             sc.setJobDescription(None)
             drop_outcomes(outcomes)
         done = list(outcomes.value)
@@ -186,81 +184,71 @@ class SparkBatchRunner:
         return done, failure
 
 
-class _BytesSoFar:
-    """While a batch's Spark job runs: every second in which more of its tasks finished, the
-    statement's bytes read and written so far (``so_far``, its earlier commits', plus the
-    finished tasks' results, which reach the driver's accumulator as each task ends) said to
-    the Lance tab's Running page (progress.figures). A view only."""
+class _AsTasksFinish:
+    """While a batch's Spark job runs, twice a second in which more of its tasks finished
+    (their results reach the driver's accumulator as each task ends):
 
-    def __init__(self, outcomes: Any, so_far: tuple[int, int]) -> None:
-        self._stop = threading.Event()
-        reporter = progress.current()
-        if reporter is None:
-            return
+    - the files they wrote are staged for their table (orchestrate.stage_outcomes), so that
+      if this engine worker dies before the job ends the pool removes them (staged only
+      after the job, a worker killed mid-job left its finished tasks' files behind);
+    - with ``so_far`` (the statement's bytes read and written by its earlier commits), the
+      bytes so far are said to the Lance tab's Running page (progress.figures; a view only).
 
-        def watch() -> None:
-            from lance.optimize import RewriteResult
-            from .commit import result_bytes
-            seen = 0
-            while not self._stop.wait(1.0):
-                done = [o for o in list(outcomes.value) if o.result_json]
-                if len(done) == seen:
-                    continue
-                seen = len(done)
-                try:
-                    read, written = result_bytes(RewriteResult.from_json(o.result_json) for o in done)
-                except Exception:  # a view only
-                    continue
-                reporter.figures({"kind": "progress", "bytes_read": so_far[0] + read,
-                                  "bytes_written": so_far[1] + written})
+    ``requests``: by the outcome's table index in a packed job (``(k, outcome)``), or
+    ``{None: request}``. Nothing is staged once :meth:`stop` returned (the run then stages,
+    commits and unstages itself: a committed file is never staged again, so never removed)."""
 
-        threading.Thread(target=watch, name="lance-compact-bytes-so-far", daemon=True).start()
-
-    def stop(self) -> None:
-        self._stop.set()
-
-
-class _StagedAsTheyFinish:
-    """While a batch's Spark job runs: twice a second, the files its finished tasks wrote
-    (their results reach the driver's accumulator as each task ends) are staged for their
-    table (orchestrate.stage_outcomes), so that if this engine worker dies before the job ends
-    the pool removes them (before, only a whole batch's files were staged, after its job:
-    a worker killed mid-job left its finished tasks' files behind). ``requests``: by the
-    outcome's table index in a packed job (``(k, outcome)``), or ``{None: request}``. Nothing
-    is staged once :meth:`stop` returned (the run then stages, commits and unstages itself)."""
-
-    def __init__(self, outcomes: Any, requests: dict[int | None, CompactionRequest]) -> None:
+    def __init__(self, outcomes: Any, requests: dict[int | None, CompactionRequest],
+                 so_far: tuple[int, int] | None = None) -> None:
         self._lock = threading.Lock()
         self._stopped = False
         self._done = threading.Event()
-        statement = cancellation.current_probe()
-        if statement is None:  # outside the engine: no pool to tell
+        statement = cancellation.current_probe()  # None outside the engine: no pool to tell
+        reporter = progress.current() if so_far is not None else None
+        if statement is None and reporter is None:
             return
 
-        def watch() -> None:
+        def staged(now: list) -> None:
             from .orchestrate import stage_outcomes
-            seen = 0
-            with cancellation.serving(statement):
-                while not self._done.wait(0.5):
-                    now = list(outcomes.value)
-                    if len(now) == seen:
-                        continue
-                    seen = len(now)
-                    by_table: dict[int | None, list[TaskOutcome]] = {}
-                    for item in now:
-                        k, o = (None, item) if isinstance(item, TaskOutcome) else item
-                        if o.result_json and k in requests:
-                            by_table.setdefault(k, []).append(o)
-                    with self._lock:
-                        if self._stopped:
-                            return
-                        try:
-                            for k, done in by_table.items():
-                                stage_outcomes(requests[k], done)
-                        except Exception as e:  # a view of what is staged: the run stages again
-                            log.info("staging finished tasks' files failed: %s", e)
+            by_table: dict[int | None, list[TaskOutcome]] = {}
+            for item in now:
+                k, o = (None, item) if isinstance(item, TaskOutcome) else item
+                if o.result_json and k in requests:
+                    by_table.setdefault(k, []).append(o)
+            with self._lock:
+                if self._stopped:
+                    return
+                try:
+                    for k, done in by_table.items():
+                        stage_outcomes(requests[k], done)
+                except Exception as e:  # a view of what is staged: the run stages again
+                    log.info("staging finished tasks' files failed: %s", e)
 
-        threading.Thread(target=watch, name="lance-compact-staged-so-far", daemon=True).start()
+        def reported(now: list) -> None:
+            from lance.optimize import RewriteResult
+            from .commit import result_bytes
+            done = [o for o in now if o.result_json]
+            try:
+                read, written = result_bytes(RewriteResult.from_json(o.result_json) for o in done)
+            except Exception:  # a view only
+                return
+            reporter.figures({"kind": "progress", "bytes_read": so_far[0] + read,
+                              "bytes_written": so_far[1] + written})
+
+        def watch() -> None:
+            seen = 0
+            while not self._done.wait(0.5):
+                now = list(outcomes.value)
+                if len(now) == seen:
+                    continue
+                seen = len(now)
+                if statement is not None:
+                    with cancellation.serving(statement):
+                        staged(now)
+                if reporter is not None:
+                    reported(now)
+
+        threading.Thread(target=watch, name="lance-compact-as-tasks-finish", daemon=True).start()
 
     def stop(self) -> None:
         """No staging from here on (waits for one under way)."""
@@ -340,7 +328,7 @@ def run_packed(sc: SparkContext, entries: list[tuple[CompactionRequest, Batch, i
     failed: BatchFailure | None = None
     owner: int | None = None
     failed_task: int | None = None
-    staging = _StagedAsTheyFinish(outcomes, {k: r for k, (r, _, _) in enumerate(entries)})
+    finishing = _AsTasksFinish(outcomes, {k: r for k, (r, _, _) in enumerate(entries)})
     try:
         run_job(sc.parallelize(parts, len(parts)).mapPartitions(rewrite))
     except Exception as e:  # a task failed all its attempts outside Lance (its worker died, say)
@@ -354,7 +342,7 @@ def run_packed(sc: SparkContext, entries: list[tuple[CompactionRequest, Batch, i
                 owner = owners.pop()
                 failed_task = parts[failed.position][0][1] if len(parts[failed.position]) == 1 else None
     finally:
-        staging.stop()
+        finishing.stop()
         sc.setJobDescription(None)
         drop_outcomes(outcomes)
     by_table: list[list[TaskOutcome]] = [[] for _ in entries]
