@@ -1,6 +1,7 @@
 """A streaming query writing a Lance table and maintaining it from its own foreachBatch.
 
     .venv/bin/python examples/streaming_maintenance.py /tmp/stream-wh --seconds 30
+    .venv/bin/python examples/streaming_maintenance.py /tmp/stream-wh --seconds 10 --batches 20
 
 A rate source (``--rows-per-second``) feeds micro-batches every second; each is appended to
 ``<warehouse>/db/stream.lance`` with Lance, so the table grows a small fragment per batch.
@@ -74,6 +75,8 @@ def main() -> int:
     p.add_argument("--seconds", type=float, default=30)
     p.add_argument("--rows-per-second", type=int, default=100)
     p.add_argument("--every", type=int, default=5)
+    p.add_argument("--batches", type=int, default=0,
+                   help="go on after --seconds until this many micro-batches wrote rows (at most 10x --seconds)")
     a = p.parse_args()
     from pyspark.sql import SparkSession
     from lance_compact import configure_spark_with_lance_compact
@@ -87,7 +90,7 @@ def main() -> int:
         # cleanup removes a younger version, as Delta's VACUUM)
         .config("spark.lance.compact.cleanup.versionMinAge", RETENTION), warehouse=a.warehouse).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    out = run(spark, a.warehouse, a.seconds, a.rows_per_second, a.every)
+    out = run(spark, a.warehouse, a.seconds, a.rows_per_second, a.every, a.batches)
     for batch_id, steps in out.pop("rounds"):
         print(f"after batch {batch_id}: " + "; ".join(f"{s} {'ran: ' if ran else 'skipped: '}{what}"
                                                        for s, ran, what in steps))
