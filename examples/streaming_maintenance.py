@@ -3,6 +3,9 @@
     .venv/bin/python examples/streaming_maintenance.py /tmp/stream-wh --seconds 30
     .venv/bin/python examples/streaming_maintenance.py /tmp/stream-wh --seconds 10 --batches 20
 
+It streams for ``--seconds``, then on until ``--batches`` micro-batches wrote rows (default
+``2 * --every + 2``: three maintenance rounds), at most ten times ``--seconds`` in all.
+
 A rate source (``--rows-per-second``) feeds micro-batches every second; each is appended to
 ``<warehouse>/db/stream.lance`` with Lance, so the table grows a small fragment per batch.
 Every ``--every`` batches the same foreachBatch runs ``CALL lance.maintain`` with a byte
@@ -75,8 +78,9 @@ def main() -> int:
     p.add_argument("--seconds", type=float, default=30)
     p.add_argument("--rows-per-second", type=int, default=100)
     p.add_argument("--every", type=int, default=5)
-    p.add_argument("--batches", type=int, default=0,
-                   help="go on after --seconds until this many micro-batches wrote rows (at most 10x --seconds)")
+    p.add_argument("--batches", type=int, default=None,
+                   help="go on after --seconds until this many micro-batches wrote rows (default: "
+                        "2 x --every + 2, three maintenance rounds; at most 10x --seconds)")
     a = p.parse_args()
     from pyspark.sql import SparkSession
     from lance_compact import configure_spark_with_lance_compact
@@ -90,7 +94,8 @@ def main() -> int:
         # cleanup removes a younger version, as Delta's VACUUM)
         .config("spark.lance.compact.cleanup.versionMinAge", RETENTION), warehouse=a.warehouse).getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    out = run(spark, a.warehouse, a.seconds, a.rows_per_second, a.every, a.batches)
+    batches = a.batches if a.batches is not None else 2 * a.every + 2
+    out = run(spark, a.warehouse, a.seconds, a.rows_per_second, a.every, batches)
     for batch_id, steps in out.pop("rounds"):
         print(f"after batch {batch_id}: " + "; ".join(f"{s} {'ran: ' if ran else 'skipped: '}{what}"
                                                        for s, ran, what in steps))

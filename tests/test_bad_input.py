@@ -131,6 +131,20 @@ def test_unknown_procedure_names_the_valid_ones(spark):
     assert f"catalog lance has no procedure compactify; procedures are {', '.join(valid)}" in message, message
 
 
+def test_the_python_options_mapping_takes_text_as_sqls_map_does(spark, victim):
+    """``options={...}`` in Python is SQL's ``options => map(...)``: a value written as text is
+    read by the key's type (before, a named parameter's text was refused as a STRING)."""
+    from lance_compact import compact, plan_compaction
+    path, _ = victim
+    version = lance.dataset(str(path)).version
+    plan = plan_compaction(spark, T, strategy="io_bounded",
+                           options={"max_rewrite_bytes": "10737418240", "target_rows_per_fragment": "100000"})
+    assert plan.collect(), "no task planned"
+    with pytest.raises(Exception, match="option target_rows_per_fragment must be >= 1, got 0"):
+        compact(spark, T, options={"target_rows_per_fragment": "0"}).collect()
+    assert lance.dataset(str(path)).version == version
+
+
 def test_the_table_still_compacts_after_all_that(spark, victim):
     path, _ = victim
     version = lance.dataset(str(path)).version

@@ -250,11 +250,12 @@ def test_a_cancel_of_a_waiting_statements_group_or_tag_stops_it_before_it_runs(s
     wait_for(lambda: pool(spark).queued() == 2, timeout=30)
     spark.sparkContext.cancelJobGroup("queued-statement")
     spark.sparkContext.cancelJobsWithTag("queued-tag")
-    for waiting in (by_group, by_tag):
+    for waiting, n in ((by_group, "queue_c"), (by_tag, "queue_d")):
         waiting.thread.join(30)
         assert waiting.ended is not None and waiting.error is not None, "the cancel of a waiting statement was lost"
         said = str(waiting.error)
         assert "LANCE_CANCELLED" in said and "while it waited for an engine worker" in said, said
+        assert f"table db.{n}: compact was cancelled" in said, said  # the pool's errors name the table too
         assert "nothing ran and nothing was committed" in said, said
     assert pool(spark).queued() == 0
     for n in names[:2]:

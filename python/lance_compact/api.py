@@ -184,7 +184,10 @@ class LanceCompaction:
         with a mapping sets each of its keys, as SQL's ``options => map(...)``."""
         if key == "options" and isinstance(value, Mapping):
             for k, v in value.items():
-                self.option(k, v)
+                if isinstance(v, str):  # text, as in SQL's map(...): the engine reads it by the key's type
+                    self._options[k] = v
+                else:
+                    self.option(k, v)
             return self
         if key in _sql_parameters() and not isinstance(value, (list, tuple)):
             self._params[key] = value

@@ -106,6 +106,7 @@ final class EnginePool private (val sc: SparkContext, python: String, val logFil
   private def call(action: String, requestJson: String, tries: Int): String = {
     val since = CancelWatch.statementStart()
     val table = tableOf(requestJson)
+    val subject = subjectOf(requestJson)
     val ticket = Ticket(userOf(sc), ShortActions.contains(action))
     // A cancel of the statement's job group, tags or all jobs while it waits for a worker (or one
     // starts for it) posts no event a worker could see: the pool watches for it until the
@@ -116,9 +117,9 @@ final class EnginePool private (val sc: SparkContext, python: String, val logFil
       true
     }
     def unwatch(): Unit = if (watched) { queueWatch.unwatch(ticket.id); waitingById.remove(ticket.id) }
-    val worker = try lease(table, action, ticket) catch { case e: Throwable => unwatch(); throw e }
+    val worker = try lease(table, subject, action, ticket) catch { case e: Throwable => unwatch(); throw e }
     val answer = try {
-      if (ticket.cancelled != null) throw cancelledWaiting(action, ticket.cancelled)
+      if (ticket.cancelled != null) throw cancelledWaiting(subject, action, ticket.cancelled)
       Some(worker.call(action, requestJson, id => {
         unwatch()
         val why = ticket.cancelled
@@ -153,11 +154,11 @@ final class EnginePool private (val sc: SparkContext, python: String, val logFil
     Progress.waiting(sc, null)
   }
 
-  private def cancelledWaiting(action: String, why: String): EngineFailure =
-    new EngineFailure(s"$action was cancelled while it waited for an engine worker ($why): nothing ran and " +
+  private def cancelledWaiting(subject: String, action: String, why: String): EngineFailure =
+    new EngineFailure(s"$subject$action was cancelled while it waited for an engine worker ($why): nothing ran and " +
       "nothing was committed", LanceCompactException.Cancelled)
 
-  private def lease(table: String, action: String, ticket: Ticket): EngineProcess = {
+  private def lease(table: String, subject: String, action: String, ticket: Ticket): EngineProcess = {
     val user = ticket.user
     synchronized(waiting.addLast(ticket))
     var got: EngineProcess = null
@@ -175,7 +176,7 @@ final class EnginePool private (val sc: SparkContext, python: String, val logFil
       if (starting > 0) came = System.nanoTime()
       else if (System.nanoTime() - came > waitTimeoutMs * 1000000L) {
         leaveQueue(ticket)
-        throw new EngineFailure(s"$action waited ${waitTimeoutMs / 1000} s for an engine worker and got none " +
+        throw new EngineFailure(s"$subject$action waited ${waitTimeoutMs / 1000} s for an engine worker and got none " +
           s"($WaitTimeoutConf): all ${leased.size} workers served other statements (at most $maxWorkers, " +
           s"$WorkersConf); nothing ran and nothing was committed", LanceCompactException.Cancelled)
       }
@@ -189,7 +190,7 @@ final class EnginePool private (val sc: SparkContext, python: String, val logFil
           retireIdle()
           if (ticket.cancelled != null) {
             leaveQueue(ticket)
-            throw cancelledWaiting(action, ticket.cancelled)
+            throw cancelledWaiting(subject, action, ticket.cancelled)
           }
           if (next() eq ticket) {
             pick(table) match {
@@ -205,7 +206,7 @@ final class EnginePool private (val sc: SparkContext, python: String, val logFil
       case e: InterruptedException =>
         leaveQueue(ticket)
         Thread.currentThread().interrupt()
-        throw new EngineFailure(s"$action was cancelled while it waited for an engine worker (all " +
+        throw new EngineFailure(s"$subject$action was cancelled while it waited for an engine worker (all " +
           s"$maxWorkers were serving other statements, $WorkersConf): nothing ran and nothing was committed",
           LanceCompactException.Cancelled)
     }
@@ -499,6 +500,13 @@ object EnginePool extends Logging {
   }
 
   /** The table location a request names ("" if none). */
+  /** "table db.t: " for a request of one table (what the pool's own errors start with, as the
+   * engine's do), else "". */
+  private def subjectOf(requestJson: String): String =
+    try Option(Mapper.readTree(requestJson).get("table")).filter(_.isTextual).map(_.asText)
+      .filter(_.nonEmpty).map(t => s"table $t: ").getOrElse("")
+    catch { case _: Exception => "" }
+
   private def tableOf(requestJson: String): String =
     try Option(Mapper.readTree(requestJson).get("uri")).map(_.asText("")).getOrElse("")
     catch { case _: Exception => "" }
