@@ -272,6 +272,27 @@ def test_an_engine_worker_killed_while_its_rewrite_job_runs_leaves_no_finished_t
     _cleared(path, files)
 
 
+def test_an_engine_worker_killed_while_its_clustering_job_runs_leaves_no_finished_partitions_files(spark, table):
+    """The same for a clustering (sort_order): its sort-and-write job's finished partitions
+    wrote their fragments while partition 1 sleeps before it writes; the engine worker is
+    killed. Their files were staged as they finished (clustering/run._stage through
+    task_outcomes.AsTasksFinish), so the pool removes them; nothing committed (before: they
+    stayed until a cleanup past the version floor)."""
+    t, path = table  # 600 rows: 6 partitions of 100
+    before, files = lance.dataset(str(path)), data_files(path)
+    s = Statement(spark, f"CALL lance.compact(table => '{t}', target_rows_per_fragment => 100, "
+                         f"sort_order => 'category', options => map('test_task_sleep_ms', '1:120000'))")
+    wait_for(lambda: len(data_files(path) - files) >= 3, timeout=STATEMENT_S, step=0.05)
+    time.sleep(1.5)  # staged within half a second of the partition's end
+    [pid] = leased_pids(spark)
+    os.kill(pid, signal.SIGKILL)
+    message = _lost(s, pid)
+    print(f"\nengine worker killed during its clustering job: {message[:400]}")
+    assert "it was not committing: nothing was committed by it" in message and "are being removed" in message, message
+    unchanged(path, before)
+    _cleared(path, files)
+
+
 def test_an_engine_worker_killed_after_a_first_commit_says_what_landed(spark, warehouse, request):
     t, path = degraded_table_for(warehouse, request, fragments=60)  # several tasks: two commits
     before = lance.dataset(str(path))

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import re
-import threading
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -26,7 +25,7 @@ from .execute import TaskOutcome, check_same_pylance, execute_task
 from ..runtime.failures import BUG, bug_phrase, classify, first_part, lost
 from .request import CompactionRequest
 from ..runtime.secrets import redact
-from ..runtime.task_outcomes import drop as drop_outcomes, outcomes_accumulator
+from ..runtime.task_outcomes import AsTasksFinish, drop as drop_outcomes, outcomes_accumulator
 from ..runtime.spark_jobs import bind_bridge, request_tag, run_job, settle  # noqa: F401 - engine.py binds through here
 from .orchestrate import Batch, BatchFailure
 from . import engine_rewrite
@@ -162,7 +161,7 @@ class SparkBatchRunner:
             f"lance.compact {request.table}: rewriting {len(items)} tasks planned at version "
             f"{batch.read_version} (batch {number})")
         failure = None
-        finishing = _AsTasksFinish(outcomes, {None: request}, batch.so_far)
+        finishing = _as_tasks_finish(outcomes, {None: request}, batch.so_far)
         try:
             run_job(sc.parallelize(items, len(items)).mapPartitions(lambda rows: executor(outcomes, rows)))
         except Exception as e:  # a task failed all its attempts, or the job was cancelled
@@ -184,77 +183,33 @@ class SparkBatchRunner:
         return done, failure
 
 
-class _AsTasksFinish:
-    """While a batch's Spark job runs, twice a second in which more of its tasks finished
-    (their results reach the driver's accumulator as each task ends):
-
-    - the files they wrote are staged for their table (orchestrate.stage_outcomes), so that
-      if this engine worker dies before the job ends the pool removes them (staged only
-      after the job, a worker killed mid-job left its finished tasks' files behind);
-    - with ``so_far`` (the statement's bytes read and written by its earlier commits), the
-      bytes so far are said to the Lance tab's Running page (progress.figures; a view only).
-
+def _as_tasks_finish(outcomes: Any, requests: dict[int | None, CompactionRequest],
+                     so_far: tuple[int, int] | None = None) -> AsTasksFinish:
+    """While a batch's Spark job runs (task_outcomes.AsTasksFinish): its finished tasks' files
+    staged for their table (orchestrate.stage_outcomes), so a worker that dies mid-job has them
+    removed by the pool; with ``so_far`` (the statement's bytes read and written by its earlier
+    commits) the bytes so far said to the Lance tab's Running page (progress.figures).
     ``requests``: by the outcome's table index in a packed job (``(k, outcome)``), or
-    ``{None: request}``. Nothing is staged once :meth:`stop` returned (the run then stages,
-    commits and unstages itself: a committed file is never staged again, so never removed)."""
+    ``{None: request}``."""
+    reporter = progress.current() if so_far is not None else None
 
-    def __init__(self, outcomes: Any, requests: dict[int | None, CompactionRequest],
-                 so_far: tuple[int, int] | None = None) -> None:
-        self._lock = threading.Lock()
-        self._stopped = False
-        self._done = threading.Event()
-        statement = cancellation.current_probe()  # None outside the engine: no pool to tell
-        reporter = progress.current() if so_far is not None else None
-        if statement is None and reporter is None:
-            return
+    def stage(now: list) -> None:
+        from .orchestrate import stage_outcomes
+        by_table: dict[int | None, list[TaskOutcome]] = {}
+        for item in now:
+            k, o = (None, item) if isinstance(item, TaskOutcome) else item
+            if o.result_json and k in requests:
+                by_table.setdefault(k, []).append(o)
+        for k, done in by_table.items():
+            stage_outcomes(requests[k], done)
 
-        def staged(now: list) -> None:
-            from .orchestrate import stage_outcomes
-            by_table: dict[int | None, list[TaskOutcome]] = {}
-            for item in now:
-                k, o = (None, item) if isinstance(item, TaskOutcome) else item
-                if o.result_json and k in requests:
-                    by_table.setdefault(k, []).append(o)
-            with self._lock:
-                if self._stopped:
-                    return
-                try:
-                    for k, done in by_table.items():
-                        stage_outcomes(requests[k], done)
-                except Exception as e:  # a view of what is staged: the run stages again
-                    log.info("staging finished tasks' files failed: %s", e)
+    def view(now: list) -> None:
+        from lance.optimize import RewriteResult
+        from .commit import result_bytes
+        read, written = result_bytes(RewriteResult.from_json(o.result_json) for o in now if o.result_json)
+        reporter.figures({"kind": "progress", "bytes_read": so_far[0] + read, "bytes_written": so_far[1] + written})
 
-        def reported(now: list) -> None:
-            from lance.optimize import RewriteResult
-            from .commit import result_bytes
-            done = [o for o in now if o.result_json]
-            try:
-                read, written = result_bytes(RewriteResult.from_json(o.result_json) for o in done)
-            except Exception:  # a view only
-                return
-            reporter.figures({"kind": "progress", "bytes_read": so_far[0] + read,
-                              "bytes_written": so_far[1] + written})
-
-        def watch() -> None:
-            seen = 0
-            while not self._done.wait(0.5):
-                now = list(outcomes.value)
-                if len(now) == seen:
-                    continue
-                seen = len(now)
-                if statement is not None:
-                    with cancellation.serving(statement):
-                        staged(now)
-                if reporter is not None:
-                    reported(now)
-
-        threading.Thread(target=watch, name="lance-compact-as-tasks-finish", daemon=True).start()
-
-    def stop(self) -> None:
-        """No staging from here on (waits for one under way)."""
-        self._done.set()
-        with self._lock:
-            self._stopped = True
+    return AsTasksFinish(outcomes, stage, view if reporter is not None else None)
 
 
 class _Tagged:
@@ -328,7 +283,7 @@ def run_packed(sc: SparkContext, entries: list[tuple[CompactionRequest, Batch, i
     failed: BatchFailure | None = None
     owner: int | None = None
     failed_task: int | None = None
-    finishing = _AsTasksFinish(outcomes, {k: r for k, (r, _, _) in enumerate(entries)})
+    finishing = _as_tasks_finish(outcomes, {k: r for k, (r, _, _) in enumerate(entries)})
     try:
         run_job(sc.parallelize(parts, len(parts)).mapPartitions(rewrite))
     except Exception as e:  # a task failed all its attempts outside Lance (its worker died, say)

@@ -24,7 +24,7 @@ import re
 import resource
 import time
 from dataclasses import dataclass, replace
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import lance
 import numpy as np
@@ -32,7 +32,7 @@ import pyarrow as pa
 
 from ...runtime.catalog_service import resolved_options
 from ...runtime.tables import dataset
-from ...runtime.task_outcomes import drop as drop_outcomes, outcomes_accumulator
+from ...runtime.task_outcomes import AsTasksFinish, drop as drop_outcomes, outcomes_accumulator
 from .keys import (column_bounds, from_ipc, linear_partitions, order_indices,
                    pick_bounds, to_ipc, z_bounds, z_partitions, zvalues)
 from .sort_order import SortOrder
@@ -269,6 +269,7 @@ class _Writer:
         g = self.layout.group_at(index)
         try:
             hooks.task_fault(self.faults.hooks or {}, g, _attempt())
+            hooks.task_sleep(self.faults.hooks or {}, index)  # tests: this partition sleeps before it writes
             written = self._write(index, g, items)
         except Exception as e:
             if not self.faults.last():
@@ -370,14 +371,16 @@ def _failed_partition(sc, error: Exception) -> int | None:
 
 def rewrite(sc, source: Source, order: SortOrder, layout: Layout, fragment_ids: list[int],
             target_rows: int, max_bytes_per_file: int | None, domain: tuple[bytes, ...] = (),
-            faults: Faults = Faults()) -> tuple[list[Written], dict[int, str], int]:
+            faults: Faults = Faults(), stage: Callable[[list[Written]], None] | None = None
+            ) -> tuple[list[Written], dict[int, str], int]:
     """Job 2, all groups in ONE Spark job: route, shuffle, sort and write; (the partitions'
     outcomes in partition order, the groups that failed -> why, the map tasks' run time in ms,
     summed: each reduce task's is in its outcome). Without partial progress a
     failed task fails the job: :class:`RewriteFailed`. With it, a task that fails its last
     attempt fails its group; when Spark gave up on a reduce task (its worker died on every
     attempt), that group fails and the other groups' unfinished partitions run again
-    (their shuffle input is kept)."""
+    (their shuffle input is kept). ``stage``: called with the finished partitions' outcomes
+    while the job runs (task_outcomes.AsTasksFinish), to stage their files."""
     from ...runtime import cancellation
     spent = sc.accumulator(0)
     router = _Router(source, order, layout, target_rows, faults, spent)
@@ -391,6 +394,7 @@ def rewrite(sc, source: Source, order: SortOrder, layout: Layout, fragment_ids: 
     rdd = sc.parallelize(fragment_ids, slices).mapPartitions(router).partitionBy(n, _identity) \
         .mapPartitionsWithIndex(lambda i, items: writer(outcomes, i, items))
     todo = list(range(n))
+    finishing = AsTasksFinish(outcomes, stage, name="lance-compact-clustering-as-tasks-finish")
     try:
         while todo:
             try:
@@ -406,6 +410,7 @@ def rewrite(sc, source: Source, order: SortOrder, layout: Layout, fragment_ids: 
                 done = {w.partition for w in outcomes.value}
                 todo = [q for q in todo if q not in done and layout.group_at(q) not in failed]
     finally:
+        finishing.stop()
         drop_outcomes(outcomes)
     written = sorted(outcomes.value, key=lambda w: w.partition)
     for w in written:

@@ -263,7 +263,8 @@ def _attempt(sc: Any, request: CompactionRequest, order: SortOrder, dataset: lan
                              f"groups into {plan.partitions} partitions by {order.text()}")
         progress.report(f"{request.table}: clustering {len(ids)} fragments into {plan.partitions} partitions")
         written, failed, totals.map_ms = jobs.rewrite(sc, source, order, layout, ids, plan.target_rows,
-                                                      plan.max_bytes_per_file, domain, faults)
+                                                      plan.max_bytes_per_file, domain, faults,
+                                                      stage=lambda done: _stage(request, done))
     except jobs.RewriteFailed as e:
         removed = _remove(request, [m for w in e.written for m in new_fragments(list(w.fragments))])
         raise _job_error(request, totals, e.error, removed, dataset, ids) from None
@@ -303,6 +304,15 @@ def _attempt(sc: Any, request: CompactionRequest, order: SortOrder, dataset: lan
             _remove(request, [m for b in batches[k + 1:] for d in b for m in d.new])
             raise
     return conflicted
+
+
+def _stage(request: CompactionRequest, done: list[jobs.Written]) -> None:
+    """The files the finished partitions wrote, staged as the job runs: a dead worker's are the
+    pool's to remove (what the run removes or commits itself is unstaged by it, or forgotten
+    when the statement ends; the pool never removes a file the table's latest version holds)."""
+    files = [f"data/{p.path}" for w in done for m in new_fragments(list(w.fragments)) for p in m.data_files()]
+    if files:
+        commit_gate.add(request.uri, files, request.storage_options)
 
 
 def _commit(request: CompactionRequest, order: SortOrder, dataset: lance.LanceDataset, plan: ClusterPlan,
