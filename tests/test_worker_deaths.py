@@ -262,7 +262,7 @@ def test_an_engine_worker_killed_while_its_rewrite_job_runs_leaves_no_finished_t
     s = Statement(spark, f"CALL lance.compact(table => '{t}', target_rows_per_fragment => 100, "
                          f"options => map('test_task_sleep_ms', '{plan[-1].task_id}:120000'))")
     wait_for(lambda: len(data_files(path) - files) >= len(plan) - 1, timeout=STATEMENT_S, step=0.05)
-    time.sleep(1.5)  # staged within half a second of the task's end
+    time.sleep(1.5)  # staged within a tenth of a second of the task's end (task_outcomes.POLL_S)
     [pid] = leased_pids(spark)
     os.kill(pid, signal.SIGKILL)
     message = _lost(s, pid)
@@ -283,7 +283,7 @@ def test_an_engine_worker_killed_while_its_clustering_job_runs_leaves_no_finishe
     s = Statement(spark, f"CALL lance.compact(table => '{t}', target_rows_per_fragment => 100, "
                          f"sort_order => 'category', options => map('test_task_sleep_ms', '1:120000'))")
     wait_for(lambda: len(data_files(path) - files) >= 3, timeout=STATEMENT_S, step=0.05)
-    time.sleep(1.5)  # staged within half a second of the partition's end
+    time.sleep(1.5)  # staged within a tenth of a second of the partition's end
     [pid] = leased_pids(spark)
     os.kill(pid, signal.SIGKILL)
     message = _lost(s, pid)

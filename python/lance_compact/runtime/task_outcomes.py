@@ -35,8 +35,14 @@ def drop(accumulator: Any) -> None:
     _accumulatorRegistry.pop(accumulator.aid, None)
 
 
+# How often the accumulator is read while a job runs: a worker killed within this much of a
+# task's end has not staged that task's files (they are left for cleanup's delete_unverified).
+# Reading a local list is cheap; a stage call (a Py4J round trip) follows only new outcomes.
+POLL_S = 0.1
+
+
 class AsTasksFinish:
-    """While a job runs, twice a second in which more of its tasks finished (their outcomes
+    """While a job runs, every :data:`POLL_S` in which more of its tasks finished (their outcomes
     reach the driver's accumulator as each task ends): ``stage(outcomes)``, on the statement's
     behalf, says what they wrote to the commit gate (runtime/commit_gate.py), so that if this
     engine worker dies before the job ends the pool removes those files (staged only after the
@@ -61,7 +67,7 @@ class AsTasksFinish:
 
         def watch() -> None:
             seen = 0
-            while not self._done.wait(0.5):
+            while not self._done.wait(POLL_S):
                 now = list(outcomes.value)
                 if len(now) == seen:
                     continue

@@ -113,7 +113,7 @@ final class EngineProcess private[engine] (val sc: SparkContext, python: String,
     val code = p.exitValue()
     val how = if (code > 128) s"killed by signal ${code - 128}" + (if (code == 137) " (SIGKILL: e.g. the system's out-of-memory killer, or a kill)" else "")
       else s"exited with code $code"
-    val before = if (r.landed.isEmpty) "" else s"; before that it committed ${r.landed.mkString(", ")}"
+    val before = if (r.landed.isEmpty) "" else s"; before that it committed ${EngineProcess.landedText(r.landed)}"
     val files = if (r.staged.isEmpty) "" else
       s"; the files it wrote and had not committed (under ${r.staged.keys.map(io.github.lancecompact.spark.catalog.Names.show).mkString(", ")}) are being removed"
     if (killedForCancel == r.id) new EngineFailure(r.committing match {
@@ -231,6 +231,22 @@ final class EngineProcess private[engine] (val sc: SparkContext, python: String,
 }
 
 object EngineProcess {
+  /** What a statement's commits landed, as one phrase: "version 5", "versions 5 and 7",
+   * "versions 5, 7 and 9" (each commit says "version N" or "versions N, M"); other texts joined
+   * as they are. */
+  private[engine] def landedText(landed: Seq[String]): String = {
+    val Versions = """versions? (\d+(?:, \d+)*)""".r
+    val numbers = landed.map {
+      case Versions(list) => Some(list.split(", ").toSeq)
+      case _ => None
+    }
+    if (landed.isEmpty || numbers.contains(None)) landed.mkString(", ")
+    else numbers.flatten.flatten match {
+      case Seq(one) => s"version $one"
+      case all => s"versions ${all.init.mkString(", ")} and ${all.last}"
+    }
+  }
+
   val StartTimeoutMs = 120000L
   val LogConf = "spark.lance.compact.engine.log"
   val HeartbeatTimeoutConf = "spark.lance.compact.engine.heartbeatTimeout"
