@@ -249,27 +249,35 @@ def test_an_engine_worker_killed_while_it_starts_for_a_statement_is_started_agai
     assert lance.dataset(str(path)).version > before.version
 
 
-def test_an_engine_worker_killed_while_its_rewrite_job_runs_leaves_no_finished_tasks_files(spark, table):
-    """Tasks on Spark (this module's setting), one finished and one still asleep before it
-    writes: the statement's engine worker is killed. The finished task's file was staged as it
-    finished (spark_job._AsTasksFinish), so the pool removes it; the sleeping task is
-    cancelled with the statement's jobs before it writes. Nothing committed, no file left (before:
-    the finished tasks' files stayed until a cleanup past the floor: the attacker's 4-18 a kill)."""
-    t, path = table
+def _killed_mid_job(spark, path, sql: str, written: int, what: str) -> None:
+    """``sql`` runs until ``written`` new data files are in the table (its other task sleeps
+    before it writes); its engine worker is killed once they were staged. Nothing committed,
+    and the pool removes them."""
     before, files = lance.dataset(str(path)), data_files(path)
-    plan = spark.sql(f"CALL lance.plan_compaction(table => '{t}', target_rows_per_fragment => 100)").collect()
-    assert len(plan) >= 2, plan
-    s = Statement(spark, f"CALL lance.compact(table => '{t}', target_rows_per_fragment => 100, "
-                         f"options => map('test_task_sleep_ms', '{plan[-1].task_id}:120000'))")
-    wait_for(lambda: len(data_files(path) - files) >= len(plan) - 1, timeout=STATEMENT_S, step=0.05)
+    s = Statement(spark, sql)
+    wait_for(lambda: len(data_files(path) - files) >= written, timeout=STATEMENT_S, step=0.05)
     time.sleep(1.5)  # staged within a tenth of a second of the task's end (task_outcomes.POLL_S)
     [pid] = leased_pids(spark)
     os.kill(pid, signal.SIGKILL)
     message = _lost(s, pid)
-    print(f"\nengine worker killed during its rewrite job: {message[:400]}")
+    print(f"\nengine worker killed during its {what}: {message[:400]}")
     assert "it was not committing: nothing was committed by it" in message and "are being removed" in message, message
     unchanged(path, before)
     _cleared(path, files)
+
+
+def test_an_engine_worker_killed_while_its_rewrite_job_runs_leaves_no_finished_tasks_files(spark, table):
+    """Tasks on Spark (this module's setting), one finished and one still asleep before it
+    writes: the statement's engine worker is killed. The finished task's file was staged as it
+    finished (spark_job._as_tasks_finish), so the pool removes it; the sleeping task is
+    cancelled with the statement's jobs before it writes. Nothing committed, no file left (before:
+    the finished tasks' files stayed until a cleanup past the floor: the attacker's 4-18 a kill)."""
+    t, path = table
+    plan = spark.sql(f"CALL lance.plan_compaction(table => '{t}', target_rows_per_fragment => 100)").collect()
+    assert len(plan) >= 2, plan
+    _killed_mid_job(spark, path, f"CALL lance.compact(table => '{t}', target_rows_per_fragment => 100, "
+                                 f"options => map('test_task_sleep_ms', '{plan[-1].task_id}:120000'))",
+                    len(plan) - 1, "rewrite job")
 
 
 def test_an_engine_worker_killed_while_its_clustering_job_runs_leaves_no_finished_partitions_files(spark, table):
@@ -279,18 +287,9 @@ def test_an_engine_worker_killed_while_its_clustering_job_runs_leaves_no_finishe
     task_outcomes.AsTasksFinish), so the pool removes them; nothing committed (before: they
     stayed until a cleanup past the version floor)."""
     t, path = table  # 600 rows: 6 partitions of 100
-    before, files = lance.dataset(str(path)), data_files(path)
-    s = Statement(spark, f"CALL lance.compact(table => '{t}', target_rows_per_fragment => 100, "
-                         f"sort_order => 'category', options => map('test_task_sleep_ms', '1:120000'))")
-    wait_for(lambda: len(data_files(path) - files) >= 3, timeout=STATEMENT_S, step=0.05)
-    time.sleep(1.5)  # staged within a tenth of a second of the partition's end
-    [pid] = leased_pids(spark)
-    os.kill(pid, signal.SIGKILL)
-    message = _lost(s, pid)
-    print(f"\nengine worker killed during its clustering job: {message[:400]}")
-    assert "it was not committing: nothing was committed by it" in message and "are being removed" in message, message
-    unchanged(path, before)
-    _cleared(path, files)
+    _killed_mid_job(spark, path, f"CALL lance.compact(table => '{t}', target_rows_per_fragment => 100, "
+                                 f"sort_order => 'category', options => map('test_task_sleep_ms', '1:120000'))",
+                    3, "clustering job")
 
 
 def test_an_engine_worker_killed_after_a_first_commit_says_what_landed(spark, warehouse, request):
