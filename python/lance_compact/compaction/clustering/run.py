@@ -29,9 +29,10 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterable
 
 import lance
+from lance.fragment import FragmentMetadata
 
 from ...runtime import cancellation, commit_gate, cost_records, progress
 from ...runtime.failures import CORRUPT, classify, committed_phrase, describe, job_failure, keep_traceback
@@ -306,11 +307,16 @@ def _attempt(sc: Any, request: CompactionRequest, order: SortOrder, dataset: lan
     return conflicted
 
 
+def _data_files(fragments: Iterable[FragmentMetadata]) -> list[str]:
+    """The data files of new fragments, as the commit gate stages them (``data/<name>``)."""
+    return [f"data/{p.path}" for m in fragments for p in m.data_files()]
+
+
 def _stage(request: CompactionRequest, done: list[jobs.Written]) -> None:
     """The files the finished partitions wrote, staged as the job runs: a dead worker's are the
     pool's to remove (what the run removes or commits itself is unstaged by it, or forgotten
     when the statement ends; the pool never removes a file the table's latest version holds)."""
-    files = [f"data/{p.path}" for w in done for m in new_fragments(list(w.fragments)) for p in m.data_files()]
+    files = _data_files(m for w in done for m in new_fragments(list(w.fragments)))
     if files:
         commit_gate.add(request.uri, files, request.storage_options)
 
@@ -320,7 +326,7 @@ def _commit(request: CompactionRequest, order: SortOrder, dataset: lance.LanceDa
     """Commit ``batch``'s groups in one Rewrite on the read version, then the record. On a
     conflict, the groups whose source fragments the concurrent change left alone are
     committed without the others (whose files are removed); how many groups conflicted."""
-    files = [f"data/{p.path}" for d in batch for m in d.new for p in m.data_files()]
+    files = _data_files(m for d in batch for m in d.new)
     commit_gate.add(request.uri, files, request.storage_options)  # a dead worker's are the pool's to remove
     hooks.before_commit(request)  # test-only moments before the commit: the gate comes after them
 

@@ -105,8 +105,7 @@ final class EnginePool private (val sc: SparkContext, python: String, val logFil
    * workers killed at once each die so; each such death leaves the pool). */
   private def call(action: String, requestJson: String, tries: Int): String = {
     val since = CancelWatch.statementStart()
-    val table = tableOf(requestJson)
-    val subject = subjectOf(requestJson)
+    val (table, subject) = tableAndSubject(requestJson)
     val ticket = Ticket(userOf(sc), ShortActions.contains(action))
     // A cancel of the statement's job group, tags or all jobs while it waits for a worker (or one
     // starts for it) posts no event a worker could see: the pool watches for it until the
@@ -500,16 +499,15 @@ object EnginePool extends Logging {
   }
 
   /** The table location a request names ("" if none). */
-  /** "table db.t: " for a request of one table (what the pool's own errors start with, as the
-   * engine's do), else "". */
-  private def subjectOf(requestJson: String): String =
-    try Option(Mapper.readTree(requestJson).get("table")).filter(_.isTextual).map(_.asText)
-      .filter(_.nonEmpty).map(t => s"table $t: ").getOrElse("")
-    catch { case _: Exception => "" }
-
-  private def tableOf(requestJson: String): String =
-    try Option(Mapper.readTree(requestJson).get("uri")).map(_.asText("")).getOrElse("")
-    catch { case _: Exception => "" }
+  /** The request's table location (a worker that last read it is preferred; "" if none) and
+   * "table db.t: " for a request of one table (what the pool's own errors start with, as the
+   * engine's do; "" otherwise): one parse of the request. */
+  private def tableAndSubject(requestJson: String): (String, String) =
+    try {
+      val r = Mapper.readTree(requestJson)
+      def text(key: String) = Option(r.get(key)).filter(_.isTextual).map(_.asText).getOrElse("")
+      (text("uri"), Option(text("table")).filter(_.nonEmpty).map(t => s"table $t: ").getOrElse(""))
+    } catch { case _: Exception => ("", "") }
 
   private def background(name: String)(body: => Unit): Unit = {
     val t = new Thread(() => body, name)
