@@ -501,3 +501,30 @@ def test_in_the_engine_the_jvm_is_asked_at_most_every_50_ms_and_a_cancel_sticks(
     for _ in range(3):
         plain()
     assert len(asked) == before + 4
+
+
+def test_a_job_seen_cancelled_asks_the_jvm_at_once_for_the_callers_form():
+    """The JVM cancels a request's jobs by the request's own tag when the caller cancels (its job
+    group, ...): the failed job names that internal tag. A cancel this process saw first asks the
+    JVM at once, inside the interval, so the statement says the caller's form (seen under load:
+    "part of cancelled job tags lance-compact-14-request-..." for a cancelJobGroup)."""
+    from lance_compact.runtime import cancellation
+
+    said: list[str | None] = [None]
+    asked: list[int] = []
+
+    def probe():
+        asked.append(1)
+        return said[0]
+
+    statement = cancellation.Statement(probe, cancellation.Gate(object(), "request-1"))
+    assert statement() is None and len(asked) == 1  # "not cancelled" now stands for the interval
+    said[0] = "its job group cluster-cancel was cancelled"
+    statement.cancel("its Spark job was cancelled (part of cancelled job tags lance-compact-1-request-x)")
+    assert statement() == "its job group cluster-cancel was cancelled" and len(asked) == 2
+    assert statement() == "its job group cluster-cancel was cancelled" and len(asked) == 2  # it stays, unasked
+    # the JVM has no reason (the job was cancelled alone, in the UI): the job's own text stands
+    lone = cancellation.Statement(lambda: None, cancellation.Gate(object(), "request-2"))
+    assert lone() is None
+    lone.cancel("its Spark job was cancelled (killed via the Web UI)")
+    assert lone() == "its Spark job was cancelled (killed via the Web UI)"

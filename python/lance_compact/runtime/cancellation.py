@@ -103,8 +103,11 @@ class Statement:
         # interrupted"), which says more than the job failure this process saw.
         if not self._from_jvm and self._probe is not None:
             now = time.monotonic()
-            if now - self._asked < self._interval:
-                return self._why
+            # A cancel this process saw (a job of it failed as cancelled) asks the JVM at once:
+            # when the JVM cancelled the request's jobs for the caller's cancel, the job's text
+            # names the request's own tag, and the caller's form (its job group, ...) is the JVM's.
+            if self._why is None and now - self._asked < self._interval:
+                return None
             try:
                 said = self._probe() or None
             except Exception:  # the JVM is going away: the request ends with it anyway

@@ -218,6 +218,9 @@ def _job_error(request: CompactionRequest, totals: _Totals, e: Exception, remove
     fragment), or the executor's own error; with what was committed and what became of the
     files."""
     why = cancellation.job_cancelled(str(e))
+    if why:
+        cancellation.cancel(why)
+        why = cancellation.reason() or why  # the statement's own cancel ("job group g") says more
     files = (f"the {removed} files finished tasks wrote were removed; any other is left for "
              f"CALL lance.cleanup(table => '{request.table}', delete_unverified => true)")
     done = committed_phrase(totals.versions, "the cancel" if why else "the failure")
