@@ -16,7 +16,7 @@ from lance_compact.maintenance.health import table_health
 from lance_compact.maintenance.policy import resolve_policy
 
 pytestmark = pytest.mark.usefixtures("no_version_floor")  # policies with older_than '0 seconds'
-from lance_compact.maintenance.version_ages import (listed_versions, reclaimable, version_facts,
+from lance_compact.maintenance.version_ages import (listed_versions, reclaimable, version_facts, version_infos,
                                                     version_number)
 
 
@@ -183,3 +183,49 @@ def test_the_commit_times_kept_stay_within_their_bounds():
     kept.remember("big", 5_000, {v: now for v in range(1, 5_001)}, list(range(1, 5_001)))
     assert list(kept._by_uri) == ["big"] and sorted(kept.known("big", 5_000))[0] == 4_001
     assert "1000 versions (at most 1000)" in kept.figures()
+
+
+@pytest.mark.parametrize("v2_paths", [True, False], ids=["v2-names", "v1-names"])
+def test_version_infos_are_what_versions_gives(tmp_path, v2_paths):
+    """The versions table and the history read each version's manifest through the dataset's
+    session, several at once, not with ``versions()``: the same versions, times and summaries,
+    on a table cleaned up and with a detached version; a filter reads only what it keeps, and
+    every version's number is still known (whether the next version was a compaction)."""
+    ds = _table(str(tmp_path / "t.lance"), 9, v2_paths=v2_paths, pause=0.002)
+    ds.delete("id = 3")
+    ds.cleanup_old_versions(older_than=timedelta(0), retain_versions=6)
+    if v2_paths:  # Lance detaches versions only with V2 names
+        lance.LanceDataset.commit(ds.uri, lance.LanceOperation.Append(
+            lance.fragment.write_fragments(pa.table({"id": [7]}), ds.uri)), read_version=ds.version, detached=True)
+    ds = lance.dataset(ds.uri)
+    every = sorted(ds.versions(), key=lambda x: x["version"])
+    assert [x["version"] for x in every] == [5, 6, 7, 8, 9, 10]
+    infos, numbers = version_infos(ds, {})
+    assert infos == every and numbers == {5, 6, 7, 8, 9, 10}
+    even, numbers = version_infos(ds, {}, lambda v: v % 2 == 0)
+    assert even == [x for x in every if x["version"] % 2 == 0] and numbers == {5, 6, 7, 8, 9, 10}
+    # opened at an older version: the newer ones are listed as versions() lists them
+    old = lance.dataset(ds.uri, version=7)
+    assert version_infos(old, {})[0] == sorted(old.versions(), key=lambda x: x["version"])
+
+
+def test_version_infos_on_s3_read_a_manifest_once(s3):
+    """On the object store: the same answer as ``versions()``; a second read of the same table
+    through the same Lance session GETs no manifest (they are in its cache: a listing and a HEAD
+    a version), where ``versions()`` GETs every manifest each time."""
+    log = s3.log
+    storage = s3.storage_options
+    ds = _table(s3.fresh_bucket("infos") + "/t.lance", 8, storage, pause=0.005)
+
+    def manifest_gets(since: int) -> tuple[int, int]:
+        lines = open(log).read().splitlines()
+        return len(lines), sum(1 for x in lines[since:] if "GET /" in x and ".manifest" in x)
+
+    start, _ = manifest_gets(0)
+    every = sorted(ds.versions(), key=lambda x: x["version"])
+    start, by_versions = manifest_gets(start)[0], manifest_gets(start)[1]
+    assert version_infos(ds, storage)[0] == every
+    start = manifest_gets(0)[0]
+    assert version_infos(ds, storage)[0] == every
+    again = manifest_gets(start)[1]
+    assert by_versions >= 7 and again == 0, (by_versions, again)

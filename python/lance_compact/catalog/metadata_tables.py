@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from datetime import datetime, timezone
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -14,6 +14,7 @@ from ..compaction.fragment_facts import FragmentFacts, file_path, handles
 from ..compaction.history import rewrite_counts, undecodable_rewrite
 from ..compaction.transactions import operation_kind
 from ..compaction.fragments import index_state
+from ..maintenance.version_ages import version_infos
 from ..runtime.envelope import Envelope, Result
 
 
@@ -111,17 +112,18 @@ def _operation(ds, version: int) -> tuple[str | None, Any]:
     return type(t.operation).__name__, t.operation
 
 
-def version_records(ds, wanted: Callable[[int], bool] | None = None) -> list[dict[str, Any]]:
+def version_records(ds, wanted: Callable[[int], bool] | None = None,
+                    storage_options: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
     """Per version, oldest first: ``version``, ``timestamp`` (datetime), ``operation`` (the
     transaction's kind), ``transaction`` (pylance's operation object, or None),
     ``fragments`` and ``rows`` (the manifest's summary), and for compactions (Lance's
     Rewrite) ``fragments_removed`` / ``fragments_added``. The ``versions`` metadata table and
     lance.system.maintenance_history are both made of these. ``wanted``: only the versions it
-    keeps (their transactions alone are read, and the next one's where it tells what a
-    version was)."""
+    keeps (their manifests and transactions alone are read, and the next one's transaction
+    where it tells what a version was). ``storage_options``: the table's, for the listing of
+    its versions (``version_ages.version_infos``)."""
     records = []
-    versions = sorted(ds.versions(), key=lambda x: x["version"])
-    numbers = {x["version"] for x in versions}
+    versions, numbers = version_infos(ds, storage_options, wanted)
     ops: dict[int, tuple] = {}
 
     def op_of(v: int) -> tuple:
@@ -131,8 +133,6 @@ def version_records(ds, wanted: Callable[[int], bool] | None = None) -> list[dic
 
     for info in versions:
         v = info["version"]
-        if wanted is not None and not wanted(v):
-            continue
         meta = info.get("metadata") or {}
         op, obj = op_of(v)
         if op == "BaseOperation" and op_of(v + 1)[0] == "Rewrite":
@@ -156,11 +156,11 @@ def micros(when) -> int | None:
     return math.floor(when.timestamp()) * 1_000_000 + when.microsecond if when else None
 
 
-def _versions(ds) -> tuple[str, list[list]]:
+def _versions(ds, storage_options: Mapping[str, str] | None) -> tuple[str, list[list]]:
     """A row per version: when, which operation, fragments and live rows (from the
     manifest's summary), and for compactions (Lance's Rewrite) what they removed and added."""
     rows = [[r["version"], micros(r["timestamp"]), r["operation"], r["fragments"], r["rows"],
-             r["fragments_removed"], r["fragments_added"]] for r in version_records(ds)]
+             r["fragments_removed"], r["fragments_added"]] for r in version_records(ds, None, storage_options)]
     return ("`version` BIGINT, `timestamp` TIMESTAMP, `operation` STRING, `fragments` BIGINT, "
             "`rows` BIGINT, `fragments_removed` BIGINT, `fragments_added` BIGINT"), rows
 
@@ -252,4 +252,4 @@ def metadata_table(request: Envelope) -> Result:
             return Result(*_fragment_aggregates(target.open(), request.extras["aggregates"]))
         return Result(*_fragments(target.open(), columns))
     ds = target.open()
-    return Result(*{"versions": _versions, "indices": _indices}[kind](ds))
+    return Result(*(_versions(ds, target.storage_options) if kind == "versions" else _indices(ds)))

@@ -32,6 +32,7 @@ from __future__ import annotations
 import re
 import threading
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from typing import Any, Callable, Mapping
 
@@ -180,6 +181,68 @@ def reclaimable_by(versions: list[int], current: int, cutoff: datetime, retain: 
         else:
             younger = mid
     return candidates[:younger]
+
+
+# Fragments of manifests decoded at once by :func:`version_infos` (a manifest of 1,000,000
+# fragments holds about a gigabyte while it is decoded): 3 at once at 100,000, one at a time from
+# 300,000.
+MANIFEST_FRAGMENTS_AT_ONCE = 300_000
+VERSION_THREADS = 4
+
+
+def version_infos(ds: lance.LanceDataset, storage_options: Mapping[str, str] | None,
+                  wanted: Callable[[int], bool] | None = None) -> tuple[list[dict[str, Any]], set[int]]:
+    """What ``ds.versions()`` gives (``version``, ``timestamp``, ``metadata``: the manifest's
+    summary), oldest first, for the versions ``wanted`` keeps (all by default); and the numbers
+    of every version the table has (wanted or not).
+
+    The versions come from one listing of ``_versions/``; each manifest is read by checking the
+    version out through the dataset's own Lance session, several at once: the open version's
+    manifest and those the session read before (the engine worker's session lives across
+    statements) are not read again, where ``versions()`` reads and decodes every manifest each
+    time, one after the other (measured at 100,000 fragments and three versions: 0.50 s, against
+    0.18 s the first time and a few milliseconds after). A version listed and cleaned up before
+    its read is left out, as a listing after the cleanup would. When the folder cannot be
+    listed or does not list the open version (another layout), ``versions()`` answers."""
+    listed = listed_versions(ds.uri, storage_options)
+    if not listed or ds.version not in listed:
+        every = sorted(ds.versions(), key=lambda x: x["version"])
+        return [x for x in every if wanted is None or wanted(x["version"])], {x["version"] for x in every}
+    chosen = [v for v in listed if wanted is None or wanted(v)]
+
+    def one(version: int) -> dict[str, Any] | None:
+        if version == ds.version:
+            return ds.get_version()  # the open manifest: no read
+        try:
+            return ds.checkout_version(version).get_version()
+        except (OSError, ValueError) as e:
+            if version_gone(e):  # a concurrent cleanup removed it after the listing
+                return None
+            raise
+
+    fragments = int((ds.get_version().get("metadata") or {}).get("total_fragments") or 0)
+    threads = max(1, min(VERSION_THREADS, len(chosen), MANIFEST_FRAGMENTS_AT_ONCE // max(1, fragments)))
+    if threads == 1:
+        infos = [one(v) for v in chosen]
+    else:  # at most ``threads`` of this table's manifests at once
+        infos = [i for start in range(0, len(chosen), threads)
+                 for i in _pool().map(one, chosen[start:start + threads])]
+    return [i for i in infos if i is not None], set(listed)
+
+
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def _pool() -> ThreadPoolExecutor:
+    """Threads for :func:`version_infos`' manifest reads, shared by every table read at once (a
+    warehouse's history): each read holds the GIL only to make its dict, and none submits more
+    work (no deadlock)."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(VERSION_THREADS, thread_name_prefix="lance-compact-versions")
+        return _POOL
 
 
 def version_facts(ds: lance.LanceDataset, storage_options: Mapping[str, str] | None,
