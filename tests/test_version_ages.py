@@ -229,3 +229,30 @@ def test_version_infos_on_s3_read_a_manifest_once(s3):
     assert version_infos(ds, storage)[0] == every
     again = manifest_gets(start)[1]
     assert by_versions >= 7 and again == 0, (by_versions, again)
+
+
+def test_maintains_cleanup_decides_from_the_listing_not_every_manifest(s3):
+    """maintain's cleanup step, when health did not decide it (a compaction of the same call
+    committed first), finds the versions older than ``older_than`` as health does: one listing
+    and as few manifests as the answer needs, not ``versions()``' every manifest (a table of
+    streaming appends keeps hundreds). The same answer both ways."""
+    from lance_compact.maintenance.table_maintenance import cleanup_step
+    from lance_compact.runtime.envelope import Target
+
+    log = s3.log
+    storage = s3.storage_options
+    ds = _table(s3.fresh_bucket("maintcleanup") + "/t.lance", 20, storage, pause=0.002)
+    target = Target("db.t", ds.uri, storage)
+
+    def manifest_gets(since: int) -> tuple[int, int]:
+        lines = open(log).read().splitlines()
+        return len(lines), sum(1 for x in lines[since:] if "GET /" in x and ".manifest" in x)
+
+    for older_than, due in (("7 days", False), ("0 seconds", True)):
+        start = manifest_gets(0)[0]
+        row = cleanup_step(target, {"older_than": older_than, "retain_versions": None}, None, True, ds)
+        gets = manifest_gets(start)[1]
+        cutoff = datetime.now(timezone.utc) - (timedelta(days=7) if not due else timedelta(0))
+        expected = rules.reclaimable(ds.versions(), cutoff, None)
+        assert row["reason"] == rules.cleanup_reason(expected, older_than, None) and bool(expected) == due
+        assert not row["ran"] and gets <= 2, (older_than, gets)

@@ -27,6 +27,7 @@ from ..compaction import orchestrate
 from ..compaction.request import CompactionRequest
 from ..compaction import rules
 from ..compaction.bounds import BoundExceeded
+from .version_ages import version_facts
 from .version_cleanup import cleanup, parse_older_than
 from ..errors import CompactionError, MaintenanceFailed
 from ..compaction.fragments import index_state
@@ -178,7 +179,9 @@ def cleanup_step(t: Target, args: dict[str, Any], runner: Any, dry: bool,
     else:
         ds = ds if ds is not None else t.open()
         cutoff = datetime.now(timezone.utc) - parse_older_than(args["older_than"], t.table)
-        old = rules.reclaimable(ds.versions(), cutoff, retain)
+        # from one listing and as few manifests as the answer needs (a table of streaming appends
+        # keeps hundreds of versions; versions() would read every manifest), as health decides
+        old = version_facts(ds, t.storage_options, cutoff, retain)[1]
         row = {"step": "cleanup", "ran": False, "version": ds.version, "outcome": None,
                "reason": rules.cleanup_reason(old, args["older_than"], retain)}
     if (old or old is None) and not dry:
