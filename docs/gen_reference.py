@@ -58,6 +58,18 @@ SYSTEM_TABLES = {
                             "read from the tables' own transactions."),
 }
 
+# Metadata tables (SELECT * FROM lance.db.events.<name>) and the column section each returns.
+METADATA_TABLES = {
+    "fragments": ("fragments_columns", "One row per fragment of the table's current version, from its "
+                  "manifest. Only the columns a query names are read, and `count(*)`, `count`, `sum`, "
+                  "`min` and `max` of its numeric columns with no filter or grouping are answered in one "
+                  "row."),
+    "versions": ("versions_columns", "One row per version the table keeps, oldest first, from each "
+                 "version's manifest and transaction (a cleanup removes the old ones)."),
+    "indices": ("indices_columns", "One row per user index: its segments, what it covers and how "
+                "old its model is."),
+}
+
 # Table properties (ALTER TABLE ... SET TBLPROPERTIES): the policy keys, plus maintain's
 # thresholds (policy.py), under this prefix.
 POLICY_PREFIX = "lance_compact.maintain."
@@ -264,6 +276,7 @@ def placed_sections() -> set[str]:
         if "section" in p:
             placed.add(p["section"])
     placed.update(section for section, _ in SYSTEM_TABLES.values())
+    placed.update(section for section, _ in METADATA_TABLES.values())
     return placed
 
 
@@ -342,6 +355,12 @@ def render(spec: dict) -> str:
     for name, (section, what) in SYSTEM_TABLES.items():
         out += [f"### lance.system.{name}", "", what, "", "```sql",
                 f"SELECT * FROM lance.system.{name}", "```", ""] + columns_table(sections[section]) + [""]
+    out += ["## Metadata tables", "",
+            "Under each table, read with `SELECT ... FROM lance.<namespace>.<table>.<name>` (a time-travel "
+            "read of the table itself is `VERSION AS OF`).", ""]
+    for name, (section, what) in METADATA_TABLES.items():
+        out += [f"### {name}", "", what, "", "```sql",
+                f"SELECT * FROM lance.db.events.{name}", "```", ""] + columns_table(sections[section]) + [""]
     out += ["## Table properties", "",
             "Kept in the Lance table's own configuration: `ALTER TABLE lance.db.t SET TBLPROPERTIES "
             "('lance_compact.maintain.priority' = '5')`, read with `SHOW TBLPROPERTIES`. A value is "

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import json
+import html
 import re
 import subprocess
 import sys
@@ -90,9 +91,15 @@ def served(tmp_path_factory):
             signatures[name] = re.findall(r"(\w+) (MAP<[^>]*>|\w+)", listed)
         tables = {t: [f.name for f in spark.table(f"lance.system.{t}").schema.fields]
                   for t in gen_reference.SYSTEM_TABLES}
+        import lance
+        import pyarrow as pa
+        (wh / "db").mkdir()
+        lance.write_dataset(pa.table({"id": [1, 2]}), str(wh / "db" / "t.lance"))
+        metadata = {t: [(f.name, f.dataType.simpleString()) for f in spark.table(f"lance.db.t.{t}").schema.fields]
+                    for t in gen_reference.METADATA_TABLES}
     finally:
         spark.stop()
-    return {"procedures": names, "signatures": signatures, "system_tables": tables}
+    return {"procedures": names, "signatures": signatures, "system_tables": tables, "metadata_tables": metadata}
 
 
 def test_reference_lists_exactly_the_procedures_the_jar_serves(served):
@@ -217,3 +224,15 @@ def test_former_names_are_served_last_and_listed_in_the_reference(served, spec):
     assert [n for n, _ in served["signatures"]["maintain"]][-1] == "max_bytes"
     assert "max_bytes" in [n for n, _ in served["signatures"]["maintain_warehouse"]]
     assert ("spark.lance.compact.engineRewrite.maxBytes", "spark.lance.compact.engineRewrite.maxBatchBytes") in listed
+
+
+def test_reference_metadata_tables_are_the_jars(served):
+    """The fragments, versions and indices tables under a table: the reference's columns, in
+    order and type, are what the jar serves."""
+    sections = _reference_sections((ROOT / "docs" / "reference.md").read_text())
+    part_of = sections["Metadata tables"]
+    for table, columns in served["metadata_tables"].items():
+        part = part_of[part_of.index(f"### {table}"):]
+        part = part[: part.index("\n### ", 1)] if "\n### " in part[1:] else part
+        documented = [(n, html.unescape(t.strip())) for n, t in re.findall(r"^\| `(\w+)` \| ([^|]+) \|", part, flags=re.M)]
+        assert documented == columns, f"{table}: the reference says {documented}, the jar serves {columns}"

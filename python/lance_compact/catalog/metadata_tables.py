@@ -10,6 +10,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from ..errors import CompactionError
+from ..options import columns_ddl, result_columns
 from ..compaction.fragment_facts import FragmentFacts, file_path, handles
 from ..compaction.history import rewrite_counts, undecodable_rewrite
 from ..compaction.transactions import operation_kind
@@ -24,9 +25,8 @@ METADATA_TABLES = ("fragments", "versions", "indices")
 _DETAILED = ("CreateIndex", "UpdateConfig")
 
 
-FRAGMENTS_COLUMNS = (("id", "BIGINT"), ("live_rows", "BIGINT"), ("deleted_rows", "BIGINT"),
-                     ("physical_rows", "BIGINT"), ("data_files", "ARRAY<STRING>"), ("bytes", "BIGINT"),
-                     ("deletion_file", "STRING"), ("indices", "ARRAY<STRING>"))
+# The metadata tables' columns: parameters.json (the reference is generated from it)
+FRAGMENTS_COLUMNS = tuple(result_columns("fragments_columns"))
 # What FragmentFacts' columns answer (one pass, numpy); the others read each fragment's files.
 _FROM_FACTS = {"id", "live_rows", "deleted_rows", "physical_rows"}
 
@@ -161,8 +161,7 @@ def _versions(ds, storage_options: Mapping[str, str] | None) -> tuple[str, list[
     manifest's summary), and for compactions (Lance's Rewrite) what they removed and added."""
     rows = [[r["version"], micros(r["timestamp"]), r["operation"], r["fragments"], r["rows"],
              r["fragments_removed"], r["fragments_added"]] for r in version_records(ds, None, storage_options)]
-    return ("`version` BIGINT, `timestamp` TIMESTAMP, `operation` STRING, `fragments` BIGINT, "
-            "`rows` BIGINT, `fragments_removed` BIGINT, `fragments_added` BIGINT"), rows
+    return columns_ddl(result_columns("versions_columns")), rows
 
 
 def _segment_times(ds) -> dict[str, list]:
@@ -206,10 +205,7 @@ def _metrics(ds) -> dict[str, str]:
     return out
 
 
-INDICES_SCHEMA = ("`name` STRING, `type` STRING, `columns` ARRAY<STRING>, `segments` BIGINT, "
-                  "`fragments_covered` BIGINT, `fragments` BIGINT, `unindexed_fragments` ARRAY<BIGINT>, "
-                  "`unindexed_rows` BIGINT, `metric` STRING, `created_at` TIMESTAMP, `updated_at` TIMESTAMP, "
-                  "`age_hours` DOUBLE")
+INDICES_SCHEMA = columns_ddl(result_columns("indices_columns"))
 
 
 def index_rows(ds, now: datetime | None = None) -> list[list]:
