@@ -111,8 +111,8 @@ def test_a_cancel_stops_before_the_next_task_and_removes_what_finished(tmp_path)
             run.execute(InEngine())
     message = e.value.message
     assert "cancelled during batch 1 (the statement was interrupted)" in message, message
-    assert "nothing was committed" in message and "the 1 files of tasks that finished" in message, message
-    assert "stopped before they reported" not in message  # the others never started
+    assert "nothing was committed" in message and "the 1 file of tasks that finished" in message, message
+    assert "had not reported" not in message  # the others never started
     assert lance.dataset(str(path)).version == before.version
     assert set(os.listdir(path / "data")) == files
 

@@ -295,13 +295,16 @@ class Run:
         if local:
             try:
                 removed = remove_new_files(request, results) if results else 0
-                files = (f"the {removed} files of tasks that finished but were not committed were "
-                         "removed" if removed else "no finished task was left uncommitted")
+                files = ("the 1 file of tasks that finished but were not committed was removed" if removed == 1
+                         else f"the {removed} files of tasks that finished but were not committed were removed"
+                         if removed else "no finished task was left uncommitted")
             except CompactionError as e:  # the table could not be read: cleanup removes them later
                 files = f"the files of finished tasks could not be removed ({e.message}): run {cleanup}"
             if stopped:
-                files += (f"; {stopped} tasks were stopped before they reported: any file they were "
-                          f"writing is left for {cleanup}")
+                # Spark does not say which of them had started: a task queued behind the slots counts too
+                tasks = "1 task" if stopped == 1 else f"{stopped} tasks"
+                files += (f"; {tasks} had not reported (running or not yet started) when the job was "
+                          f"stopped: any file one was writing is left for {cleanup}")
                 if not settled:
                     files += " (some were still running 15 s after the cancel)"
         else:
