@@ -200,35 +200,76 @@ def test_version_infos_are_what_versions_gives(tmp_path, v2_paths):
     ds = lance.dataset(ds.uri)
     every = sorted(ds.versions(), key=lambda x: x["version"])
     assert [x["version"] for x in every] == [5, 6, 7, 8, 9, 10]
-    infos, numbers = version_infos(ds, {})
+    infos, numbers = version_infos(ds)
     assert infos == every and numbers == {5, 6, 7, 8, 9, 10}
-    even, numbers = version_infos(ds, {}, lambda v: v % 2 == 0)
+    even, numbers = version_infos(ds, lambda v: v % 2 == 0)
     assert even == [x for x in every if x["version"] % 2 == 0] and numbers == {5, 6, 7, 8, 9, 10}
     # opened at an older version: the newer ones are listed as versions() lists them
     old = lance.dataset(ds.uri, version=7)
-    assert version_infos(old, {})[0] == sorted(old.versions(), key=lambda x: x["version"])
+    assert version_infos(old)[0] == sorted(old.versions(), key=lambda x: x["version"])
 
 
-def test_version_infos_on_s3_read_a_manifest_once(s3):
-    """On the object store: the same answer as ``versions()``; a second read of the same table
-    through the same Lance session GETs no manifest (they are in its cache: a listing and a HEAD
-    a version), where ``versions()`` GETs every manifest each time."""
+def test_version_infos_on_s3_are_versions_own(s3):
+    """On the object store ``versions()`` answers (a GET a manifest; a version read alone costs a
+    HEAD and a GET): the same answer and no more requests."""
     log = s3.log
     storage = s3.storage_options
     ds = _table(s3.fresh_bucket("infos") + "/t.lance", 8, storage, pause=0.005)
 
-    def manifest_gets(since: int) -> tuple[int, int]:
-        lines = open(log).read().splitlines()
-        return len(lines), sum(1 for x in lines[since:] if "GET /" in x and ".manifest" in x)
+    def requests() -> int:
+        return sum(1 for _ in open(log))
 
-    start, _ = manifest_gets(0)
+    start = requests()
     every = sorted(ds.versions(), key=lambda x: x["version"])
-    start, by_versions = manifest_gets(start)[0], manifest_gets(start)[1]
-    assert version_infos(ds, storage)[0] == every
-    start = manifest_gets(0)[0]
-    assert version_infos(ds, storage)[0] == every
-    again = manifest_gets(start)[1]
-    assert by_versions >= 7 and again == 0, (by_versions, again)
+    by_versions = requests() - start
+    start = requests()
+    infos, numbers = version_infos(ds)
+    assert infos == every and numbers == set(range(1, 9))
+    assert requests() - start <= by_versions
+    assert version_infos(ds, lambda v: v > 6)[0] == every[6:]
+
+
+def test_version_infos_keep_their_bounds(tmp_path, monkeypatch):
+    """Old manifests are read a few at once, never more bytes of manifest files together than
+    MANIFEST_BYTES_AT_ONCE (a compacted table's old versions are far larger than its open one:
+    the bound is the files' own sizes), and through a session that caches nothing: the engine's
+    shared session keeps what it held (a table of many versions would fill its cache)."""
+    from lance_compact.maintenance import version_ages
+    from lance_compact.runtime.tables import lance_session
+
+    uri = str(tmp_path / "t.lance")
+    for i in range(9):  # versions 1-9 grow by 40 fragments each; the compaction makes them one
+        lance.write_dataset(pa.table({"id": list(range(i * 40, i * 40 + 40))}), uri,
+                            mode="append" if i else "create", max_rows_per_file=1)
+    lance.dataset(uri).optimize.compact_files()
+    sizes = version_ages._local_manifests(uri)
+    ds = lance.dataset(uri, session=lance_session())
+    assert sizes[ds.version] < max(sizes.values())
+    largest = max(sizes[v] for v in range(6, 10))
+    monkeypatch.setattr(version_ages, "MANIFEST_BYTES_AT_ONCE", 2 * largest)
+    at_once, most, lock = [0], [0], __import__("threading").Lock()
+    real = lance.dataset
+
+    def watched(*args, **kwargs):  # the real open, the bytes of manifests it reads at once counted
+        size = sizes[kwargs["version"]]
+        with lock:
+            at_once[0] += size
+            most[0] = max(most[0], at_once[0])
+        try:
+            assert kwargs.get("session") is not lance_session()
+            return real(*args, **kwargs)
+        finally:
+            with lock:
+                at_once[0] -= size
+
+    monkeypatch.setattr(version_ages.lance, "dataset", watched)
+    held = lance_session().size_bytes()
+    wanted = range(6, 10)  # the history of a few versions: only theirs are read
+    infos, _ = version_infos(ds, lambda v: v in wanted)
+    monkeypatch.setattr(version_ages.lance, "dataset", real)
+    assert infos == [x for x in sorted(ds.versions(), key=lambda x: x["version"]) if x["version"] in wanted]
+    assert largest <= most[0] <= 2 * largest  # several at once, never more bytes than the bound
+    assert lance_session().size_bytes() <= held
 
 
 def test_maintains_cleanup_decides_from_the_listing_not_every_manifest(s3):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from datetime import datetime, timezone
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -112,18 +112,16 @@ def _operation(ds, version: int) -> tuple[str | None, Any]:
     return type(t.operation).__name__, t.operation
 
 
-def version_records(ds, wanted: Callable[[int], bool] | None = None,
-                    storage_options: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
+def version_records(ds, wanted: Callable[[int], bool] | None = None) -> list[dict[str, Any]]:
     """Per version, oldest first: ``version``, ``timestamp`` (datetime), ``operation`` (the
     transaction's kind), ``transaction`` (pylance's operation object, or None),
     ``fragments`` and ``rows`` (the manifest's summary), and for compactions (Lance's
     Rewrite) ``fragments_removed`` / ``fragments_added``. The ``versions`` metadata table and
     lance.system.maintenance_history are both made of these. ``wanted``: only the versions it
     keeps (their manifests and transactions alone are read, and the next one's transaction
-    where it tells what a version was). ``storage_options``: the table's, for the listing of
-    its versions (``version_ages.version_infos``)."""
+    where it tells what a version was); the versions come from ``version_ages.version_infos``."""
     records = []
-    versions, numbers = version_infos(ds, storage_options, wanted)
+    versions, numbers = version_infos(ds, wanted)
     ops: dict[int, tuple] = {}
 
     def op_of(v: int) -> tuple:
@@ -156,11 +154,11 @@ def micros(when) -> int | None:
     return math.floor(when.timestamp()) * 1_000_000 + when.microsecond if when else None
 
 
-def _versions(ds, storage_options: Mapping[str, str] | None) -> tuple[str, list[list]]:
+def _versions(ds) -> tuple[str, list[list]]:
     """A row per version: when, which operation, fragments and live rows (from the
     manifest's summary), and for compactions (Lance's Rewrite) what they removed and added."""
     rows = [[r["version"], micros(r["timestamp"]), r["operation"], r["fragments"], r["rows"],
-             r["fragments_removed"], r["fragments_added"]] for r in version_records(ds, None, storage_options)]
+             r["fragments_removed"], r["fragments_added"]] for r in version_records(ds)]
     return columns_ddl(result_columns("versions_columns")), rows
 
 
@@ -248,4 +246,4 @@ def metadata_table(request: Envelope) -> Result:
             return Result(*_fragment_aggregates(target.open(), request.extras["aggregates"]))
         return Result(*_fragments(target.open(), columns))
     ds = target.open()
-    return Result(*(_versions(ds, target.storage_options) if kind == "versions" else _indices(ds)))
+    return Result(*(_versions(ds) if kind == "versions" else _indices(ds)))

@@ -210,10 +210,10 @@ def maintenance_history_rows(request: Envelope) -> tuple[str, list[tuple]]:
     def rows_of(namespace: str, name: str, uri: str) -> list[dict[str, Any]]:
         options = for_entry(storage, namespace, name)
         ds = open_dataset(f"{namespace}.{name}", uri, options)
-        records = version_records(ds, wanted, options)
+        records = version_records(ds, wanted)
         if wanted is not None and any(r["operation"] == "CreateIndex" for r in records):
             # whether an index was built or optimized depends on the versions before: read them all
-            records = version_records(ds, None, options)
+            records = version_records(ds)
         kept = cost_records.read(uri, options, [r["version"] for r in records if r["operation"] in _COSTED
                                                and (wanted is None or wanted(r["version"]))])
         out, indexed = [], set()
