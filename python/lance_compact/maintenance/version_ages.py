@@ -207,6 +207,21 @@ def _local_manifests(uri: str) -> dict[int, int] | None:
         return None
 
 
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def _pool() -> ThreadPoolExecutor:
+    """Threads for :func:`version_infos`' manifest reads, shared by every table read at once (a
+    warehouse's history): each read holds the GIL only to make its dict, and none submits more
+    work (no deadlock)."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(VERSION_THREADS, thread_name_prefix="lance-compact-versions")
+        return _POOL
+
+
 _NO_CACHE: lance.Session | None = None
 
 
@@ -271,21 +286,6 @@ def version_infos(ds: lance.LanceDataset,
     if batch:
         infos += read(batch)
     return [i for i in infos if i is not None], set(sizes)
-
-
-_POOL: ThreadPoolExecutor | None = None
-_POOL_LOCK = threading.Lock()
-
-
-def _pool() -> ThreadPoolExecutor:
-    """Threads for :func:`version_infos`' manifest reads, shared by every table read at once (a
-    warehouse's history): each read holds the GIL only to make its dict, and none submits more
-    work (no deadlock)."""
-    global _POOL
-    with _POOL_LOCK:
-        if _POOL is None:
-            _POOL = ThreadPoolExecutor(VERSION_THREADS, thread_name_prefix="lance-compact-versions")
-        return _POOL
 
 
 def version_facts(ds: lance.LanceDataset, storage_options: Mapping[str, str] | None,
