@@ -8,13 +8,15 @@ import datetime
 import shutil
 import subprocess
 import sys
+import time
 
 import lance
 import pyarrow as pa
 import pytest
 
 from lance_compact.errors import CompactionError
-from lance_compact.runtime.tables import FILE_SESSIONS, dataset, list_folder, open_dataset
+from lance_compact.runtime import tables
+from lance_compact.runtime.tables import FILE_SESSIONS, HELD, dataset, list_folder, open_dataset
 
 
 def _append_elsewhere(uri: str, storage: dict | None, value: int) -> None:
@@ -50,6 +52,70 @@ def test_a_table_created_again_is_read_afresh(tmp_path):
     lance.write_dataset(pa.table({"b": ["x"]}), uri)  # version 1 again, at the same path
     again = open_dataset("db.t", uri)
     assert again.schema.names == ["b"] and again.to_table().to_pydict() == {"b": ["x"]}
+
+
+@pytest.fixture
+def every_table_held(monkeypatch):
+    """The held table (tables.HELD) for tables of any size: a test's tables have manifests far
+    under the 1 MiB a table needs to be held."""
+    monkeypatch.setattr(tables, "_HELD_FROM_FILE_BYTES", 0)
+    HELD.clear()
+    yield
+    HELD.clear()
+
+
+def test_a_held_table_is_handed_out_while_it_is_the_newest(tmp_path, every_table_held, monkeypatch):
+    uri, other = str(tmp_path / "t.lance"), str(tmp_path / "u.lance")
+    lance.write_dataset(pa.table({"a": [1]}), uri)
+    lance.write_dataset(pa.table({"a": [2]}), other)
+    first = open_dataset("db.t", uri)
+    assert open_dataset("db.t", uri) is first  # held: not opened again
+    assert open_dataset("db.t", uri, version=1) is not first  # a version asked for: opened
+    assert open_dataset("db.u", other) is not first  # the other table replaces it
+    assert open_dataset("db.t", uri) is not first
+    monkeypatch.setitem(tables._cache_bytes, "held", 8)  # a manifest over the bound is not held
+    HELD.clear()
+    assert open_dataset("db.t", uri) is not open_dataset("db.t", uri)
+
+
+def test_a_held_table_sees_every_commit_elsewhere(tmp_path, every_table_held):
+    _sees_every_commit(str(tmp_path / "t.lance"), None)
+
+
+def test_a_held_table_changed_in_place_is_not_handed_out_stale(tmp_path, every_table_held):
+    uri = str(tmp_path / "t.lance")
+    lance.write_dataset(pa.table({"a": [0, 1, 2]}), uri)
+    held = open_dataset("db.t", uri)
+    held.delete("a = 0")  # a statement's own commit through the held object: its version moves
+    again = open_dataset("db.t", uri)
+    assert (again.version, sorted(again.to_table()["a"].to_pylist())) == (2, [1, 2])
+    lance.write_dataset(pa.table({"a": [9]}), uri, mode="append")  # and then another writer's
+    assert sorted(open_dataset("db.t", uri).to_table()["a"].to_pylist()) == [1, 2, 9]
+
+
+def test_a_held_table_created_again_at_its_path_is_read_afresh(tmp_path, every_table_held):
+    uri = str(tmp_path / "t.lance")
+    lance.write_dataset(pa.table({"a": [1, 2, 3]}), uri)
+    held = open_dataset("db.t", uri)
+    size = tables._manifest_identity(uri, 1)[0]
+    for _ in range(20):  # version 1 again, with a manifest of the same size (a timestamp's
+        shutil.rmtree(uri)  # encoding may take a byte more or less)
+        # The file times tell the new manifest from the old (the inode may be reused): a coarse
+        # clock ticks every few ms, and a table held is never written again within a tick of
+        # its first write (one of over a megabyte of manifest takes far longer).
+        time.sleep(0.05)
+        lance.write_dataset(pa.table({"a": [4, 5, 6]}), uri)
+        if tables._manifest_identity(uri, 1)[0] == size:
+            break
+    assert tables._manifest_identity(uri, 1)[0] == size
+    again = open_dataset("db.t", uri)
+    assert again is not held and again.to_table().to_pydict() == {"a": [4, 5, 6]}
+
+
+def test_a_table_on_an_object_store_is_not_held(s3, every_table_held):
+    uri = s3.fresh_bucket("held") + "/t.lance"
+    lance.write_dataset(pa.table({"a": [1]}), uri, storage_options=s3.storage_options)
+    assert open_dataset("db.t", uri, s3.storage_options) is not open_dataset("db.t", uri, s3.storage_options)
 
 
 def test_a_cleaned_up_version_is_not_served_from_the_cache(tmp_path):

@@ -36,9 +36,11 @@ from .locations import reinterpreted
 # the driver's static settings below (read at engine start, :func:`configure`).
 METADATA_CACHE_BYTES = 64 << 20
 INDEX_CACHE_BYTES = 64 << 20
+HELD_TABLE_BYTES = 256 << 20  # the most a held table's manifest takes decoded (estimated; below)
 METADATA_CACHE_SETTING = "spark.lance.compact.engine.metadataCacheBytes"
 INDEX_CACHE_SETTING = "spark.lance.compact.engine.indexCacheBytes"
-_cache_bytes = {"metadata": METADATA_CACHE_BYTES, "index": INDEX_CACHE_BYTES}
+HELD_TABLE_SETTING = "spark.lance.compact.engine.heldTableBytes"
+_cache_bytes = {"metadata": METADATA_CACHE_BYTES, "index": INDEX_CACHE_BYTES, "held": HELD_TABLE_BYTES}
 _session: lance.Session | None = None
 _session_lock = threading.Lock()
 
@@ -48,7 +50,8 @@ def configure(conf: Mapping[str, str]) -> None:
     session is made; executors keep the defaults)."""
     from .driver_conf import size_bytes
 
-    for kind, key in (("metadata", METADATA_CACHE_SETTING), ("index", INDEX_CACHE_SETTING)):
+    for kind, key in (("metadata", METADATA_CACHE_SETTING), ("index", INDEX_CACHE_SETTING),
+                      ("held", HELD_TABLE_SETTING)):
         if conf.get(key) is not None:
             _cache_bytes[kind] = size_bytes(key, conf[key])
 
@@ -65,8 +68,8 @@ def lance_session() -> lance.Session:
 
 
 def cache_bounds() -> int:
-    """The session caches' bounds together, bytes."""
-    return _cache_bytes["metadata"] + _cache_bytes["index"]
+    """The session caches' bounds together with the held table's (below), bytes."""
+    return _cache_bytes["metadata"] + _cache_bytes["index"] + _cache_bytes["held"]
 
 
 def session_figures() -> str:
@@ -110,8 +113,97 @@ def dataset(uri: str, storage_options: Mapping[str, str] | None = None,
             raise CompactionError(f"{service.shown} now gives table {'.'.join(service.table_id)} the location "
                                   f"'{ds.uri}', not '{uri}' as when the statement resolved it; run it again")
         return ds
-    return lance.dataset(uri, version=version, storage_options=lance_options(storage_options) or None,
-                         session=lance_session())
+    if version is None:
+        held = HELD.get(uri, storage_options)
+        if held is not None:
+            return held
+    ds = lance.dataset(uri, version=version, storage_options=lance_options(storage_options) or None,
+                       session=lance_session())
+    if version is None:
+        HELD.offer(uri, storage_options, ds)
+    return ds
+
+
+# A table of many fragments has a manifest the session's metadata cache cannot keep (100,000
+# fragments: 8.6 MB on disk, 67 MiB decoded; 0.1-0.18 s to read and decode on each open), so
+# every statement on it paid the open again. The worker keeps its latest big table open
+# instead (one, its manifest within ``heldTableBytes``; the pool sends a table's statements to
+# the worker that last read it), and hands it out again while it is still the table's newest
+# version. Only on local disk, where the manifest's file says cheaply whether it is still the
+# same (a table dropped and made again at the same path has another file under the same
+# version number).
+_HELD_FROM_FILE_BYTES = 1 << 20  # smaller manifests stay in the session's cache
+_DECODED_PER_FILE_BYTE = 8  # decoded size over file size (measured: 8.6 MB -> 67 MiB)
+
+
+def _manifest_identity(root: str, version: int) -> tuple[int, ...] | None:
+    """(size, inode, device, modification and change ns) of ``version``'s manifest file under
+    a local table ``root``, in either of Lance's namings; None when neither is there. A file
+    written again (or copied in, its modification time kept) has another change time."""
+    for name in (f"{(1 << 64) - 1 - version:020d}.manifest", f"{version}.manifest"):
+        try:
+            st = os.stat(os.path.join(root, "_versions", name))
+        except OSError:
+            continue
+        return st.st_size, st.st_ino, st.st_dev, st.st_mtime_ns, st.st_ctime_ns
+    return None
+
+
+def _local_root(uri: str) -> str | None:
+    """A local table's folder, None for a table on an object store."""
+    for scheme in ("file://", "file:"):
+        if uri.startswith(scheme):
+            return uri[len(scheme):].rstrip("/") or "/"
+    return None if "://" in uri else uri.rstrip("/") or "/"
+
+
+class _HeldTable:
+    """The worker's latest big table, open (see above); one at a time, under a lock."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._slot: tuple[str, lance.LanceDataset, tuple[int, ...]] | None = None
+
+    @staticmethod
+    def _key(uri: str, storage_options: Mapping[str, str] | None) -> str | None:
+        root = _local_root(uri)
+        return None if root is None else root + "#" + options_digest(storage_options)
+
+    def get(self, uri: str, storage_options: Mapping[str, str] | None) -> lance.LanceDataset | None:
+        """The held table when ``uri`` is it and its version is still the newest, same file."""
+        key = self._key(uri, storage_options)
+        with self._lock:
+            slot = self._slot
+            if key is None or slot is None or slot[0] != key:
+                return None
+            _, ds, identity = slot
+            try:
+                fresh = ds.latest_version == ds.version and _manifest_identity(key.rsplit("#", 1)[0], ds.version) == identity
+            except Exception:  # gone, unreadable: a new open says what it is
+                fresh = False
+            if not fresh:
+                self._slot = None
+                return None
+            return ds
+
+    def offer(self, uri: str, storage_options: Mapping[str, str] | None, ds: lance.LanceDataset) -> None:
+        """Hold ``ds`` (just opened at its newest version) when its manifest is big and within
+        the bound; it replaces the table held before."""
+        key = self._key(uri, storage_options)
+        if key is None:
+            return
+        identity = _manifest_identity(key.rsplit("#", 1)[0], ds.version)
+        if identity is None or not _HELD_FROM_FILE_BYTES <= identity[0] <= _cache_bytes["held"] // _DECODED_PER_FILE_BYTE:
+            return
+        with self._lock:
+            self._slot = (key, ds, identity)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._slot = None
+
+
+HELD = _HeldTable()
 
 
 class _FileSessions:

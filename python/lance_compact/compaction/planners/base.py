@@ -18,26 +18,56 @@ from lance.optimize import Compaction, CompactionPlan, CompactionTask
 
 from ...options import OptionSpec, effective, setting_specs, spec
 from .. import rules
-from ..fragment_facts import task_facts
+from ..fragment_facts import TaskFacts, task_facts
+
+
+class TaskJson:
+    """A Lance task's JSON (what a Spark task receives, exactly ``CompactionTask.json()``):
+    either the text itself or a span of its plan's JSON, cut only when :meth:`text` is asked
+    for (a dry run never does: a task of 100,000 fragments is 24 MB of text)."""
+
+    __slots__ = ("source", "start", "end", "tail")
+
+    def __init__(self, source: str, start: int = 0, end: int | None = None, tail: str | None = None) -> None:
+        self.source, self.start, self.tail = source, start, tail
+        self.end = len(source) if end is None else end
+
+    def text(self) -> str:
+        if self.tail is None:
+            return self.source if (self.start, self.end) == (0, len(self.source)) else self.source[self.start:self.end]
+        return "".join(('{"task":', self.source[self.start:self.end], self.tail))
+
+    def facts(self) -> TaskFacts:
+        """The task's fragments (fragment_facts.task_facts), read in place."""
+        return task_facts(self.source, self.start, self.end)
 
 
 @dataclass
 class PlannedTask:
-    """A Lance task with what we know about it before running it."""
+    """A Lance task with what we know about it before running it. ``source`` holds the task's
+    JSON; :attr:`task` is the ``CompactionTask`` itself, built from it when first asked for
+    (planning never needs the object)."""
 
-    task: CompactionTask
     reason: str
     fragment_ids: list[int]
     rows: int
     deleted_rows: int
     bytes: int | None
     expected_output_fragments: int
+    source: TaskJson = field(repr=False)
     selected: bool = True
-    json: str | None = None  # the task's JSON, when describing it read it already
+    lance_task: CompactionTask | None = field(default=None, repr=False)
+
+    @property
+    def task(self) -> CompactionTask:
+        """The Lance ``CompactionTask`` (``execute`` runs it in this process)."""
+        if self.lance_task is None:
+            self.lance_task = CompactionTask.from_json(self.task_json())
+        return self.lance_task
 
     def task_json(self) -> str:
-        """What a Spark task receives: the task's JSON (read once)."""
-        return self.json if self.json is not None else self.task.json()
+        """What a Spark task receives: the task's JSON (cut from the plan's on each call)."""
+        return self.source.text()
 
 
 @dataclass
@@ -56,26 +86,59 @@ class Plan:
         return [t for t in self.tasks if not t.selected]
 
 
-def describe_all(tasks: list[CompactionTask], dataset: lance.LanceDataset,
+def describe_all(planned: CompactionPlan, dataset: lance.LanceDataset,
                  options: dict[str, Any]) -> list[PlannedTask]:
-    """:func:`describe` for every task, with the options Lance applied (read once)."""
+    """:func:`describe` for every task of ``planned``, with the options Lance applied (read once)."""
     config = dataset.config() or {}
     thresholds = rules.Thresholds.of_compaction(config, options)
     effective_options = {"target_rows_per_fragment": thresholds.target,
                          "materialize_deletions_threshold": thresholds.threshold,
                          "materialize_deletions": effective(config, options, "materialize_deletions")}
-    return [describe(t, **effective_options) for t in tasks]
+    return [describe(source, **effective_options) for source in task_sources(planned)]
 
 
-def describe(task: CompactionTask, target_rows_per_fragment: int,
+# The plan's JSON is ``{"tasks":[T1,T2,...],"read_version":N,"options":{...}}`` and a task's
+# ``{"task":Ti,"read_version":N,"options":{...}}`` (serde's order, pylance 14.0.2); a task body
+# is ``{"fragments":[...]}``, and no fragment holds the key "fragments".
+_PLAN_HEAD = '{"tasks":['
+_BETWEEN_TASKS = ']},{"fragments":['
+_PLAN_TAIL = ']}],"read_version":'
+
+
+def task_sources(planned: CompactionPlan) -> list[TaskJson]:
+    """Each task's JSON as a span of the plan's own JSON: ``CompactionPlan.tasks`` copies
+    every task's fragments into new objects (0.02 s per 100,000 fragments, as long again to
+    free them) and each task's ``json()`` serializes them again. The tasks' own route when the
+    plan's text is not as expected."""
+    count = planned.num_tasks()
+    if count == 0:
+        return []
+    text = planned.json()
+    end = text.rfind(_PLAN_TAIL)
+    if not text.startswith(_PLAN_HEAD) or end < 0:
+        return [TaskJson(t.json()) for t in planned.tasks]
+    tail = text[end + 3:]  # ',"read_version":N,"options":{...}}'
+    spans, start = [], len(_PLAN_HEAD)
+    while len(spans) < count - 1:
+        seam = text.find(_BETWEEN_TASKS, start, end)
+        if seam < 0:
+            return [TaskJson(t.json()) for t in planned.tasks]
+        spans.append((start, seam + 2))  # a body ends with the seam's "]}"
+        start = seam + 3  # the next begins at its '{"fragments":['
+    if text.find(_BETWEEN_TASKS, start, end) >= 0:
+        return [TaskJson(t.json()) for t in planned.tasks]
+    spans.append((start, end + 2))
+    return [TaskJson(text, a, b, tail) for a, b in spans]
+
+
+def describe(source: TaskJson, target_rows_per_fragment: int,
              materialize_deletions_threshold: float, materialize_deletions: bool) -> PlannedTask:
-    """Facts about a Lance task from its fragments' metadata, and why Lance planned it."""
+    """Facts about a Lance task (its JSON) from its fragments' metadata, and why Lance planned
+    it."""
     target, threshold = target_rows_per_fragment, materialize_deletions_threshold
-    # The task's fragments read from the JSON Lance serialized them in (kept: it is what a
-    # Spark task receives); ``task.fragments`` builds a Python object per fragment (1 s per
-    # 100,000 fragments).
-    text = task.json()
-    facts = task_facts(text)
+    # The task's fragments read from the JSON (kept: it is what a Spark task receives);
+    # ``task.fragments`` builds a Python object per fragment (1 s per 100,000 fragments).
+    facts = source.facts()
     live = int(facts.physical.sum() - facts.deleted.sum())
     heavy = 0
     if materialize_deletions and facts.deleted.any():
@@ -88,12 +151,12 @@ def describe(task: CompactionTask, target_rows_per_fragment: int,
     small = len(facts.ids) - heavy
     if small:
         parts.append(f"merge {small} fragment(s) under {target:,} rows")
-    return PlannedTask(task=task, reason="; ".join(parts), fragment_ids=facts.ids.tolist(),
+    return PlannedTask(reason="; ".join(parts), fragment_ids=facts.ids.tolist(),
                        rows=live, deleted_rows=int(facts.deleted.sum()), bytes=facts.bytes,
                        # Lance writes a task's live rows as max(1, rows // target) fragments
                        # of even size (seen in pylance 14: 2,400 rows, target 1,000 -> 2 x 1,200).
                        expected_output_fragments=max(1, live // target) if live else 0,
-                       json=text)
+                       source=source)
 
 
 class Planner(ABC):
@@ -151,7 +214,7 @@ def lance_plan(dataset: lance.LanceDataset, options: dict[str, Any], excluded: s
     if excluded:
         lance_options["excluded_fragment_ids"] = sorted(excluded | set(options.get("excluded_fragment_ids") or []))
     planned = Compaction.plan(dataset, lance_options)
-    return Plan(planned.read_version, describe_all(planned.tasks, dataset, options))
+    return Plan(planned.read_version, describe_all(planned, dataset, options))
 
 
 def as_plan(result: Plan | CompactionPlan, dataset: lance.LanceDataset,
@@ -159,4 +222,4 @@ def as_plan(result: Plan | CompactionPlan, dataset: lance.LanceDataset,
     """A user's planner may return Lance's own CompactionPlan."""
     if isinstance(result, Plan):
         return result
-    return Plan(result.read_version, describe_all(result.tasks, dataset, options))
+    return Plan(result.read_version, describe_all(result, dataset, options))

@@ -8,7 +8,6 @@ import lance
 import numpy as np
 
 from ...errors import CompactionError
-from ..fragment_facts import task_facts
 from .base import Plan, PlannedTask, Planner, lance_plan
 
 BUDGETS = ("max_rewrite_bytes", "max_rewrite_rows", "max_rewrite_fragments")
@@ -72,7 +71,7 @@ class IoBoundedPlanner(Planner):
         excluded, halved while the new task still does not fit; the rest of the table waits for
         the next run. None when not even two fragments fit."""
         best = min(plan.tasks, key=lambda t: (-score(t), t.fragment_ids[0]))
-        facts = task_facts(best.task_json())
+        facts = best.source.facts()
         physical = np.cumsum(facts.physical)
         fit = len(facts.ids)
         if "max_rewrite_fragments" in budget:
