@@ -179,6 +179,8 @@ def main() -> int:
     p.add_argument("--skip", default="", help="comma-separated steps not run (e.g. 'fragments table (count)')")
     p.add_argument("--work", default="/tmp/lance-compact-scale", help="where tables are built and kept")
     p.add_argument("--out", help="write the figures as JSON here")
+    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                   help="a Spark setting of the session (e.g. spark.lance.compact.engine.heldTableBytes=1g)")
     a = p.parse_args()
 
     sys.path.insert(0, str(ROOT / "tests"))
@@ -200,7 +202,8 @@ def main() -> int:
             print(f"built {path.name}: {n:,} fragments in {time.perf_counter() - t:.0f} s", flush=True)
 
     spark = lance_session("local[2]", "lance-compact-scale", str(work / "wh"),
-                          {"spark.lance.compact.engine.log": str(work / "engine.log")})
+                          {"spark.lance.compact.engine.log": str(work / "engine.log"),
+                           **dict(c.split("=", 1) for c in a.conf)})
     spark.sql("SELECT * FROM lance.system.table_health WHERE namespace = 'none'").collect()  # warm
     jvm = int(spark.sparkContext._jvm.ProcessHandle.current().pid())
     figures: dict[str, dict] = {}

@@ -112,6 +112,57 @@ def test_a_held_table_created_again_at_its_path_is_read_afresh(tmp_path, every_t
     assert again is not held and again.to_table().to_pydict() == {"a": [4, 5, 6]}
 
 
+def test_a_table_moved_in_while_held_is_not_mistaken_for_it(tmp_path, every_table_held, monkeypatch):
+    """Another table moved to the path while Lance reads the manifest: the file checked after
+    the open is not the one read, and the table is not held."""
+    uri, other = str(tmp_path / "t.lance"), str(tmp_path / "u.lance")
+    lance.write_dataset(pa.table({"a": [1]}), uri)
+    lance.write_dataset(pa.table({"a": [2]}), other)  # version 1 too
+    real = lance.dataset
+
+    def open_then_swap(*args, **kwargs):
+        ds = real(*args, **kwargs)
+        shutil.move(uri, str(tmp_path / "old.lance"))
+        shutil.move(other, uri)
+        return ds
+
+    monkeypatch.setattr(tables.lance, "dataset", open_then_swap)
+    first = open_dataset("db.t", uri)
+    monkeypatch.setattr(tables.lance, "dataset", real)
+    now = open_dataset("db.t", uri)
+    assert now is not first and now.to_table().to_pydict() == {"a": [2]}
+
+
+def test_every_spelling_of_a_local_table_is_its_folder(tmp_path, every_table_held):
+    uri = str(tmp_path / "t.lance")
+    lance.write_dataset(pa.table({"a": [1]}), uri)
+    for spelling in (uri, f"file://{uri}", f"file://localhost{uri}", f"file:{uri}"):
+        HELD.clear()
+        first = open_dataset("db.t", spelling)
+        assert open_dataset("db.t", spelling) is first, spelling
+    assert tables._local_root("file://elsewhere/t.lance") is None  # another host's: never held
+    assert tables._local_root(f"file://{tmp_path}/t%2Elance") is None
+
+
+def test_a_held_table_is_let_go_when_idle(tmp_path, every_table_held):
+    uri = str(tmp_path / "t.lance")
+    lance.write_dataset(pa.table({"a": [1]}), uri)
+    first = open_dataset("db.t", uri)
+    HELD.expire(3600)
+    assert open_dataset("db.t", uri) is first
+    HELD.expire(0)
+    assert "no table held" in tables.session_figures()
+    assert open_dataset("db.t", uri) is not first
+
+
+def test_one_malformed_cache_setting_keeps_the_others(monkeypatch):
+    monkeypatch.setattr(tables, "_cache_bytes", dict(tables._cache_bytes))
+    with pytest.raises(ValueError, match="metadataCacheBytes"):
+        tables.configure({tables.METADATA_CACHE_SETTING: "64mib", tables.INDEX_CACHE_SETTING: "8m",
+                          tables.HELD_TABLE_SETTING: "0"})
+    assert (tables._cache_bytes["index"], tables._cache_bytes["held"]) == (8 << 20, 0)
+
+
 def test_a_table_on_an_object_store_is_not_held(s3, every_table_held):
     uri = s3.fresh_bucket("held") + "/t.lance"
     lance.write_dataset(pa.table({"a": [1]}), uri, storage_options=s3.storage_options)

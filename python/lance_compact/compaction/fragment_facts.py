@@ -226,10 +226,8 @@ def _parsed(task_json: str) -> TaskFacts:
 
     parsed = json.loads(task_json)
     frags = (parsed["task"] if "task" in parsed else parsed)["fragments"]  # a task or its body
-    size: int | None = 0
-    for f in frags:
-        for d in f["files"]:
-            size = None if size is None or d.get("file_size_bytes") is None else size + d["file_size_bytes"]
+    # every file the fragments name (data files and any overlay's), as the fast route counts them
+    size = None if '"file_size_bytes":null' in task_json else int(_ints(_SIZE.findall(task_json)).sum())
     return TaskFacts(np.array([f["id"] for f in frags], np.int64),
                      np.array([f["physical_rows"] for f in frags], np.int64),
                      np.array([(f.get("deletion_file") or {}).get("num_deleted_rows") or 0 for f in frags],

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
+import time
 from collections import OrderedDict
 from typing import Mapping
 from urllib.parse import urlsplit
@@ -50,10 +51,16 @@ def configure(conf: Mapping[str, str]) -> None:
     session is made; executors keep the defaults)."""
     from .driver_conf import size_bytes
 
+    bad = []
     for kind, key in (("metadata", METADATA_CACHE_SETTING), ("index", INDEX_CACHE_SETTING),
                       ("held", HELD_TABLE_SETTING)):
         if conf.get(key) is not None:
-            _cache_bytes[kind] = size_bytes(key, conf[key])
+            try:  # each on its own: one typo does not discard the others
+                _cache_bytes[kind] = size_bytes(key, conf[key])
+            except ValueError as e:
+                bad.append(str(e))
+    if bad:
+        raise ValueError("; ".join(bad))
 
 
 def lance_session() -> lance.Session:
@@ -73,10 +80,11 @@ def cache_bounds() -> int:
 
 
 def session_figures() -> str:
-    """What the session's caches hold against their bounds, for the engine's log."""
+    """What the session's caches and the held table hold against their bounds, for the
+    engine's log (the memory keeper's line, once a minute after statements)."""
     held = _session.size_bytes() if _session is not None else 0
     return (f"Lance session caches {held >> 20} MiB (bounds: metadata {_cache_bytes['metadata'] >> 20} MiB, "
-            f"index {_cache_bytes['index'] >> 20} MiB)")
+            f"index {_cache_bytes['index'] >> 20} MiB); {HELD.figures()}")
 
 
 def options_digest(storage_options: Mapping[str, str] | None) -> str:
@@ -113,14 +121,15 @@ def dataset(uri: str, storage_options: Mapping[str, str] | None = None,
             raise CompactionError(f"{service.shown} now gives table {'.'.join(service.table_id)} the location "
                                   f"'{ds.uri}', not '{uri}' as when the statement resolved it; run it again")
         return ds
-    if version is None:
+    key = HELD.key(uri, storage_options) if version is None and _cache_bytes["held"] else None
+    if key is not None:
         held = HELD.get(uri, storage_options)
         if held is not None:
             return held
+    before = _folder_identity(key.rsplit("#", 1)[0]) if key is not None else None
     ds = lance.dataset(uri, version=version, storage_options=lance_options(storage_options) or None,
                        session=lance_session())
-    if version is None:
-        HELD.offer(uri, storage_options, ds)
+    HELD.offer(key, before, ds)
     return ds
 
 
@@ -149,60 +158,105 @@ def _manifest_identity(root: str, version: int) -> tuple[int, ...] | None:
     return None
 
 
+def _folder_identity(root: str) -> tuple[int, ...] | None:
+    """The table folder's and its ``_versions`` folder's identity: another table moved to the
+    path, a table made again there, or a commit changes it."""
+    try:
+        top, versions = os.stat(root), os.stat(os.path.join(root, "_versions"))
+    except OSError:
+        return None
+    return top.st_ino, top.st_dev, versions.st_ino, versions.st_mtime_ns, versions.st_ctime_ns
+
+
 def _local_root(uri: str) -> str | None:
-    """A local table's folder, None for a table on an object store."""
-    for scheme in ("file://", "file:"):
-        if uri.startswith(scheme):
-            return uri[len(scheme):].rstrip("/") or "/"
+    """A local table's folder as Lance opens it (``file:///p``, ``file://localhost/p``,
+    ``file:/p`` or a path); None for a table on an object store or one whose location has
+    escapes (never held: its folder is not said here as Lance reads it)."""
+    if uri.startswith("file:"):
+        parts = urlsplit(uri)
+        if parts.netloc not in ("", "localhost") or "%" in parts.path or not parts.path:
+            return None
+        return parts.path.rstrip("/") or "/"
     return None if "://" in uri else uri.rstrip("/") or "/"
 
 
 class _HeldTable:
-    """The worker's latest big table, open (see above); one at a time, under a lock."""
+    """The worker's latest big table, open (see above); one at a time, under a lock. A table
+    held and not handed out for :data:`HELD_IDLE_S` is let go (a dropped table's memory is not
+    kept for long: its drop runs in the JVM, which does not tell the worker)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._slot: tuple[str, lance.LanceDataset, tuple[int, ...]] | None = None
+        # (key, dataset, its manifest's identity, when last handed out or held)
+        self._slot: tuple[str, lance.LanceDataset, tuple[int, ...], float] | None = None
+        self._watch: threading.Thread | None = None
 
     @staticmethod
-    def _key(uri: str, storage_options: Mapping[str, str] | None) -> str | None:
+    def key(uri: str, storage_options: Mapping[str, str] | None) -> str | None:
+        """The slot's key for ``uri`` (its local folder and the storage options); None: never held."""
         root = _local_root(uri)
         return None if root is None else root + "#" + options_digest(storage_options)
 
     def get(self, uri: str, storage_options: Mapping[str, str] | None) -> lance.LanceDataset | None:
         """The held table when ``uri`` is it and its version is still the newest, same file."""
-        key = self._key(uri, storage_options)
+        key = self.key(uri, storage_options)
         with self._lock:
             slot = self._slot
             if key is None or slot is None or slot[0] != key:
                 return None
-            _, ds, identity = slot
+            _, ds, identity, _ = slot
             try:
                 fresh = ds.latest_version == ds.version and _manifest_identity(key.rsplit("#", 1)[0], ds.version) == identity
             except Exception:  # gone, unreadable: a new open says what it is
                 fresh = False
-            if not fresh:
-                self._slot = None
-                return None
-            return ds
+            self._slot = (key, ds, identity, time.monotonic()) if fresh else None
+            return ds if fresh else None
 
-    def offer(self, uri: str, storage_options: Mapping[str, str] | None, ds: lance.LanceDataset) -> None:
-        """Hold ``ds`` (just opened at its newest version) when its manifest is big and within
-        the bound; it replaces the table held before."""
-        key = self._key(uri, storage_options)
-        if key is None:
+    def offer(self, key: str | None, before: tuple[int, ...] | None, ds: lance.LanceDataset) -> None:
+        """Hold ``ds``, just opened at its newest version, when its manifest is big and within
+        the bound and the table's folders are as they were before the open (``before``,
+        :func:`_folder_identity`): had another table been moved to the path while Lance read
+        the manifest, the file checked now would not be the one read. It replaces the table
+        held before."""
+        if key is None or before is None:
             return
-        identity = _manifest_identity(key.rsplit("#", 1)[0], ds.version)
+        root = key.rsplit("#", 1)[0]
+        identity = _manifest_identity(root, ds.version)
         if identity is None or not _HELD_FROM_FILE_BYTES <= identity[0] <= _cache_bytes["held"] // _DECODED_PER_FILE_BYTE:
             return
+        if _folder_identity(root) != before:
+            return
         with self._lock:
-            self._slot = (key, ds, identity)
+            self._slot = (key, ds, identity, time.monotonic())
+            if self._watch is None:  # lets an idle table go even when no statement comes
+                self._watch = threading.Thread(target=self._expiring, daemon=True, name="held-table")
+                self._watch.start()
+
+    def _expiring(self) -> None:
+        while True:
+            time.sleep(60)
+            self.expire(HELD_IDLE_S)
+
+    def expire(self, idle_s: float) -> None:
+        """Let go of the held table when it was not handed out for ``idle_s`` seconds."""
+        with self._lock:
+            if self._slot is not None and time.monotonic() - self._slot[3] > idle_s:
+                self._slot = None
+
+    def figures(self) -> str:
+        with self._lock:
+            slot = self._slot
+        if slot is None:
+            return "no table held"
+        return (f"a table held, its manifest {slot[2][0] >> 20} MiB on disk "
+                f"(bound {_cache_bytes['held'] >> 20} MiB decoded)")
 
     def clear(self) -> None:
         with self._lock:
             self._slot = None
 
 
+HELD_IDLE_S = 15 * 60
 HELD = _HeldTable()
 
 

@@ -69,6 +69,11 @@ class PlannedTask:
         """What a Spark task receives: the task's JSON (cut from the plan's on each call)."""
         return self.source.text()
 
+    @property
+    def json(self) -> str:
+        """The task's JSON (:meth:`task_json`), as a strategy's ``select`` read it before."""
+        return self.task_json()
+
 
 @dataclass
 class Plan:
