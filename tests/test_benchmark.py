@@ -80,7 +80,8 @@ def test_the_fragment_scale_benchmark_runs_every_step(tmp_path):
     assert set(figures) == {"10", "300", "memory"}
     steps = {"pylance Compaction.plan", "plan_compaction", "describe_layout", "system.table_health",
              "system.maintenance_history", "versions table", "fragments table (count)", "fragments table (rows)",
-             "pylance Compaction.plan (after)", "pylance compact_files", "compact"}
+             "pylance Compaction.plan (after)", "pylance compact_files", "compact",
+             "plan_compaction, the table's first statement"}
     assert set(figures["10"]) == steps
     # two budgeted steps, each committed, each rewriting at most 100 fragments (into at least
     # one), the second starting where the first left the table (the benchmark checks the rows)
