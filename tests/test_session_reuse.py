@@ -54,6 +54,16 @@ def test_a_table_created_again_is_read_afresh(tmp_path):
     assert again.schema.names == ["b"] and again.to_table().to_pydict() == {"b": ["x"]}
 
 
+def _held():
+    slot = HELD._slot
+    return None if slot is None else slot[1]
+
+
+def _held_uri():
+    held = _held()
+    return None if held is None else held.uri
+
+
 @pytest.fixture
 def every_table_held(monkeypatch):
     """The held table (tables.HELD) for tables of any size: a test's tables have manifests far
@@ -68,14 +78,19 @@ def test_a_held_table_is_handed_out_while_it_is_the_newest(tmp_path, every_table
     uri, other = str(tmp_path / "t.lance"), str(tmp_path / "u.lance")
     lance.write_dataset(pa.table({"a": [1]}), uri)
     lance.write_dataset(pa.table({"a": [2]}), other)
-    first = open_dataset("db.t", uri)
-    assert open_dataset("db.t", uri) is first  # held: not opened again
-    assert open_dataset("db.t", uri, version=1) is not first  # a version asked for: opened
-    assert open_dataset("db.u", other) is not first  # the other table replaces it
-    assert open_dataset("db.t", uri) is not first
+    open_dataset("db.t", uri)
+    opens = []
+    real = tables.lance.dataset
+    monkeypatch.setattr(tables.lance, "dataset", lambda *a, **k: opens.append(a) or real(*a, **k))
+    assert _held() is not None and open_dataset("db.t", uri).version == 1 and not opens  # held: not opened again
+    assert open_dataset("db.t", uri, version=1).version == 1 and len(opens) == 1  # a version asked for: opened
+    assert _held_uri() == uri
+    open_dataset("db.u", other)
+    assert _held_uri() == other  # the other table replaces it
     monkeypatch.setitem(tables._cache_bytes, "held", 8)  # a manifest over the bound is not held
     HELD.clear()
-    assert open_dataset("db.t", uri) is not open_dataset("db.t", uri)
+    open_dataset("db.t", uri)
+    assert _held() is None
 
 
 def test_a_held_table_sees_every_commit_elsewhere(tmp_path, every_table_held):
@@ -85,8 +100,10 @@ def test_a_held_table_sees_every_commit_elsewhere(tmp_path, every_table_held):
 def test_a_held_table_changed_in_place_is_not_handed_out_stale(tmp_path, every_table_held):
     uri = str(tmp_path / "t.lance")
     lance.write_dataset(pa.table({"a": [0, 1, 2]}), uri)
-    held = open_dataset("db.t", uri)
-    held.delete("a = 0")  # a statement's own commit through the held object: its version moves
+    before = open_dataset("db.t", uri)
+    other = open_dataset("db.t", uri)  # the held table again: another caller's copy
+    before.delete("a = 0")  # a statement's own commit through its object: its version moves
+    assert (other.version, _held().version) == (1, 1)  # not another caller's, not the held one
     again = open_dataset("db.t", uri)
     assert (again.version, sorted(again.to_table()["a"].to_pylist())) == (2, [1, 2])
     lance.write_dataset(pa.table({"a": [9]}), uri, mode="append")  # and then another writer's
@@ -96,7 +113,8 @@ def test_a_held_table_changed_in_place_is_not_handed_out_stale(tmp_path, every_t
 def test_a_held_table_created_again_at_its_path_is_read_afresh(tmp_path, every_table_held):
     uri = str(tmp_path / "t.lance")
     lance.write_dataset(pa.table({"a": [1, 2, 3]}), uri)
-    held = open_dataset("db.t", uri)
+    open_dataset("db.t", uri)
+    held = _held()
     size = tables._manifest_identity(uri, 1)[0]
     for _ in range(20):  # version 1 again, with a manifest of the same size (a timestamp's
         shutil.rmtree(uri)  # encoding may take a byte more or less)
@@ -109,7 +127,7 @@ def test_a_held_table_created_again_at_its_path_is_read_afresh(tmp_path, every_t
             break
     assert tables._manifest_identity(uri, 1)[0] == size
     again = open_dataset("db.t", uri)
-    assert again is not held and again.to_table().to_pydict() == {"a": [4, 5, 6]}
+    assert _held() is not held and again.to_table().to_pydict() == {"a": [4, 5, 6]}
 
 
 def test_a_table_moved_in_while_held_is_not_mistaken_for_it(tmp_path, every_table_held, monkeypatch):
@@ -127,10 +145,10 @@ def test_a_table_moved_in_while_held_is_not_mistaken_for_it(tmp_path, every_tabl
         return ds
 
     monkeypatch.setattr(tables.lance, "dataset", open_then_swap)
-    first = open_dataset("db.t", uri)
+    open_dataset("db.t", uri)
     monkeypatch.setattr(tables.lance, "dataset", real)
-    now = open_dataset("db.t", uri)
-    assert now is not first and now.to_table().to_pydict() == {"a": [2]}
+    assert _held() is None  # not held: the folder changed during the open
+    assert open_dataset("db.t", uri).to_table().to_pydict() == {"a": [2]}
 
 
 def test_every_spelling_of_a_local_table_is_its_folder(tmp_path, every_table_held):
@@ -138,8 +156,8 @@ def test_every_spelling_of_a_local_table_is_its_folder(tmp_path, every_table_hel
     lance.write_dataset(pa.table({"a": [1]}), uri)
     for spelling in (uri, f"file://{uri}", f"file://localhost{uri}", f"file:{uri}"):
         HELD.clear()
-        first = open_dataset("db.t", spelling)
-        assert open_dataset("db.t", spelling) is first, spelling
+        open_dataset("db.t", spelling)
+        assert _held() is not None, spelling
     assert tables._local_root("file://elsewhere/t.lance") is None  # another host's: never held
     assert tables._local_root(f"file://{tmp_path}/t%2Elance") is None
 
@@ -147,12 +165,12 @@ def test_every_spelling_of_a_local_table_is_its_folder(tmp_path, every_table_hel
 def test_a_held_table_is_let_go_when_idle(tmp_path, every_table_held):
     uri = str(tmp_path / "t.lance")
     lance.write_dataset(pa.table({"a": [1]}), uri)
-    first = open_dataset("db.t", uri)
+    open_dataset("db.t", uri)
+    first = _held()
     HELD.expire(3600)
-    assert open_dataset("db.t", uri) is first
+    assert _held() is first
     HELD.expire(0)
-    assert "no table held" in tables.session_figures()
-    assert open_dataset("db.t", uri) is not first
+    assert _held() is None and "no table held" in tables.session_figures()
 
 
 def test_one_malformed_cache_setting_keeps_the_others(monkeypatch):
@@ -166,7 +184,8 @@ def test_one_malformed_cache_setting_keeps_the_others(monkeypatch):
 def test_a_table_on_an_object_store_is_not_held(s3, every_table_held):
     uri = s3.fresh_bucket("held") + "/t.lance"
     lance.write_dataset(pa.table({"a": [1]}), uri, storage_options=s3.storage_options)
-    assert open_dataset("db.t", uri, s3.storage_options) is not open_dataset("db.t", uri, s3.storage_options)
+    open_dataset("db.t", uri, s3.storage_options)
+    assert _held() is None
 
 
 def test_a_cleaned_up_version_is_not_served_from_the_cache(tmp_path):

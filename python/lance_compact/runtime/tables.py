@@ -210,7 +210,10 @@ class _HeldTable:
             except Exception:  # gone, unreadable: a new open says what it is
                 fresh = False
             self._slot = (key, ds, identity, time.monotonic()) if fresh else None
-            return ds if fresh else None
+        # A copy of its own for each caller (2.7 us: the manifest is shared): a commit moves the
+        # dataset object it is made through to the new version in place (Compaction.commit,
+        # update_config, ...), which must not move another caller's or the held one.
+        return ds.checkout_version(ds.version) if fresh else None
 
     def offer(self, key: str | None, before: tuple[int, ...] | None, ds: lance.LanceDataset) -> None:
         """Hold ``ds``, just opened at its newest version, when its manifest is big and within
@@ -226,8 +229,9 @@ class _HeldTable:
             return
         if _folder_identity(root) != before:
             return
+        held = ds.checkout_version(ds.version)  # not the caller's object (see get)
         with self._lock:
-            self._slot = (key, ds, identity, time.monotonic())
+            self._slot = (key, held, identity, time.monotonic())
             if self._watch is None:  # lets an idle table go even when no statement comes
                 self._watch = threading.Thread(target=self._expiring, daemon=True, name="held-table")
                 self._watch.start()
