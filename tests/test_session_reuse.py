@@ -67,8 +67,8 @@ def _held_uri():
 @pytest.fixture
 def every_table_held(monkeypatch):
     """The held table (tables.HELD) for tables of any size: a test's tables have manifests far
-    under the 1 MiB a table needs to be held."""
-    monkeypatch.setattr(tables, "_HELD_FROM_FILE_BYTES", 0)
+    under the 4 MiB a table needs to be held (tables.held_from_file_bytes)."""
+    monkeypatch.setattr(tables, "held_from_file_bytes", lambda: 0)
     HELD.clear()
     yield
     HELD.clear()
@@ -171,6 +171,16 @@ def test_a_held_table_is_let_go_when_idle(tmp_path, every_table_held):
     assert _held() is first
     HELD.expire(0)
     assert _held() is None and "no table held" in tables.session_figures()
+
+
+def test_a_table_the_metadata_cache_keeps_is_not_held(monkeypatch):
+    """Held only when the manifest would take over half the session's metadata cache."""
+    monkeypatch.setattr(tables, "_cache_bytes", dict(tables._cache_bytes))
+    assert tables.held_from_file_bytes() == 4 << 20  # 64 MiB: a 4 MiB manifest file
+    tables._cache_bytes["metadata"] = 512 << 20
+    assert tables.held_from_file_bytes() == 32 << 20
+    tables._cache_bytes["metadata"] = 0
+    assert tables.held_from_file_bytes() == 1 << 20
 
 
 def test_one_malformed_cache_setting_keeps_the_others(monkeypatch):

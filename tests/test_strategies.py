@@ -91,6 +91,24 @@ def test_incremental_never_selects_fragments_unchanged_since_its_version(seeded)
                         changed)
 
 
+def test_the_documented_select_example_leaves_tasks_without_deletions(seeded):
+    """docs/strategies.md's ``select`` example (examples/my_planners.py), on Lance's plan: the
+    tasks with deleted rows run now, the others are left with a reason; every field the page
+    names is there and agrees with Lance's task."""
+    from my_planners import DeletionsNow
+
+    rng, ds = seeded
+    plan = DeletionsNow().plan(ds, random_options(rng))
+    for t in plan.tasks:
+        assert t.selected == (t.deleted_rows > 0)
+        assert t.selected or t.reason.endswith("left for a later run: no deleted rows")
+        lance_task = t.task
+        assert [f.id for f in lance_task.fragments] == t.fragment_ids
+        assert t.rows == sum(f.physical_rows - (f.deletion_file.num_deleted_rows if f.deletion_file else 0)
+                             for f in lance_task.fragments)
+        assert t.json == t.task_json() == lance_task.json() and t.expected_output_fragments >= 1
+
+
 def test_io_bounded_stays_within_budget_and_takes_the_best_first(seeded):
     rng, ds = seeded
     options = random_options(rng)
