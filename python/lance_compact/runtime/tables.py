@@ -8,6 +8,10 @@ storage options: another endpoint or key is another store) and a bounded cache o
 metadata (manifests and file footers, by path): an open of a table seen before is then one
 listing of its versions, under a millisecond of CPU. Which version is the newest is never
 cached: each open lists the table's versions, so a concurrent writer's commit is seen.
+
+A manifest too big for that cache (a local table of more than about 50,000 fragments) would be
+read and decoded by every statement: the worker holds its latest such table open instead
+(:class:`_HeldTable`), and hands each caller a copy while it is still the newest version.
 """
 from __future__ import annotations
 
