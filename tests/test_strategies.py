@@ -91,6 +91,22 @@ def test_incremental_never_selects_fragments_unchanged_since_its_version(seeded)
                         changed)
 
 
+def test_each_task_cut_from_the_plan_is_lances_own_json(seeded):
+    """planners/base.py reads each task from the plan's JSON (task_sources): what a Spark task
+    receives is exactly CompactionTask.json(), task by task, and its facts are that task's."""
+    from lance_compact.compaction.fragment_facts import task_facts
+    from lance_compact.compaction.planners.base import task_sources
+
+    rng, ds = seeded
+    planned = Compaction.plan(ds, random_options(rng))
+    sources, own = task_sources(planned), [t.json() for t in planned.tasks]
+    assert [s.text() for s in sources] == own
+    for s, text in zip(sources, own):
+        a, b = s.facts(), task_facts(text)
+        assert (a.ids.tolist(), a.physical.tolist(), a.deleted.tolist(), a.bytes) == \
+            (b.ids.tolist(), b.physical.tolist(), b.deleted.tolist(), b.bytes)
+
+
 def test_the_documented_select_example_leaves_tasks_without_deletions(seeded):
     """docs/strategies.md's ``select`` example (examples/my_planners.py), on Lance's plan: the
     tasks with deleted rows run now, the others are left with a reason; every field the page

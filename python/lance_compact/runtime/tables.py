@@ -127,7 +127,7 @@ def dataset(uri: str, storage_options: Mapping[str, str] | None = None,
         return ds
     key = HELD.key(uri, storage_options) if version is None and _cache_bytes["held"] else None
     if key is not None:
-        held = HELD.get(uri, storage_options)
+        held = HELD.get(key)
         if held is not None:
             return held
     before = _folder_identity(key.rsplit("#", 1)[0]) if key is not None else None
@@ -208,9 +208,9 @@ class _HeldTable:
         root = _local_root(uri)
         return None if root is None else root + "#" + options_digest(storage_options)
 
-    def get(self, uri: str, storage_options: Mapping[str, str] | None) -> lance.LanceDataset | None:
-        """The held table when ``uri`` is it and its version is still the newest, same file."""
-        key = self.key(uri, storage_options)
+    def get(self, key: str | None) -> lance.LanceDataset | None:
+        """A copy of the held table when ``key`` (:meth:`key`) is its and its version is still
+        the newest, the same file."""
         with self._lock:
             slot = self._slot
             if key is None or slot is None or slot[0] != key:
